@@ -1,0 +1,129 @@
+# cython: language_level=3, embedsignature=True
+"""Compiled twin of the key-hash router (see ``lite_push/_router.py``).
+
+Same three functions, same signatures and the same results as
+``lite_push/_router_py.py``; the tests run every case against both.
+
+``java_hash`` walks the str's internal buffer (PEP 393: one, two or four bytes
+per code point) instead of encoding it to UTF-16 first.  Java hashes UTF-16
+code units, so a code point above U+FFFF counts as its surrogate pair; a
+one- or two-byte str has no such code points, so only the four-byte loop
+splits them.  The arithmetic is unsigned 32-bit, which wraps like Java's
+``int``; the result is then read back as signed.
+"""
+
+from cpython.unicode cimport (
+    Py_UCS1,
+    Py_UCS2,
+    PyUnicode_1BYTE_DATA,
+    PyUnicode_1BYTE_KIND,
+    PyUnicode_2BYTE_DATA,
+    PyUnicode_2BYTE_KIND,
+    PyUnicode_4BYTE_DATA,
+    PyUnicode_GET_LENGTH,
+    PyUnicode_KIND,
+)
+from libc.stdint cimport int64_t, uint32_t
+
+cdef extern from *:
+    # A str made by the legacy C API before 3.12 may not be "ready" (no PEP 393
+    # buffer yet); since 3.12 every str is.
+    """
+    #if PY_VERSION_HEX < 0x030C0000
+    #define __lite_push_str_ready(o) PyUnicode_READY(o)
+    #else
+    #define __lite_push_str_ready(o) 0
+    #endif
+    """
+    int _str_ready "__lite_push_str_ready"(object) except -1
+
+__all__ = ["bucket", "java_hash", "lane_of"]
+
+
+cdef inline int64_t _java_hash(object key) except? -1:
+    # ``key`` is untyped because a ``str`` argument would reject str
+    # subclasses, which the Python twin accepts; isinstance() lets them in.
+    if not isinstance(key, str):
+        raise TypeError(f"key must be str, not {type(key).__name__}")
+    cdef Py_ssize_t i, n
+    cdef unsigned int kind
+    cdef uint32_t h = 0, cp
+    cdef const Py_UCS1 *d1
+    cdef const Py_UCS2 *d2
+    cdef const Py_UCS4 *d4
+    _str_ready(key)
+    n = PyUnicode_GET_LENGTH(key)
+    kind = PyUnicode_KIND(key)
+    if kind == PyUnicode_1BYTE_KIND:
+        d1 = PyUnicode_1BYTE_DATA(key)
+        for i in range(n):
+            h = 31 * h + d1[i]
+    elif kind == PyUnicode_2BYTE_KIND:
+        # Lone surrogates are stored as themselves, which is what Java hashes.
+        d2 = PyUnicode_2BYTE_DATA(key)
+        for i in range(n):
+            h = 31 * h + d2[i]
+    else:
+        d4 = PyUnicode_4BYTE_DATA(key)
+        for i in range(n):
+            cp = d4[i]
+            if cp > 0xFFFF:
+                cp -= 0x10000
+                h = 31 * h + (0xD800 + (cp >> 10))
+                h = 31 * h + (0xDC00 + (cp & 0x3FF))
+            else:
+                h = 31 * h + cp
+    if h & 0x80000000u:
+        return <int64_t>h - 0x100000000
+    return <int64_t>h
+
+
+def java_hash(key):
+    """Java's ``String.hashCode`` of ``key`` (a signed 32-bit int)."""
+    return _java_hash(key)
+
+
+def lane_of(key, n):
+    """The lane of ``key`` among ``n``: ``floorMod(hashCode, n)``, never
+    negative (Java's ``Math.abs(h) % n`` is negative for ``Integer.MIN_VALUE``)."""
+    # ``n`` stays a Python object so that the comparison and the modulo behave
+    # exactly as in the Python twin for any ``n`` a caller passes.
+    if n <= 0:
+        raise ValueError(f"lane count must be positive, got {n}")
+    return _java_hash(key) % n  # Python's % on objects: floorMod
+
+
+def bucket(items, Py_ssize_t n, key_of, Py_ssize_t keyless_lane, cache):
+    """Route ``items`` into ``n`` lists by ``lane_of(key_of(item), n)``.
+
+    Items whose key is ``None`` or empty go to ``keyless_lane``.  ``cache``
+    maps keys to lanes for this ``n``; the caller owns it and bounds its size.
+    Order within each list is the order of ``items``.
+    """
+    # List indexing keeps Cython's default bounds checks and wraparound, so a
+    # bad lane fails (or a negative one wraps) exactly as in the Python twin.
+    cdef list out = [[] for _ in range(n)]
+    cdef list lst
+    cdef Py_ssize_t lane
+    cdef bint is_dict = type(cache) is dict
+    get = None if is_dict else cache.get
+    for item in items:
+        key = key_of(item)
+        if not key:
+            lst = out[keyless_lane]
+            lst.append(item)
+            continue
+        if is_dict:
+            cached = (<dict>cache).get(key)
+        else:
+            cached = get(key)
+        if cached is None:
+            # ``%`` on C integers keeps Python's floorMod semantics here
+            # (cdivision is off), and raises ZeroDivisionError for n == 0.
+            lane = _java_hash(key) % n
+            cache[key] = lane
+            lst = out[lane]
+        else:
+            lst = out[cached]
+        lst.append(item)
+    return out

@@ -1,0 +1,67 @@
+"""lite_push: key-ordered parallel consumption of partitioned message logs.
+
+Layout (one concern per module; underscored modules are implementation):
+
+* ``_types``          value types: MessageQueue, MessageExt, PollBatch, ...
+* ``_config``         ConsumerConfig (validated, frozen) and ConsumeMode
+* ``_errors``         LitePushError and its subclasses
+* ``_consumer``       LitePushConsumer: pull thread, dispatch, flow control, commit
+* ``_lanes``          the bounded per-lane FIFOs
+* ``_process_queue``  per-queue in-flight state (RocketMQ's ProcessQueue)
+* ``_router``         key-hash router selector (``_router_c`` compiled from
+                      ``_ext/``, ``_router_py`` pure-Python twin)
+* ``_offsets``        offset tracker selector (``_offsets_c`` / ``_offsets_py``)
+* ``_clock``          injectable time
+* ``sources/``        the source contract and the embedded broker
+* ``rebalance/``      queue allocation strategies
+"""
+
+from ._clock import Clock, ManualClock, SystemClock
+from ._config import ConsumeMode, ConsumerConfig, KeyExtractor
+from ._consumer import ConsumerStats, Listener, LitePushConsumer
+from ._errors import (
+    ConfigError,
+    LitePushError,
+    MessageTooLargeError,
+    NotSubscribedError,
+    SourceClosedError,
+    UnknownTopicError,
+)
+from ._offsets import OFFSETS_IMPL
+from ._router import ROUTER_IMPL
+from ._types import ConsumeResult, MessageExt, MessageQueue, OffsetAndMetadata, PollBatch, SendResult
+from .sources import ConsumeFromWhere, EmbeddedBroker, EmbeddedPullConsumer, PullSource, RebalanceListener
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "OFFSETS_IMPL",
+    "ROUTER_IMPL",
+    "Clock",
+    "ConfigError",
+    "ConsumeFromWhere",
+    "ConsumeMode",
+    "ConsumeResult",
+    "ConsumerConfig",
+    "ConsumerStats",
+    "EmbeddedBroker",
+    "EmbeddedPullConsumer",
+    "KeyExtractor",
+    "Listener",
+    "LitePushConsumer",
+    "LitePushError",
+    "ManualClock",
+    "MessageExt",
+    "MessageQueue",
+    "MessageTooLargeError",
+    "NotSubscribedError",
+    "OffsetAndMetadata",
+    "PollBatch",
+    "PullSource",
+    "RebalanceListener",
+    "SendResult",
+    "SourceClosedError",
+    "SystemClock",
+    "UnknownTopicError",
+    "__version__",
+]

@@ -1,0 +1,111 @@
+"""Consumer configuration: a frozen dataclass validated at construction.
+
+Defaults follow RocketMQ's DefaultMQPushConsumer where it has the setting
+(pullThresholdForQueue 1000, pullThresholdSizeForQueue 100 MiB,
+consumeConcurrentlyMaxSpan 2000, pullBatchSize 32,
+consumeMessageBatchMaxSize 1, persistConsumerOffsetInterval 5 s,
+suspendCurrentQueueTimeMillis 1000).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ._errors import ConfigError
+from ._types import MessageExt
+
+__all__ = ["ConsumeMode", "ConsumerConfig", "KeyExtractor"]
+
+#: Returns the ordering key of a message, or ``None`` for "no key".
+KeyExtractor = Callable[[MessageExt], "str | None"]
+
+MIB = 1024 * 1024
+
+
+class ConsumeMode(enum.Enum):
+    """How a consumer orders work."""
+
+    #: Messages of one key run one at a time, in offset order; keys run in
+    #: parallel over ``lanes``.  Keyless messages keep their queue's order.
+    KEY_ORDERLY = "KEY_ORDERLY"
+    #: Messages are spread round-robin over the lanes; no order is promised.
+    CONCURRENTLY = "CONCURRENTLY"
+
+
+def _check_int(name: str, value: object, low: int, high: int) -> None:
+    if type(value) is not int:
+        raise ConfigError(name, f"must be an int in [{low}, {high}], got {value!r}")
+    if not low <= value <= high:
+        raise ConfigError(name, f"must be in [{low}, {high}], got {value}")
+
+
+def _check_float(name: str, value: object, low: float, high: float, *, low_open: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(name, f"must be a number of seconds, got {value!r}")
+    bad_low = value <= low if low_open else value < low
+    if bad_low or value > high:
+        bracket = "(" if low_open else "["
+        raise ConfigError(name, f"must be in {bracket}{low}, {high}], got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConfig:
+    """Settings of one :class:`~lite_push.LitePushConsumer`.
+
+    Invalid values raise :class:`~lite_push.ConfigError` naming the field and
+    the allowed range.
+    """
+
+    #: Consumer group name (non-empty).
+    group: str
+    #: Ordering mode.
+    mode: ConsumeMode = ConsumeMode.KEY_ORDERLY
+    #: Number of lanes: each is a FIFO drained by one thread.  This, not the
+    #: number of queues, sets the consumer's concurrency.
+    lanes: int = 16
+    #: Messages a lane may hold before the queues feeding it are paused.
+    lane_capacity: int = 1000
+    #: Most messages handed to one listener call (consumeMessageBatchMaxSize).
+    batch_size: int = 1
+    #: Most messages pulled from one queue per poll (pullBatchSize).
+    pull_batch_size: int = 32
+    #: Pause a queue when it has more unfinished messages than this.
+    pull_threshold_for_queue: int = 1000
+    #: Pause a queue when its unfinished message bodies exceed this (bytes).
+    pull_threshold_size_for_queue: int = 100 * MIB
+    #: Pause a queue when highest pulled minus lowest unfinished offset
+    #: exceeds this.
+    max_span: int = 2000
+    #: Seconds between periodic offset commits.
+    commit_interval: float = 5.0
+    #: Longest a poll blocks (seconds); bounds how late a resume is seen.
+    poll_timeout: float = 0.1
+    #: Delay before a failed message is processed again (milliseconds).
+    suspend_ms: int = 1000
+    #: Longest a revoked queue's in-flight work is awaited before its final
+    #: commit and release (seconds).
+    revoke_timeout: float = 10.0
+    #: Ordering key of a message; ``None`` means ``message.keys``.
+    key_extractor: KeyExtractor | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.group, str) or not self.group.strip():
+            raise ConfigError("group", f"must be a non-empty string, got {self.group!r}")
+        if not isinstance(self.mode, ConsumeMode):
+            allowed = ", ".join(m.name for m in ConsumeMode)
+            raise ConfigError("mode", f"must be a ConsumeMode ({allowed}), got {self.mode!r}")
+        _check_int("lanes", self.lanes, 1, 1024)
+        _check_int("lane_capacity", self.lane_capacity, 1, 1_000_000)
+        _check_int("batch_size", self.batch_size, 1, 1024)
+        _check_int("pull_batch_size", self.pull_batch_size, 1, 1024)
+        _check_int("pull_threshold_for_queue", self.pull_threshold_for_queue, 1, 1_000_000)
+        _check_int("pull_threshold_size_for_queue", self.pull_threshold_size_for_queue, 1, 1 << 40)
+        _check_int("max_span", self.max_span, 1, 10_000_000)
+        _check_float("commit_interval", self.commit_interval, 0.0, 3600.0, low_open=True)
+        _check_float("poll_timeout", self.poll_timeout, 0.0, 60.0, low_open=True)
+        _check_int("suspend_ms", self.suspend_ms, 0, 3_600_000)
+        _check_float("revoke_timeout", self.revoke_timeout, 0.0, 3600.0)
+        if self.key_extractor is not None and not callable(self.key_extractor):
+            raise ConfigError("key_extractor", f"must be callable or None, got {self.key_extractor!r}")

@@ -1,0 +1,53 @@
+"""The error tree: one root, a few subclasses, each carrying its context."""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "LitePushError",
+    "MessageTooLargeError",
+    "NotSubscribedError",
+    "SourceClosedError",
+    "UnknownTopicError",
+]
+
+
+class LitePushError(Exception):
+    """Root of every error lite_push raises on purpose."""
+
+
+class ConfigError(LitePushError, ValueError):
+    """A configuration value is invalid; ``field`` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class UnknownTopicError(LitePushError, KeyError):
+    """The topic does not exist on the source."""
+
+    def __init__(self, topic: str) -> None:
+        super().__init__(f"unknown topic {topic!r}")
+        self.topic = topic
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0])
+
+
+class MessageTooLargeError(LitePushError, ValueError):
+    """A message body exceeds the source's maximum size."""
+
+    def __init__(self, topic: str, size: int, limit: int) -> None:
+        super().__init__(f"message for topic {topic!r} has {size} bytes, more than the limit of {limit}")
+        self.topic = topic
+        self.size = size
+        self.limit = limit
+
+
+class NotSubscribedError(LitePushError):
+    """A queue operation named a queue this consumer does not own."""
+
+
+class SourceClosedError(LitePushError):
+    """The source was used after ``close()``."""

@@ -1,0 +1,130 @@
+"""ProcessQueue: the in-flight state of one assigned MessageQueue.
+
+The pull thread adds each polled batch; lane threads complete (or, for a
+revoked queue, skip) what they took.  ``lock`` guards the tracker and the
+counters; it is taken once per batch or lane segment, never per message.
+``idle`` (a condition on that lock) wakes the pull thread waiting for a
+revoked queue to drain.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from ._offsets import OffsetTracker
+from ._types import MessageExt, MessageQueue
+
+__all__ = ["ProcessQueue"]
+
+
+class ProcessQueue:
+    """Unfinished messages of one queue, their offsets and their size."""
+
+    __slots__ = (
+        "queue",
+        "keyless_lane",
+        "dropped",
+        "paused",
+        "lane_blocked",
+        "last_committed",
+        "_tracker",
+        "_lock",
+        "_idle",
+        "_count",
+        "_bytes",
+        "_low_water",
+        "_wake",
+        "_wake_sent",
+    )
+
+    def __init__(
+        self,
+        queue: MessageQueue,
+        next_offset: int,
+        keyless_lane: int,
+        low_water: int,
+        wake: Callable[[], None],
+    ) -> None:
+        self.queue = queue
+        #: Lane of messages with no key: one per queue keeps queue order.
+        self.keyless_lane = keyless_lane
+        #: Set when the queue is revoked: lanes skip its remaining messages.
+        self.dropped = False
+        #: Whether the source has this queue paused (pull thread only).
+        self.paused = False
+        #: Lanes that were over capacity when this queue last fed them.
+        self.lane_blocked: set[int] = set()
+        #: The offset last committed for this queue by this consumer.
+        self.last_committed = next_offset
+        self._tracker = OffsetTracker(next_offset)
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._count = 0
+        self._bytes = 0
+        self._low_water = low_water
+        self._wake = wake
+        self._wake_sent = False
+
+    def add_batch(self, messages: list[MessageExt], next_offset: int) -> None:
+        """Track a polled batch (pull thread)."""
+        offsets = [m.queue_offset for m in messages]
+        size = sum([len(m.body) for m in messages])
+        with self._lock:
+            self._tracker.add_many(offsets, next_offset)
+            self._count += len(offsets)
+            self._bytes += size
+
+    def complete(self, messages: list[MessageExt]) -> None:
+        """Mark messages finished (lane thread)."""
+        offsets = [m.queue_offset for m in messages]
+        size = sum([len(m.body) for m in messages])
+        with self._lock:
+            self._tracker.complete_many(offsets)
+            wake = self._release(len(offsets), size)
+        if wake:
+            self._wake()
+
+    def skip(self, messages: list[MessageExt]) -> None:
+        """Forget messages that will not be processed here (the queue was
+        revoked or the consumer is stopping): they stay unfinished, so the
+        committed offset stays below them and the next owner replays them."""
+        size = sum([len(m.body) for m in messages])
+        with self._lock:
+            wake = self._release(len(messages), size)
+        if wake:
+            self._wake()
+
+    def _release(self, count: int, size: int) -> bool:
+        # Caller holds the lock.  Returns whether to wake the pull thread; the
+        # caller does so after releasing the lock (the wake-up takes the
+        # source's lock, which must never be taken under ours).
+        self._count -= count
+        self._bytes -= size
+        if self._count == 0:
+            self._idle.notify_all()
+        if self.paused and not self._wake_sent and self._count <= self._low_water:
+            self._wake_sent = True
+            return True
+        return False
+
+    def mark_resumed(self) -> None:
+        """The pull thread resumed the queue (re-arms the wake-up)."""
+        self.paused = False
+        self._wake_sent = False
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no message of this queue waits in a lane or runs in
+        the listener; return whether that happened within ``timeout``."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._count == 0, timeout)
+
+    def committable(self) -> int:
+        """The lowest offset not finished: safe to commit."""
+        with self._lock:
+            return self._tracker.lowest_unfinished()
+
+    def snapshot(self) -> tuple[int, int, int]:
+        """``(messages, bytes, span)`` not finished, read under the lock."""
+        with self._lock:
+            return self._count, self._bytes, self._tracker.span

@@ -1,0 +1,31 @@
+"""Selects the key-hash router: the compiled twin when it is built, else the
+pure-Python one.  ``LITE_PUSH_NO_EXTENSIONS=1`` forces pure Python.
+
+``ROUTER_IMPL`` says which one is in use (``"cython"`` or ``"python"``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import _router_py
+
+__all__ = ["ROUTER_IMPL", "bucket", "java_hash", "lane_of"]
+
+NO_EXTENSIONS = bool(os.environ.get("LITE_PUSH_NO_EXTENSIONS"))
+
+if NO_EXTENSIONS:
+    _impl = _router_py
+    ROUTER_IMPL = "python"
+else:
+    try:
+        from . import _router_c as _impl  # type: ignore[attr-defined,no-redef]
+
+        ROUTER_IMPL = "cython"
+    except ImportError:
+        _impl = _router_py
+        ROUTER_IMPL = "python"
+
+java_hash = _impl.java_hash
+lane_of = _impl.lane_of
+bucket = _impl.bucket

@@ -1,0 +1,509 @@
+"""The embedded broker's pull consumer and the group state it shares with the
+broker.  The storage format, the hand-off protocol and the locks are explained
+in the block comment at the top of ``embedded.py``."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Protocol
+
+from .._errors import ConfigError, NotSubscribedError, SourceClosedError, UnknownTopicError
+from .._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
+from ..rebalance.allocate import AVERAGELY, AllocateStrategy
+from ._base import ConsumeFromWhere, PullSource, RebalanceListener
+
+if TYPE_CHECKING:
+    from .embedded import EmbeddedBroker
+
+__all__ = ["EmbeddedPullConsumer", "MonotonicClock", "parse_tag_expression"]
+
+logger = logging.getLogger("lite_push.sources.embedded")
+
+#: With a tag filter, one poll scans at most this many messages per queue
+#: beyond ``4 * max_per_queue`` (so a queue of filtered-out messages cannot
+#: make a poll long).
+_SCAN_EXTRA = 256
+
+
+class MonotonicClock(Protocol):
+    """What the broker needs of a clock (lite_push's ``Clock`` fits)."""
+
+    def monotonic(self) -> float: ...
+
+
+def parse_tag_expression(expression: str) -> frozenset[str] | None:
+    """``"*"`` → ``None`` (everything); ``"A || B"`` → ``{"A", "B"}``.
+    Whitespace around ``*`` and around tags is ignored.  Raises ``ValueError``
+    naming the expression when it is empty, has an empty alternative, or a
+    tag containing ``|``, ``*`` or whitespace."""
+    if not isinstance(expression, str):
+        raise ValueError(f"tag expression must be a string, got {expression!r}")
+    if expression.strip() == "*":
+        return None
+    tags = []
+    for part in expression.split("||"):
+        tag = part.strip()
+        if not tag or "|" in tag or "*" in tag or any(c.isspace() for c in tag):
+            raise ValueError(f"malformed tag expression {expression!r}: expected '*' or 'TagA || TagB'")
+        tags.append(tag)
+    return frozenset(tags)
+
+
+class _Member:
+    """A group member as the broker sees it (guarded by the broker lock,
+    except ``last_seen``, which its own poll stamps without it)."""
+
+    __slots__ = (
+        "cid",
+        "topics",
+        "allocate",
+        "consume_from",
+        "consume_timestamp",
+        "session_timeout",
+        "last_seen",
+        "target",
+        "expired",
+    )
+
+    def __init__(
+        self,
+        cid: str,
+        allocate: AllocateStrategy,
+        consume_from: ConsumeFromWhere,
+        consume_timestamp: int | None,
+        session_timeout: float,
+        now: float,
+    ) -> None:
+        self.cid = cid
+        self.topics: set[str] = set()
+        self.allocate = allocate
+        self.consume_from = consume_from
+        self.consume_timestamp = consume_timestamp
+        self.session_timeout = session_timeout
+        self.last_seen = now
+        self.target: frozenset[MessageQueue] = frozenset()
+        self.expired = False
+
+
+class _Group:
+    """A consumer group's shared state (guarded by the broker lock)."""
+
+    __slots__ = ("name", "clients", "members", "owner", "committed", "initial", "version", "next_check")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.clients: set[str] = set()  # client ids of the open consumers
+        self.members: dict[str, _Member] = {}  # subscribed, live members
+        self.owner: dict[MessageQueue, str] = {}  # the hand-off's source of truth
+        self.committed: dict[MessageQueue, OffsetAndMetadata] = {}
+        self.initial: dict[MessageQueue, int] = {}  # start position fixed when first owned
+        self.version = 0  # bumped on every target change and release
+        self.next_check = float("-inf")  # next session-expiry scan (clock time)
+
+
+class _QState:
+    """An owned queue, as its owner sees it (owner thread only)."""
+
+    __slots__ = ("mq", "log", "pos", "paused", "tags")
+
+    def __init__(self, mq: MessageQueue, log: list[MessageExt], pos: int, tags: frozenset[str] | None) -> None:
+        self.mq = mq
+        self.log = log  # the broker's list for this queue; it only grows
+        self.pos = pos
+        self.paused = False
+        self.tags = tags
+
+
+class EmbeddedPullConsumer(PullSource):
+    """A member of a consumer group on an :class:`EmbeddedBroker`; see
+    :class:`~lite_push.sources.PullSource` for the contract of each method.
+    Create it with :meth:`EmbeddedBroker.pull_consumer`.
+
+    Owned by one thread; only :meth:`wakeup` may be called from others.
+    Listener exceptions are logged and do not stop the hand-off (a revoked
+    queue is released even if ``on_revoked`` raised)."""
+
+    def __init__(
+        self,
+        broker: EmbeddedBroker,
+        group: str,
+        *,
+        consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
+        consume_timestamp: int | None = None,
+        client_id: str | None = None,
+        allocate: AllocateStrategy = AVERAGELY,
+        session_timeout: float | None = None,
+    ) -> None:
+        if not isinstance(group, str) or not group:
+            raise ConfigError("group", f"must be a non-empty string, got {group!r}")
+        if not isinstance(consume_from, ConsumeFromWhere):
+            raise ConfigError("consume_from", f"must be a ConsumeFromWhere, got {consume_from!r}")
+        if session_timeout is not None and not session_timeout > 0:
+            raise ConfigError("session_timeout", f"must be positive, got {session_timeout!r}")
+        if client_id is not None and (not isinstance(client_id, str) or not client_id):
+            raise ConfigError("client_id", f"must be a non-empty string, got {client_id!r}")
+        if not callable(allocate):
+            raise ConfigError("allocate", f"must be an allocation strategy, got {allocate!r}")
+        self._broker = broker
+        self._clock = broker._clock
+        self._lock = broker._lock
+        self._cond = broker._cond
+        timeout = float(session_timeout) if session_timeout is not None else broker.session_timeout
+        # A blocked poll wakes up this often to stamp its heartbeat and look
+        # for expired members.
+        self._wait_slice = max(0.01, timeout / 3)
+        self._listener: RebalanceListener | None = None
+        self._filters: dict[str, frozenset[str] | None] = {}
+        self._states: dict[MessageQueue, _QState] = {}
+        self._active: list[_QState] = []  # owned and not paused, sorted
+        self._rr = 0
+        self._seen_version = -1
+        self._wakeup = False
+        self._closed = False
+        with self._lock:
+            broker._check_open()
+            g = broker._group(group)
+            if client_id is None:
+                client_id = f"{broker.broker_name}@{os.getpid()}@{next(broker._client_seq):06d}"
+            if client_id in g.clients:
+                raise ConfigError("client_id", f"{client_id!r} is already used by an open consumer of group {group!r}")
+            g.clients.add(client_id)
+            broker._consumers.add(self)
+            self._group = g
+            self._member = _Member(client_id, allocate, consume_from, consume_timestamp, timeout, self._clock.monotonic())
+        self._subscribed = False
+
+    # -- identity -----------------------------------------------------------
+
+    @property
+    def group(self) -> str:
+        return self._group.name
+
+    @property
+    def client_id(self) -> str:
+        return self._member.cid
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __repr__(self) -> str:
+        return f"<EmbeddedPullConsumer {self._group.name!r}/{self._member.cid!r}{' closed' if self._closed else ''}>"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SourceClosedError(f"consumer {self._member.cid!r} of group {self._group.name!r} is closed")
+
+    # -- subscription -------------------------------------------------------
+
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        """Join the group on ``topic`` (or change the tag filter of a topic
+        already subscribed).  Raises ``UnknownTopicError`` and ``ValueError``
+        (malformed expression)."""
+        self._check_open()
+        tags = parse_tag_expression(expression)
+        broker = self._broker
+        with self._lock:
+            self._check_open()
+            if topic not in broker._topics:
+                raise UnknownTopicError(topic)
+            self._filters[topic] = tags
+            for st in self._states.values():
+                if st.mq.topic == topic:
+                    st.tags = tags
+            m = self._member
+            if topic not in m.topics:
+                m.topics.add(topic)
+                m.last_seen = self._clock.monotonic()
+                self._group.members[m.cid] = m
+                self._subscribed = True
+                broker._recompute(self._group)
+        logger.debug("%r subscribed to %r with %r", self, topic, expression)
+
+    def set_rebalance_listener(self, listener: RebalanceListener | None) -> None:
+        self._check_open()
+        self._listener = listener
+
+    # -- polling ------------------------------------------------------------
+
+    def poll(self, timeout: float, max_per_queue: int = 32) -> list[PollBatch]:
+        """See :meth:`PullSource.poll`.  With a tag filter, at most
+        ``4 * max_per_queue + 256`` messages of a queue are scanned per call;
+        a batch whose scanned messages were all filtered out has no messages
+        and a moved ``next_offset``."""
+        if self._closed:
+            self._check_open()
+        if type(max_per_queue) is not int or max_per_queue < 1:
+            raise ValueError(f"max_per_queue must be an int >= 1, got {max_per_queue!r}")
+        if self._wakeup:
+            self._wakeup = False
+            return []
+        member = self._member
+        group = self._group
+        clock = self._clock
+        deadline = -1.0
+        while True:
+            if self._subscribed:
+                now = clock.monotonic()
+                member.last_seen = now
+                if now >= group.next_check:
+                    self._broker._check_expiry(group, member, now)
+                if group.version != self._seen_version or member.expired:
+                    self._rebalance()
+                    self._check_open()
+                if self._active:
+                    batches = self._scan(max_per_queue)
+                    if batches:
+                        return batches
+            if self._wakeup:
+                self._wakeup = False
+                return []
+            if timeout <= 0:
+                return []
+            t = time.monotonic()
+            if deadline < 0:
+                deadline = t + timeout
+            remaining = deadline - t
+            if remaining <= 0:
+                return []
+            with self._cond:
+                self._check_open()
+                if self._wakeup:
+                    self._wakeup = False
+                    return []
+                if group.version == self._seen_version and not member.expired and not self._ready():
+                    self._cond.wait(min(remaining, self._wait_slice))
+
+    def _ready(self) -> bool:
+        for st in self._active:
+            if st.pos < len(st.log):
+                return True
+        return False
+
+    def _scan(self, max_per_queue: int) -> list[PollBatch]:
+        active = self._active
+        n = len(active)
+        start = self._rr % n
+        self._rr = start + 1
+        out: list[PollBatch] = []
+        for i in range(n):
+            st = active[(start + i) % n]
+            log = st.log
+            pos = st.pos
+            end = len(log)
+            if pos >= end:
+                continue
+            if st.tags is None:
+                stop = pos + max_per_queue
+                if stop > end:
+                    stop = end
+                out.append(PollBatch(st.mq, log[pos:stop], stop))
+                st.pos = stop
+            else:
+                tags = st.tags
+                limit = pos + 4 * max_per_queue + _SCAN_EXTRA
+                if limit > end:
+                    limit = end
+                picked: list[MessageExt] = []
+                j = pos
+                while j < limit:
+                    m = log[j]
+                    j += 1
+                    if m.tags in tags:
+                        picked.append(m)
+                        if len(picked) >= max_per_queue:
+                            break
+                out.append(PollBatch(st.mq, picked, j))
+                st.pos = j
+        return out
+
+    def _rebalance(self) -> None:
+        """Bring the owned set to the target: release what left the target
+        (after ``on_revoked``), take what is free (then ``on_assigned``)."""
+        broker = self._broker
+        group = self._group
+        member = self._member
+        cid = member.cid
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                version = group.version
+                if member.expired:
+                    # Evicted for silence: its queues are already released.
+                    # Rejoin; the local state goes through on_revoked below.
+                    member.expired = False
+                    member.last_seen = self._clock.monotonic()
+                    group.members[cid] = member
+                    broker._recompute(group)
+                    logger.warning("group %r: member %r rejoins after its session expired", group.name, cid)
+                    continue
+                owner = group.owner
+                lost = [q for q in self._states if owner.get(q) != cid]
+                drop = [q for q in self._states if q not in member.target and owner.get(q) == cid]
+                if not lost and not drop:
+                    new = sorted(q for q in member.target if q not in self._states and q not in owner)
+                    for q in new:
+                        owner[q] = cid
+                        pos = broker._start_position(group, member, q)
+                        log = broker._topics[q.topic].logs[q.queue_id]
+                        self._states[q] = _QState(q, log, pos, self._filters.get(q.topic))
+                    if new:
+                        self._rebuild_active()
+                    self._seen_version = version
+                    break
+            revoked = sorted(lost + drop)
+            if lost:
+                logger.warning("group %r: %r lost %s to the broker", group.name, cid, [str(q) for q in lost])
+            self._notify("on_revoked", revoked)
+            with self._lock:
+                for q in drop:
+                    if owner.get(q) == cid:
+                        del owner[q]
+                for q in revoked:
+                    self._states.pop(q, None)
+                self._rebuild_active()
+                if drop:
+                    broker._bump(group)
+        if new:
+            self._notify("on_assigned", new)
+
+    def _notify(self, what: str, queues: list[MessageQueue]) -> None:
+        listener = self._listener
+        if listener is None:
+            return
+        try:
+            getattr(listener, what)(queues)
+        except Exception:
+            logger.exception("rebalance listener %s(%s) of %r raised", what, [str(q) for q in queues], self)
+
+    def _rebuild_active(self) -> None:
+        self._active = [st for _, st in sorted(self._states.items()) if not st.paused]
+
+    # -- queue control ------------------------------------------------------
+
+    def assignment(self) -> frozenset[MessageQueue]:
+        self._check_open()
+        return frozenset(self._states)
+
+    def pause(self, queues: Collection[MessageQueue]) -> None:
+        self._check_open()
+        changed = False
+        for q in queues:
+            st = self._states.get(q)
+            if st is not None and not st.paused:
+                st.paused = changed = True
+        if changed:
+            self._rebuild_active()
+
+    def resume(self, queues: Collection[MessageQueue]) -> None:
+        self._check_open()
+        changed = False
+        for q in queues:
+            st = self._states.get(q)
+            if st is not None and st.paused:
+                st.paused = False
+                changed = True
+        if changed:
+            self._rebuild_active()
+
+    def paused(self) -> frozenset[MessageQueue]:
+        self._check_open()
+        return frozenset(q for q, st in self._states.items() if st.paused)
+
+    def _owned(self, queue: MessageQueue) -> _QState:
+        st = self._states.get(queue)
+        if st is None:
+            raise NotSubscribedError(f"{queue} is not assigned to consumer {self._member.cid!r}")
+        return st
+
+    def seek(self, queue: MessageQueue, offset: int) -> None:
+        """Next poll of ``queue`` starts at ``offset`` clamped to
+        ``[0, max_offset]``."""
+        self._check_open()
+        st = self._owned(queue)
+        st.pos = min(max(int(offset), 0), len(st.log))
+
+    def position(self, queue: MessageQueue) -> int:
+        self._check_open()
+        return self._owned(queue).pos
+
+    # -- offsets ------------------------------------------------------------
+
+    def commit(self, offsets: Mapping[MessageQueue, OffsetAndMetadata | int]) -> None:
+        """Store offsets of the queues this member owns (per the broker: a
+        member that lost a queue, even one that has not noticed yet, cannot
+        commit it).  Raises ``ValueError`` for a negative offset or a value
+        that is neither ``int`` nor ``OffsetAndMetadata``."""
+        self._check_open()
+        entries: list[tuple[MessageQueue, OffsetAndMetadata]] = []
+        for q, value in offsets.items():
+            if isinstance(value, OffsetAndMetadata):
+                om = value
+            elif isinstance(value, int) and not isinstance(value, bool):
+                om = OffsetAndMetadata(value)
+            else:
+                raise ValueError(f"commit of {q}: expected int or OffsetAndMetadata, got {value!r}")
+            if om.offset < 0:
+                raise ValueError(f"commit of {q}: negative offset {om.offset}")
+            entries.append((q, om))
+        if not entries:
+            return
+        broker = self._broker
+        cid = self._member.cid
+        group = self._group
+        with self._lock:
+            self._check_open()
+            stored = 0
+            for q, om in entries:
+                if group.owner.get(q) == cid:
+                    group.committed[q] = om
+                    stored += 1
+                else:
+                    logger.debug("%r: commit of %s ignored: not its queue", self, q)
+            if not stored or broker._store is None:
+                return
+            snapshot, version = broker._offsets_snapshot()
+        broker._save_offsets(snapshot, version)
+
+    def committed(self, queue: MessageQueue) -> OffsetAndMetadata | None:
+        self._check_open()
+        with self._lock:
+            return self._group.committed.get(queue)
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def wakeup(self) -> None:
+        self._wakeup = True
+        with self._cond:
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Leave the group; the owned queues are released at once (commit
+        first: nothing is committed here and no listener is called)."""
+        broker = self._broker
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            broker._consumers.discard(self)
+            group = self._group
+            group.clients.discard(self._member.cid)
+            if group.members.get(self._member.cid) is self._member:
+                del group.members[self._member.cid]
+                for q in [q for q, cid in group.owner.items() if cid == self._member.cid]:
+                    del group.owner[q]
+                broker._recompute(group)
+            self._states.clear()
+            self._active = []
+            self._cond.notify_all()
+        logger.debug("%r closed", self)
+
+    def __enter__(self) -> EmbeddedPullConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Run the test suite: bootstrap, then pytest with any arguments given, e.g.
+#
+#   scripts/test.sh                         everything
+#   scripts/test.sh -q tests/test_build.py  one file (paths are from the repo root)
+#
+# Unless LITE_PUSH_NO_EXTENSIONS is set, the compiled kernels are required:
+# a missing one fails the tests instead of skipping the compiled cases.
+# "No tests collected" (pytest's exit code 5) is a failure too.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+bash scripts/bootstrap.sh
+
+if [[ -z ${LITE_PUSH_NO_EXTENSIONS:-} ]]; then
+    export LITE_PUSH_REQUIRE_EXTENSIONS=1
+fi
+
+rc=0
+.venv/bin/python -m pytest "$@" || rc=$?
+if [[ $rc -eq 5 ]]; then
+    echo "test.sh: pytest collected no tests (exit code 5); treating that as a failure" >&2
+    exit 1
+fi
+exit "$rc"

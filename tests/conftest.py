@@ -1,0 +1,60 @@
+"""Shared fixtures.
+
+Compiled kernels have pure-Python twins, and tests take the twin as a fixture
+parametrized with ids ``c`` / ``py``, so every case runs against both.  The
+``c`` case is skipped only when the extension was honestly not built: no
+``.so`` in the package and ``LITE_PUSH_REQUIRE_EXTENSIONS`` unset.  If it was
+built (or is required) but does not import, the ``c`` case fails.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import os
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import lite_push
+from lite_push import _router_py
+
+PACKAGE_DIR = Path(lite_push.__file__).resolve().parent
+
+#: ``LITE_PUSH_NO_EXTENSIONS`` set: the selectors use the Python twins.
+NO_EXTENSIONS = bool(os.environ.get("LITE_PUSH_NO_EXTENSIONS"))
+#: ``LITE_PUSH_REQUIRE_EXTENSIONS=1`` (scripts/test.sh sets it): a missing
+#: compiled module is a failure, never a skip.
+REQUIRE_EXTENSIONS = os.environ.get("LITE_PUSH_REQUIRE_EXTENSIONS") == "1"
+
+
+def compiled_path(stem: str) -> Path | None:
+    """The built extension file ``lite_push/<stem>.<abi>.so``, if there is one."""
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = PACKAGE_DIR / f"{stem}{suffix}"
+        if path.exists():
+            return path
+    return None
+
+
+def compiled_twin(stem: str) -> ModuleType:
+    """Import ``lite_push.<stem>``; skip if it was not built and is not
+    required, fail if it was built or is required but does not import."""
+    try:
+        return importlib.import_module(f"lite_push.{stem}")
+    except ImportError as exc:
+        built = compiled_path(stem)
+        if REQUIRE_EXTENSIONS or built is not None:
+            pytest.fail(
+                f"lite_push.{stem} is {'built at ' + str(built) if built else 'required'} but does not import: {exc}"
+            )
+        pytest.skip(f"lite_push.{stem} was not built")
+
+
+@pytest.fixture(scope="session", params=["c", "py"])
+def router(request: pytest.FixtureRequest) -> ModuleType:
+    """The key-hash router twin: ``lite_push._router_c`` or ``_router_py``."""
+    if request.param == "c":
+        return compiled_twin("_router_c")
+    return _router_py

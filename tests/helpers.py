@@ -1,0 +1,87 @@
+"""Test helpers: a recording listener that checks per-key exclusivity."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+
+from lite_push import ConsumerStats, LitePushConsumer, MessageExt
+
+
+class Recorder:
+    """A listener that records every call and fails the test on overlap.
+
+    ``order[key]`` lists the ``(queue_id, offset)`` of each delivery of the
+    key, in the order the listener started them; ``overlaps`` lists keys that
+    were ever in the listener twice at once.
+    """
+
+    def __init__(self, *, delay: float = 0.0, jitter: float = 0.0, key_of: Callable[[MessageExt], object] | None = None) -> None:
+        self.lock = threading.Lock()
+        self.active: set[object] = set()
+        self.overlaps: list[object] = []
+        self.order: dict[object, list[tuple[int, int]]] = defaultdict(list)
+        self.seen: list[tuple[str, int, int]] = []
+        self.calls = 0
+        self.delay = delay
+        self.jitter = jitter
+        self.key_of = key_of or (lambda m: m.keys)
+        self.rng = random.Random(1234)
+
+    def __call__(self, msgs: list[MessageExt]) -> None:
+        keys = [self.key_of(m) for m in msgs]
+        with self.lock:
+            self.calls += 1
+            for k in set(keys):
+                if k in self.active:
+                    self.overlaps.append(k)
+                self.active.add(k)
+            for m, k in zip(msgs, keys):
+                self.order[k].append((m.queue_id, m.queue_offset))
+                self.seen.append((m.topic, m.queue_id, m.queue_offset))
+            pause = self.delay + (self.rng.random() * self.jitter if self.jitter else 0.0)
+        if pause:
+            time.sleep(pause)
+        with self.lock:
+            for k in set(keys):
+                self.active.discard(k)
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.seen)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 30.0, interval: float = 0.005) -> bool:
+    """Poll ``predicate`` until true or ``timeout``; return its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def wait_consumed(consumer: LitePushConsumer, n: int, timeout: float = 60.0) -> ConsumerStats:
+    assert wait_until(lambda: consumer.stats().consumed >= n, timeout), (
+        f"consumed {consumer.stats().consumed} of {n} within {timeout}s"
+    )
+    return consumer.stats()
+
+
+def assert_offsets_increase(order: dict[object, list[tuple[int, int]]], *, first_only: bool = False) -> None:
+    """Each key's deliveries per queue come in increasing offset order
+    (with ``first_only``, redeliveries of an already seen offset are ignored)."""
+    for key, seq in order.items():
+        last: dict[int, int] = {}
+        seen: set[tuple[int, int]] = set()
+        for qid, off in seq:
+            if first_only:
+                if (qid, off) in seen:
+                    continue
+                seen.add((qid, off))
+            prev = last.get(qid, -1)
+            assert off > prev, f"key {key!r}: offset {off} of queue {qid} ran after {prev}"
+            last[qid] = off

@@ -1,0 +1,641 @@
+"""The PullSource contract as a reusable test suite.
+
+A source's test module subclasses :class:`SourceContract` and provides a
+``harness`` fixture yielding a :class:`SourceHarness` for that source (fresh
+per test; the fixture closes it).  Every test here then runs against it::
+
+    @pytest.fixture
+    def harness(tmp_path):
+        h = MyHarness(tmp_path)
+        yield h
+        h.close()
+
+    class TestMySourceContract(SourceContract):
+        pass
+
+The suite asserts what ``lite_push/sources/_base.py`` promises, loosely timed
+(upper bounds with a second or more of slack), so it holds for an in-process
+source and for one behind a network.
+"""
+
+from __future__ import annotations
+
+import abc
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Collection, Iterable
+
+import pytest
+
+from lite_push import (
+    MessageQueue,
+    NotSubscribedError,
+    OffsetAndMetadata,
+    PollBatch,
+    SourceClosedError,
+    UnknownTopicError,
+)
+from lite_push.sources import ConsumeFromWhere, PullSource, RebalanceListener
+
+FIRST = ConsumeFromWhere.FIRST_OFFSET
+
+
+class SourceHarness(abc.ABC):
+    """What the suite needs from a source implementation."""
+
+    @abc.abstractmethod
+    def create_topic(self, topic: str, queue_count: int) -> list[MessageQueue]:
+        """Create ``topic``; return its queues sorted."""
+
+    @abc.abstractmethod
+    def send(
+        self, topic: str, body: bytes, *, keys: str | None = None, tags: str | None = None, queue_id: int | None = None
+    ) -> tuple[MessageQueue, int]:
+        """Store one message (on ``queue_id`` when given); return where."""
+
+    @abc.abstractmethod
+    def consumer(
+        self,
+        group: str,
+        *,
+        consume_from: ConsumeFromWhere = FIRST,
+        consume_timestamp: int | None = None,
+        client_id: str | None = None,
+    ) -> PullSource:
+        """A new, unsubscribed member of ``group`` (closed by :meth:`close`
+        if the test did not)."""
+
+    def now_ms(self) -> int:
+        """The source's clock for store timestamps, in ms."""
+        return time.time_ns() // 1_000_000
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Close everything the harness made."""
+
+
+# -- helpers ------------------------------------------------------------------
+
+
+def poll_until(
+    consumer: PullSource,
+    done: Callable[[list[PollBatch]], bool],
+    *,
+    timeout: float = 5.0,
+    poll_timeout: float = 0.05,
+    max_per_queue: int = 32,
+) -> list[PollBatch]:
+    """Poll until ``done(all batches so far)`` or ``timeout``; return the
+    batches (the caller asserts on them)."""
+    got: list[PollBatch] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        batches = consumer.poll(poll_timeout, max_per_queue)
+        assert len({b.queue for b in batches}) == len(batches), "two batches of one queue in one poll"
+        got.extend(batches)
+        if done(got):
+            break
+    return got
+
+
+def split(a: PullSource, b: PullSource, sizes: tuple[int, int] = (4, 4), timeout: float = 5.0) -> None:
+    """Poll both members (from this thread) until they own ``sizes`` queues."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (len(a.assignment()), len(b.assignment())) == sizes:
+            return
+        a.poll(0.02)
+        b.poll(0.02)
+    assert (len(a.assignment()), len(b.assignment())) == sizes
+
+
+def count_of(batches: Iterable[PollBatch]) -> int:
+    return sum(len(b.messages) for b in batches)
+
+
+def poll_messages(consumer: PullSource, n: int, **kw: float) -> list[PollBatch]:
+    return poll_until(consumer, lambda got: count_of(got) >= n, **kw)  # type: ignore[arg-type]
+
+
+def wait_assigned(consumer: PullSource, n: int, timeout: float = 5.0) -> list[PollBatch]:
+    """Poll until ``consumer`` owns ``n`` queues; return what it polled."""
+    got = poll_until(consumer, lambda _: len(consumer.assignment()) == n, timeout=timeout)
+    assert len(consumer.assignment()) == n, f"owns {sorted(consumer.assignment())}, expected {n} queues"
+    return got
+
+
+def offsets(batches: Iterable[PollBatch]) -> dict[MessageQueue, list[int]]:
+    out: dict[MessageQueue, list[int]] = defaultdict(list)
+    for b in batches:
+        out[b.queue].extend(m.queue_offset for m in b.messages)
+    return out
+
+
+def assert_contiguous(batches: Iterable[PollBatch], start: dict[MessageQueue, int] | None = None) -> None:
+    """Per queue: each batch's messages lie in [previous next_offset,
+    next_offset), in increasing order, and next_offset never goes back."""
+    pos: dict[MessageQueue, int] = dict(start or {})
+    for b in batches:
+        prev = pos.get(b.queue)
+        offs = [m.queue_offset for m in b.messages]
+        assert offs == sorted(offs), offs
+        if prev is not None:
+            assert b.next_offset >= prev
+            assert all(prev <= o < b.next_offset for o in offs), (b.queue, prev, offs, b.next_offset)
+        if offs:
+            assert b.next_offset >= offs[-1] + 1
+        pos[b.queue] = b.next_offset
+
+
+class OwnershipLog:
+    """Shared by the listeners of several members: records every event and
+    every moment two members owned one queue."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.owner: dict[MessageQueue, str] = {}
+        self.events: list[tuple[str, str, tuple[MessageQueue, ...]]] = []
+        self.violations: list[str] = []
+
+    def listener(self, name: str, consumer: PullSource, *, commit: bool = True) -> RebalanceListener:
+        log = self
+
+        class _Listener(RebalanceListener):
+            def on_assigned(self, queues: Collection[MessageQueue]) -> None:
+                with log.lock:
+                    for q in queues:
+                        if q in log.owner:
+                            log.violations.append(f"{name} got {q} while {log.owner[q]} owned it")
+                        log.owner[q] = name
+                    log.events.append(("assigned", name, tuple(sorted(queues))))
+
+            def on_revoked(self, queues: Collection[MessageQueue]) -> None:
+                if commit:
+                    consumer.commit({q: consumer.position(q) for q in queues})
+                log.released(name, queues, "revoked")
+
+        return _Listener()
+
+    def released(self, name: str, queues: Iterable[MessageQueue], what: str) -> None:
+        queues = tuple(sorted(queues))
+        with self.lock:
+            for q in queues:
+                if self.owner.get(q) == name:
+                    del self.owner[q]
+            self.events.append((what, name, queues))
+
+    def owned_by(self, name: str) -> set[MessageQueue]:
+        with self.lock:
+            return {q for q, n in self.owner.items() if n == name}
+
+    def index(self, what: str, name: str, q: MessageQueue, after: int = -1) -> int:
+        with self.lock:
+            for i, (w, n, qs) in enumerate(self.events):
+                if i > after and w == what and n == name and q in qs:
+                    return i
+        return -1
+
+
+def leave(consumer: PullSource, log: OwnershipLog | None, name: str) -> None:
+    """What a runtime does to leave: commit the positions, then close."""
+    owned = consumer.assignment()
+    consumer.commit({q: consumer.position(q) for q in owned})
+    if log is not None:
+        log.released(name, owned, "closed")
+    consumer.close()
+
+
+# -- the suite ----------------------------------------------------------------
+
+
+class SourceContract:
+    """Tests every PullSource must pass; needs a ``harness`` fixture."""
+
+    # subscription
+
+    def test_subscribe_unknown_topic_raises(self, harness: SourceHarness) -> None:
+        c = harness.consumer("g")
+        with pytest.raises(UnknownTopicError):
+            c.subscribe("no-such-topic")
+
+    @pytest.mark.parametrize("expression", ["", "   ", "A ||", "|| B", "A || || B", "A | B"])
+    def test_subscribe_malformed_expression_raises(self, harness: SourceHarness, expression: str) -> None:
+        harness.create_topic("T", 1)
+        c = harness.consumer("g")
+        with pytest.raises(ValueError) as info:
+            c.subscribe("T", expression)
+        assert expression.strip() in str(info.value)
+
+    # polling
+
+    def test_poll_returns_batches_in_offset_order(self, harness: SourceHarness) -> None:
+        q0, q1 = harness.create_topic("T", 2)
+        sent: dict[tuple[int, int], bytes] = {}
+        for i in range(50):
+            q, off = harness.send("T", b"a%d" % i, queue_id=0)
+            sent[(q.queue_id, off)] = b"a%d" % i
+        for i in range(10):
+            q, off = harness.send("T", b"b%d" % i, queue_id=1)
+            sent[(q.queue_id, off)] = b"b%d" % i
+        c = harness.consumer("g")
+        c.subscribe("T")
+        batches = poll_messages(c, 60, max_per_queue=16)
+        assert count_of(batches) == 60
+        assert all(len(b.messages) <= 16 for b in batches)
+        assert all(b.queue in (q0, q1) for b in batches)
+        assert offsets(batches) == {q0: list(range(50)), q1: list(range(10))}
+        assert_contiguous(batches, {q0: 0, q1: 0})
+        for b in batches:
+            assert b.next_offset == b.messages[-1].queue_offset + 1
+            for m in b.messages:
+                assert m.queue == b.queue and m.topic == "T"
+                assert m.body == sent[(m.queue_id, m.queue_offset)]
+        assert c.position(q0) == 50 and c.position(q1) == 10
+
+    def test_batches_are_contiguous_across_polls_while_sending(self, harness: SourceHarness) -> None:
+        queues = harness.create_topic("T", 3)
+        c = harness.consumer("g")
+        c.subscribe("T")
+        wait_assigned(c, 3)
+        batches: list[PollBatch] = []
+        total = 0
+        for round_ in range(10):
+            for i in range(25):
+                harness.send("T", b"r%d-%d" % (round_, i), keys=f"k{i}")
+                total += 1
+            batches.extend(c.poll(0.05, 7))
+        batches.extend(poll_messages(c, total - count_of(batches), max_per_queue=7))
+        assert count_of(batches) == total
+        assert_contiguous(batches, {q: 0 for q in queues})
+        for q, offs in offsets(batches).items():
+            assert offs == list(range(len(offs)))
+
+    def test_poll_timeout_is_respected(self, harness: SourceHarness) -> None:
+        harness.create_topic("T", 2)
+        c = harness.consumer("g")
+        c.subscribe("T")
+        wait_assigned(c, 2)
+        t0 = time.monotonic()
+        assert c.poll(0.3) == []
+        assert time.monotonic() - t0 < 1.3
+        t0 = time.monotonic()
+        assert c.poll(0) == []
+        assert time.monotonic() - t0 < 1.0
+
+    def test_poll_returns_when_a_message_arrives(self, harness: SourceHarness) -> None:
+        harness.create_topic("T", 1)
+        c = harness.consumer("g")
+        c.subscribe("T")
+        wait_assigned(c, 1)
+        timer = threading.Timer(0.2, lambda: harness.send("T", b"late"))
+        timer.start()
+        try:
+            t0 = time.monotonic()
+            got = poll_messages(c, 1, poll_timeout=10.0, timeout=10.0)
+            assert time.monotonic() - t0 < 5.0
+            assert [m.body for b in got for m in b.messages] == [b"late"]
+        finally:
+            timer.cancel()
+            timer.join()
+
+    def test_wakeup_from_another_thread_unblocks_poll(self, harness: SourceHarness) -> None:
+        harness.create_topic("T", 2)
+        c = harness.consumer("g")
+        c.subscribe("T")
+        wait_assigned(c, 2)
+        timer = threading.Timer(0.2, c.wakeup)
+        timer.start()
+        try:
+            t0 = time.monotonic()
+            assert c.poll(10) == []
+            assert time.monotonic() - t0 < 5.0
+        finally:
+            timer.cancel()
+            timer.join()
+
+    def test_wakeup_before_poll_makes_the_next_poll_return(self, harness: SourceHarness) -> None:
+        harness.create_topic("T", 1)
+        c = harness.consumer("g")
+        c.subscribe("T")
+        wait_assigned(c, 1)
+        c.wakeup()
+        t0 = time.monotonic()
+        assert c.poll(10) == []
+        assert time.monotonic() - t0 < 5.0
+        # consumed: the poll after it is a normal one
+        harness.send("T", b"m")
+        got = poll_messages(c, 1, timeout=5.0, poll_timeout=5.0)
+        assert count_of(got) == 1
+
+    # flow control and positions
+
+    def test_pause_and_resume(self, harness: SourceHarness) -> None:
+        q0, q1 = harness.create_topic("T", 2)
+        other = harness.create_topic("Other", 1)[0]
+        c = harness.consumer("g")
+        c.subscribe("T")
+        wait_assigned(c, 2)
+        c.pause([q0, other])  # a queue not owned is ignored
+        assert c.paused() == frozenset({q0})
+        for i in range(5):
+            harness.send("T", b"p%d" % i, queue_id=0)
+            harness.send("T", b"r%d" % i, queue_id=1)
+        got = poll_until(c, lambda got: count_of(got) >= 5, timeout=2.0)
+        got += poll_until(c, lambda _: False, timeout=0.3)
+        assert {b.queue for b in got} == {q1}
+        assert c.position(q0) == 0
+        c.resume([q0, other])
+        c.resume([q0])  # not paused any more: ignored
+        assert c.paused() == frozenset()
+        got = poll_messages(c, 5)
+        assert offsets(got) == {q0: [0, 1, 2, 3, 4]}
+
+    def test_seek_and_position(self, harness: SourceHarness) -> None:
+        (q0,) = harness.create_topic("T", 1)
+        other = harness.create_topic("Other", 1)[0]
+        for i in range(10):
+            harness.send("T", b"%d" % i)
+        c = harness.consumer("g")
+        c.subscribe("T")
+        assert count_of(poll_messages(c, 10)) == 10
+        assert c.position(q0) == 10
+        c.seek(q0, 3)
+        assert c.position(q0) == 3
+        got = poll_messages(c, 7)
+        assert offsets(got)[q0] == list(range(3, 10))
+        c.seek(q0, 1000)
+        assert c.position(q0) == 10  # clamped to the end
+        c.seek(q0, -5)
+        assert c.position(q0) == 0  # clamped to the start
+        assert offsets(poll_messages(c, 10))[q0] == list(range(10))
+        with pytest.raises(NotSubscribedError):
+            c.seek(other, 0)
+        with pytest.raises(NotSubscribedError):
+            c.position(other)
+
+    # offsets
+
+    def test_commit_and_committed(self, harness: SourceHarness) -> None:
+        q0, q1 = harness.create_topic("T", 2)
+        c = harness.consumer("g")
+        c.subscribe("T")
+        wait_assigned(c, 2)
+        assert c.committed(q0) is None
+        c.commit({q0: OffsetAndMetadata(5, "meta-1")})
+        assert c.committed(q0) == OffsetAndMetadata(5, "meta-1")
+        c.commit({q0: 7, q1: OffsetAndMetadata(0, "")})
+        assert c.committed(q0) == OffsetAndMetadata(7, "")
+        assert c.committed(q1) == OffsetAndMetadata(0, "")
+        # the group's store: readable by any consumer of the group, not others
+        peer = harness.consumer("g")
+        assert peer.committed(q0) == OffsetAndMetadata(7, "")
+        stranger = harness.consumer("other-group")
+        assert stranger.committed(q0) is None
+
+    def test_commit_of_a_queue_not_owned_is_ignored(self, harness: SourceHarness) -> None:
+        queues = harness.create_topic("T", 8)
+        a = harness.consumer("g", client_id="member-a")
+        b = harness.consumer("g", client_id="member-b")
+        a.subscribe("T")
+        b.subscribe("T")
+        split(a, b)
+        assert a.assignment() == frozenset(queues[:4])
+        assert b.assignment() == frozenset(queues[4:])
+        q7 = queues[7]
+        a.commit({q7: 99})
+        assert b.committed(q7) is None
+        b.commit({q7: 3})
+        a.commit({q7: OffsetAndMetadata(42, "late")})
+        assert b.committed(q7) == OffsetAndMetadata(3, "")
+        assert a.committed(q7) == OffsetAndMetadata(3, "")
+
+    # tags
+
+    def test_tag_filter_skips_messages_and_advances_next_offset(self, harness: SourceHarness) -> None:
+        q0, q1 = harness.create_topic("T", 2)
+        for tag in ["TagA", "TagC", "TagB", None, "TagC", "TagA"]:
+            harness.send("T", (tag or "none").encode(), tags=tag, queue_id=0)
+        for _ in range(5):
+            harness.send("T", b"c", tags="TagC", queue_id=1)
+        c = harness.consumer("g")
+        c.subscribe("T", "  TagA ||TagB  ")
+        got = poll_until(c, lambda _: c.assignment() and c.position(q0) == 6 and c.position(q1) == 5)
+        assert c.position(q0) == 6 and c.position(q1) == 5
+        assert offsets(got).get(q0) == [0, 2, 5]
+        assert not offsets(got).get(q1)
+        assert all(m.tags in ("TagA", "TagB") for b in got for m in b.messages)
+        assert_contiguous(got, {q0: 0, q1: 0})
+        assert max(b.next_offset for b in got if b.queue == q0) == 6
+        assert max(b.next_offset for b in got if b.queue == q1) == 5
+
+    # groups and rebalance
+
+    def test_two_members_split_the_queues_and_read_everything_once(self, harness: SourceHarness) -> None:
+        queues = harness.create_topic("T", 8)
+        log = OwnershipLog()
+        a = harness.consumer("g", client_id="member-a")
+        b = harness.consumer("g", client_id="member-b")
+        a.set_rebalance_listener(log.listener("a", a))
+        b.set_rebalance_listener(log.listener("b", b))
+        a.subscribe("T")
+        b.subscribe("T")
+        total = 400
+        for i in range(total):
+            harness.send("T", b"%d" % i, keys=f"key-{i}")
+        got_a: list[PollBatch] = []
+        got_b: list[PollBatch] = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and count_of(got_a) + count_of(got_b) < total:
+            got_a += a.poll(0.02)
+            got_b += b.poll(0.02)
+        assert count_of(got_a) + count_of(got_b) == total
+        assert a.assignment() == frozenset(queues[:4])
+        assert b.assignment() == frozenset(queues[4:])
+        seen = [(m.queue_id, m.queue_offset) for batch in got_a + got_b for m in batch.messages]
+        assert len(seen) == len(set(seen)) == total
+        assert log.violations == []
+
+    def test_rebalance_hands_queues_over_on_join_and_leave(self, harness: SourceHarness) -> None:
+        queues = harness.create_topic("T", 8)
+        log = OwnershipLog()
+        seen: list[tuple[int, int]] = []
+        seen_lock = threading.Lock()
+        errors: list[BaseException] = []
+        sent = 0
+
+        def send_round(n_per_queue: int) -> None:
+            nonlocal sent
+            for i in range(n_per_queue):
+                for q in queues:
+                    harness.send("T", b"%d" % i, queue_id=q.queue_id)
+                    sent += 1
+
+        def member(consumer: PullSource, name: str, stop: threading.Event) -> None:
+            try:
+                while not stop.is_set():
+                    for batch in consumer.poll(0.05, 16):
+                        with seen_lock:
+                            seen.extend((m.queue_id, m.queue_offset) for m in batch.messages)
+                leave(consumer, log, name)
+            except BaseException as e:  # reported by the main thread
+                errors.append(e)
+
+        def all_seen() -> bool:
+            with seen_lock:
+                return len(seen) >= sent
+
+        a = harness.consumer("g", client_id="member-a")
+        b = harness.consumer("g", client_id="member-b")
+        a.set_rebalance_listener(log.listener("a", a))
+        b.set_rebalance_listener(log.listener("b", b))
+        stop_a, stop_b = threading.Event(), threading.Event()
+        a.subscribe("T")
+        ta = threading.Thread(target=member, args=(a, "a", stop_a), daemon=True)
+        tb = threading.Thread(target=member, args=(b, "b", stop_b), daemon=True)
+        ta.start()
+        try:
+            send_round(20)
+            assert _wait(lambda: len(log.owned_by("a")) == 8), log.events
+            b.subscribe("T")  # join
+            tb.start()
+            assert _wait(lambda: log.owned_by("a") == set(queues[:4]) and log.owned_by("b") == set(queues[4:])), log.events
+            send_round(20)
+            assert _wait(all_seen), (len(seen), sent)
+            stop_b.set()  # leave
+            tb.join(10)
+            assert _wait(lambda: len(log.owned_by("a")) == 8), log.events
+            send_round(20)
+            assert _wait(all_seen), (len(seen), sent)
+        finally:
+            stop_a.set()
+            stop_b.set()
+            ta.join(10)
+            if tb.is_alive() or tb.ident is not None:
+                tb.join(10)
+        assert errors == []
+        assert log.violations == []
+        # on join, a released q4-q7 (after its on_revoked) before b got them;
+        # on leave, b released them before a got them back
+        for q in queues[4:]:
+            revoked = log.index("revoked", "a", q)
+            assigned_b = log.index("assigned", "b", q)
+            closed_b = log.index("closed", "b", q)
+            back = log.index("assigned", "a", q, after=assigned_b)
+            assert 0 <= revoked < assigned_b < closed_b < back, log.events
+        for q in queues[:4]:
+            assert log.index("revoked", "a", q) == -1  # kept through both changes
+        with seen_lock:
+            assert len(seen) == len(set(seen)) == sent  # each message exactly once
+
+    def test_close_releases_the_queues_to_the_other_member(self, harness: SourceHarness) -> None:
+        queues = harness.create_topic("T", 8)
+        a = harness.consumer("g", client_id="member-a")
+        b = harness.consumer("g", client_id="member-b")
+        a.subscribe("T")
+        b.subscribe("T")
+        split(a, b)
+        for i in range(80):
+            harness.send("T", b"%d" % i, queue_id=i % 8)
+        got_b = poll_until(b, lambda got: count_of(got) >= 40, timeout=5.0)
+        assert b.assignment() == frozenset(queues[4:])
+        for q in queues[4:]:
+            b.seek(q, 6)  # pretend the rest was not done yet
+        b.commit({q: 6 for q in queues[4:]})
+        assert count_of(got_b) == 40
+        b.close()
+        got_a = poll_until(a, lambda got: len(a.assignment()) == 8 and count_of(got) >= 40 + 16, timeout=5.0)
+        assert a.assignment() == frozenset(queues)
+        offs = offsets(got_a)
+        for q in queues[4:]:
+            assert offs[q] == [6, 7, 8, 9]  # from b's committed offset
+        for q in queues[:4]:
+            assert offs[q] == list(range(10))
+
+    # start positions
+
+    def test_new_group_starts_at_last_offset(self, harness: SourceHarness) -> None:
+        q0, q1 = harness.create_topic("T", 2)
+        for i in range(5):
+            harness.send("T", b"old", queue_id=0)
+            harness.send("T", b"old", queue_id=1)
+        c = harness.consumer("g-last", consume_from=ConsumeFromWhere.LAST_OFFSET)
+        c.subscribe("T")
+        assert count_of(wait_assigned(c, 2)) == 0
+        assert c.position(q0) == 5 and c.position(q1) == 5
+        harness.send("T", b"new", queue_id=0)
+        got = poll_messages(c, 1)
+        assert [(m.queue_offset, m.body) for b in got for m in b.messages] == [(5, b"new")]
+
+    def test_new_group_starts_at_first_offset(self, harness: SourceHarness) -> None:
+        (q0,) = harness.create_topic("T", 1)
+        for i in range(5):
+            harness.send("T", b"%d" % i)
+        c = harness.consumer("g-first", consume_from=ConsumeFromWhere.FIRST_OFFSET)
+        c.subscribe("T")
+        assert offsets(poll_messages(c, 5))[q0] == [0, 1, 2, 3, 4]
+
+    def test_new_group_starts_at_timestamp(self, harness: SourceHarness) -> None:
+        (q0,) = harness.create_topic("T", 1)
+        for i in range(3):
+            harness.send("T", b"before")
+        time.sleep(0.05)
+        ts = harness.now_ms()
+        time.sleep(0.05)
+        for i in range(2):
+            harness.send("T", b"after")
+        c = harness.consumer("g-ts", consume_from=ConsumeFromWhere.TIMESTAMP, consume_timestamp=ts)
+        c.subscribe("T")
+        got = poll_messages(c, 2)
+        assert [(m.queue_offset, m.body) for b in got for m in b.messages] == [(3, b"after"), (4, b"after")]
+        assert all(m.store_timestamp >= ts for b in got for m in b.messages)
+
+    def test_committed_offset_wins_over_start_position(self, harness: SourceHarness) -> None:
+        (q0,) = harness.create_topic("T", 1)
+        for i in range(10):
+            harness.send("T", b"%d" % i)
+        c = harness.consumer("g")
+        c.subscribe("T")
+        wait_assigned(c, 1)
+        c.commit({q0: 4})
+        c.close()
+        c2 = harness.consumer("g", consume_from=ConsumeFromWhere.LAST_OFFSET)
+        c2.subscribe("T")
+        assert offsets(poll_messages(c2, 6))[q0] == [4, 5, 6, 7, 8, 9]
+
+    # close
+
+    def test_methods_after_close_raise(self, harness: SourceHarness) -> None:
+        (q0,) = harness.create_topic("T", 1)
+        c = harness.consumer("g")
+        c.subscribe("T")
+        wait_assigned(c, 1)
+        c.close()
+        c.close()  # idempotent
+        c.wakeup()  # allowed
+        calls: list[Callable[[], object]] = [
+            lambda: c.subscribe("T"),
+            lambda: c.set_rebalance_listener(None),
+            lambda: c.poll(0),
+            lambda: c.poll(1.0),
+            c.assignment,
+            lambda: c.pause([q0]),
+            lambda: c.resume([q0]),
+            c.paused,
+            lambda: c.seek(q0, 0),
+            lambda: c.position(q0),
+            lambda: c.commit({q0: 1}),
+            lambda: c.committed(q0),
+        ]
+        for call in calls:
+            with pytest.raises(SourceClosedError):
+                call()
+
+
+def _wait(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()

@@ -1,0 +1,54 @@
+"""Invalid configuration raises at construction, naming the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from lite_push import ConfigError, ConsumeMode, ConsumerConfig, LitePushError
+
+
+def test_defaults_follow_rocketmq():
+    c = ConsumerConfig(group="g")
+    assert (c.pull_threshold_for_queue, c.pull_threshold_size_for_queue, c.max_span) == (1000, 100 * 1024 * 1024, 2000)
+    assert (c.commit_interval, c.batch_size, c.pull_batch_size, c.suspend_ms) == (5.0, 1, 32, 1000)
+    assert c.mode is ConsumeMode.KEY_ORDERLY
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "fragment"),
+    [
+        ("group", "", "non-empty"),
+        ("group", None, "non-empty"),
+        ("mode", "KEY_ORDERLY", "ConsumeMode"),
+        ("lanes", 0, "[1, 1024]"),
+        ("lanes", 2.5, "int"),
+        ("lanes", True, "int"),
+        ("lane_capacity", -1, "[1,"),
+        ("batch_size", 0, "[1, 1024]"),
+        ("pull_batch_size", 5000, "[1, 1024]"),
+        ("pull_threshold_for_queue", 0, "[1,"),
+        ("pull_threshold_size_for_queue", 0, "[1,"),
+        ("max_span", 0, "[1,"),
+        ("commit_interval", 0, "(0.0,"),
+        ("commit_interval", "5", "number"),
+        ("poll_timeout", -1, "(0.0,"),
+        ("suspend_ms", -5, "[0,"),
+        ("revoke_timeout", -1, "[0.0,"),
+        ("key_extractor", "keys", "callable"),
+    ],
+)
+def test_invalid_value_names_the_field(field, value, fragment):
+    kwargs = {"group": "g", field: value}
+    with pytest.raises(ConfigError) as info:
+        ConsumerConfig(**kwargs)
+    err = info.value
+    assert err.field == field
+    assert str(err).startswith(f"{field}: ")
+    assert fragment in str(err)
+    assert isinstance(err, ValueError) and isinstance(err, LitePushError)
+
+
+def test_config_is_frozen():
+    c = ConsumerConfig(group="g")
+    with pytest.raises(AttributeError):
+        c.lanes = 3  # type: ignore[misc]

@@ -1,0 +1,206 @@
+"""Several consumers of one group, rebalance hand-off, and restarts of a
+durable broker (clean and ``kill -9``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+from helpers import Recorder, assert_offsets_increase, wait_until
+from lite_push import ConsumeFromWhere, ConsumerConfig, EmbeddedBroker, LitePushConsumer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _consumer(broker, listener, client_id, **cfg):
+    cfg.setdefault("commit_interval", 0.05)
+    cfg.setdefault("poll_timeout", 0.02)
+    consumer = LitePushConsumer(
+        ConsumerConfig(group="g", **cfg),
+        source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET, client_id=client_id),
+        listener=listener,
+    )
+    consumer.subscribe("T")
+    return consumer
+
+
+def test_members_join_and_leave_without_breaking_key_order():
+    broker = EmbeddedBroker()
+    broker.create_topic("T", queue_count=8)
+    total = 6000
+    rec = Recorder(jitter=0.0003)
+    stop = threading.Event()
+
+    def producer():
+        for i in range(total):
+            broker.send("T", body=b"x", keys=f"k{i % 300}")
+            if i % 200 == 0:
+                time.sleep(0.01)
+            if stop.is_set():
+                return
+
+    a = _consumer(broker, rec, "c1", lanes=8)
+    b = _consumer(broker, rec, "c2", lanes=8)
+    c = _consumer(broker, rec, "c3", lanes=8)
+    t = threading.Thread(target=producer)
+    a.start()
+    t.start()
+    try:
+        assert wait_until(lambda: rec.count() > 800)
+        b.start()  # join: queues move from a to b
+        assert wait_until(lambda: len(b.stats().committed) > 0)
+        c.start()
+        assert wait_until(lambda: len(c.stats().committed) > 0)
+        assert wait_until(lambda: rec.count() > 3500)
+        assert a.shutdown(timeout=10)  # leave: its queues move to b and c
+        t.join(30)
+        assert wait_until(lambda: len({s for s in rec.seen}) == total, timeout=60)
+    finally:
+        stop.set()
+        for cons in (a, b, c):
+            cons.shutdown(timeout=10)
+    assert rec.overlaps == [], rec.overlaps[:5]  # never concurrent, across members
+    assert_offsets_increase(rec.order, first_only=True)
+    assert len(set(rec.seen)) == total
+
+
+def test_durable_broker_resumes_from_committed_offsets_after_clean_shutdown(tmp_path):
+    broker = EmbeddedBroker(path=tmp_path)
+    broker.create_topic("T", queue_count=3)
+    for i in range(1500):
+        broker.send("T", body=b"x", keys=f"k{i % 50}")
+    rec1 = Recorder()
+
+    def first(msgs):
+        # offsets >= 200 fail until the shutdown: every lane gets stuck on
+        # its first such message, and everything polled before it finishes
+        if msgs[0].queue_offset >= 200:
+            raise RuntimeError("stop here")
+        rec1(msgs)
+
+    cons = _consumer(broker, first, "c1", lanes=4, suspend_ms=20)
+    cons.start()
+    assert wait_until(lambda: sum(1 for (_t, _q, o) in list(rec1.seen) if o < 192) == 3 * 192)
+    time.sleep(0.2)
+    cons.shutdown(timeout=0.5)
+    broker.close()
+    committed = {}
+
+    broker2 = EmbeddedBroker(path=tmp_path)
+    probe = broker2.pull_consumer("g")
+    ends = {}
+    for q in broker2.queues("T"):
+        c = probe.committed(q)
+        committed[q.queue_id] = c.offset if c else 0
+        ends[q.queue_id] = broker2.max_offset(q)
+    probe.close()
+    done1 = set(rec1.seen)
+    for qid, off in committed.items():
+        # the committed offset never passes an unfinished message
+        assert all(("T", qid, o) in done1 for o in range(off))
+    # batches of 32 from 3 queues: the first 6 polls end below offset 200
+    assert all(off >= 192 for off in committed.values()), committed
+    rec2 = Recorder()
+    cons2 = _consumer(broker2, rec2, "c1", lanes=4)
+    with cons2:
+        assert wait_until(lambda: len(done1 | set(rec2.seen)) == 1500)
+    broker2.close()
+    for qid, off in committed.items():
+        offs = sorted(o for (_t, q, o) in rec2.seen if q == qid)
+        # resumed exactly at the committed offset: nothing below it again
+        assert not offs or offs[0] == off
+        assert offs or off == ends[qid]
+    assert len(done1 | set(rec2.seen)) == 1500
+
+
+_CHILD = textwrap.dedent(
+    """
+    import os, sys, time
+    sys.path.insert(0, {root!r})
+    from lite_push import ConsumeFromWhere, ConsumerConfig, EmbeddedBroker, LitePushConsumer
+    broker = EmbeddedBroker(path={path!r})
+    log = os.open({log!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    def listener(msgs):
+        time.sleep(0.0005)
+        for m in msgs:
+            os.write(log, f"{{m.queue_id}} {{m.queue_offset}}\\n".encode())
+    consumer = LitePushConsumer(
+        ConsumerConfig(group="g", lanes=8, commit_interval=0.02, poll_timeout=0.02),
+        source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET),
+        listener=listener)
+    consumer.subscribe("T")
+    consumer.start()
+    time.sleep(600)
+    """
+)
+
+
+def _read_log(path: Path) -> list[tuple[int, int]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            out.append((int(parts[0]), int(parts[1])))
+    return out
+
+
+def test_kill_9_loses_nothing_committed_and_skips_nothing_uncommitted(tmp_path):
+    data = tmp_path / "broker"
+    log = tmp_path / "done.log"
+    broker = EmbeddedBroker(path=data)
+    broker.create_topic("T", queue_count=4)
+    total = 20000
+    broker.send_batch("T", ((b"p", f"k{i % 500}") for i in range(total)))
+    broker.close()
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD.format(root=str(ROOT), path=str(data), log=str(log))],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert wait_until(lambda: len(_read_log(log)) > 4000 or child.poll() is not None, timeout=60)
+        assert child.poll() is None, child.stderr.read().decode()
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+    first = _read_log(log)
+    assert 4000 < len(first) < total
+
+    broker = EmbeddedBroker(path=data)
+    done = set(first)
+    probe = broker.pull_consumer("g")
+    committed = {}
+    ends = {q.queue_id: broker.max_offset(q) for q in broker.queues("T")}
+    for q in broker.queues("T"):
+        c = probe.committed(q)
+        committed[q.queue_id] = c.offset if c else 0
+        # nothing committed was unfinished: every offset below it was processed
+        missing = [o for o in range(committed[q.queue_id]) if (q.queue_id, o) not in done]
+        assert missing == [], (q, missing[:10])
+    probe.close()
+    assert sum(committed.values()) > 0
+
+    rec = Recorder()
+    cons = _consumer(broker, rec, "c9", lanes=8)
+    with cons:
+        assert wait_until(lambda: len(done | set((q, o) for _t, q, o in rec.seen)) == total, timeout=60)
+    broker.close()
+    second = [(q, o) for _t, q, o in rec.seen]
+    # the restart began exactly at the committed offsets: nothing below them
+    # again, nothing uncommitted skipped
+    for qid, off in committed.items():
+        offs = sorted(o for q, o in second if q == qid)
+        assert (offs and offs[0] == off) or (not offs and off == ends[qid]), (qid, off, offs[:3])
+    assert len(done | set(second)) == total
