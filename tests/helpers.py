@@ -39,7 +39,7 @@ class Recorder:
                 if k in self.active:
                     self.overlaps.append(k)
                 self.active.add(k)
-            for m, k in zip(msgs, keys):
+            for m, k in zip(msgs, keys, strict=False):
                 self.order[k].append((m.queue_id, m.queue_offset))
                 self.seen.append((m.topic, m.queue_id, m.queue_offset))
             pause = self.delay + (self.rng.random() * self.jitter if self.jitter else 0.0)

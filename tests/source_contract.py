@@ -268,7 +268,7 @@ class SourceContract:
         batches.extend(poll_messages(c, total - count_of(batches), max_per_queue=7))
         assert count_of(batches) == total
         assert_contiguous(batches, {q: 0 for q in queues})
-        for q, offs in offsets(batches).items():
+        for _q, offs in offsets(batches).items():
             assert offs == list(range(len(offs)))
 
     def test_poll_timeout_is_respected(self, harness: SourceHarness) -> None:
@@ -556,7 +556,7 @@ class SourceContract:
 
     def test_new_group_starts_at_last_offset(self, harness: SourceHarness) -> None:
         q0, q1 = harness.create_topic("T", 2)
-        for i in range(5):
+        for _i in range(5):
             harness.send("T", b"old", queue_id=0)
             harness.send("T", b"old", queue_id=1)
         c = harness.consumer("g-last", consume_from=ConsumeFromWhere.LAST_OFFSET)
@@ -577,12 +577,12 @@ class SourceContract:
 
     def test_new_group_starts_at_timestamp(self, harness: SourceHarness) -> None:
         (q0,) = harness.create_topic("T", 1)
-        for i in range(3):
+        for _i in range(3):
             harness.send("T", b"before")
         time.sleep(0.05)
         ts = harness.now_ms()
         time.sleep(0.05)
-        for i in range(2):
+        for _i in range(2):
             harness.send("T", b"after")
         c = harness.consumer("g-ts", consume_from=ConsumeFromWhere.TIMESTAMP, consume_timestamp=ts)
         c.subscribe("T")

@@ -280,7 +280,7 @@ def test_shutdown_deadline_leaves_stuck_work_uncommitted():
     check.close()
     # ... so a new consumer of the group gets it again
     again = []
-    with make(broker, lambda msgs: again.extend(m.queue_offset for m in msgs), lanes=2) as consumer2:
+    with make(broker, lambda msgs: again.extend(m.queue_offset for m in msgs), lanes=2):
         assert wait_until(lambda: 4 in again and 19 in again)
     assert min(again) <= 4
 

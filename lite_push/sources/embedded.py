@@ -238,11 +238,11 @@ class EmbeddedBroker:
         for name, count in store.load_topics().items():
             topic = _Topic(name, self.broker_name, count)
             topic.files = [store.open_queue(name, i) for i in range(count)]
-            for i, log in enumerate(topic.files):
-                topic.logs[i] = log.load(name, i, self.broker_name)
-            for log in topic.logs:
-                if log:
-                    self._last_store_ms = max(self._last_store_ms, log[-1].store_timestamp)
+            for i, qfile in enumerate(topic.files):
+                topic.logs[i] = qfile.load(name, i, self.broker_name)
+            for msgs in topic.logs:
+                if msgs:
+                    self._last_store_ms = max(self._last_store_ms, msgs[-1].store_timestamp)
             self._topics[name] = topic
         for group_name, entries in store.load_offsets().items():
             group = self._group(group_name)
