@@ -37,7 +37,7 @@ cdef extern from *:
     """
     int _str_ready "__lite_push_str_ready"(object) except -1
 
-__all__ = ["bucket", "java_hash", "lane_of"]
+__all__ = ["bucket", "java_hash", "lane_of", "route"]
 
 
 cdef inline int64_t _java_hash(object key) except? -1:
@@ -127,3 +127,62 @@ def bucket(items, Py_ssize_t n, key_of, Py_ssize_t keyless_lane, cache):
             lst = out[cached]
         lst.append(item)
     return out
+
+
+def route(groups, Py_ssize_t n, key_of, cache):
+    """Route several batches into per-lane *segments* in one call.
+
+    ``groups`` holds ``(tag, items, keyless_lane)`` per batch (lite_push passes
+    one per polled queue, tagged with its ProcessQueue).  Returns
+    ``(segments, counts)``: ``segments[i]`` is ``None`` when lane ``i`` got
+    nothing, else the list of ``(tag, sub_items)`` routed to it, one per group
+    in group order, items in their order; ``counts[i]`` is the number of items
+    lane ``i`` got.  ``key_of=None`` reads ``item.keys``.  Lanes are
+    ``lane_of(key, n)``; empty or ``None`` keys go to the group's
+    ``keyless_lane``; ``cache`` is as in :func:`bucket`.
+    """
+    if n <= 0:
+        raise ValueError(f"lane count must be positive, got {n}")
+    cdef list segments = [None] * n
+    cdef list counts = [0] * n
+    cdef list current = [None] * n     # lane -> this group's sub-list
+    cdef list touched = []             # lanes with a sub-list in this group
+    cdef list sub, segs
+    cdef Py_ssize_t lane, keyless
+    cdef bint is_dict = type(cache) is dict
+    cdef bint by_attr = key_of is None
+    get = None if is_dict else cache.get
+    for group in groups:
+        tag, items, keyless_obj = group
+        keyless = keyless_obj
+        for item in items:
+            key = item.keys if by_attr else key_of(item)
+            if not key:
+                lane = keyless
+            else:
+                cached = (<dict>cache).get(key) if is_dict else get(key)
+                if cached is None:
+                    lane = _java_hash(key) % n
+                    cache[key] = lane
+                else:
+                    lane = cached
+            sub_obj = current[lane]
+            if sub_obj is None:
+                sub = []
+                current[lane] = sub
+                touched.append(lane)
+                segs_obj = segments[lane]
+                if segs_obj is None:
+                    segs = [(tag, sub)]
+                    segments[lane] = segs
+                else:
+                    (<list>segs_obj).append((tag, sub))
+            else:
+                sub = <list>sub_obj
+            sub.append(item)
+        for lane_obj in touched:
+            lane = lane_obj
+            counts[lane] = <Py_ssize_t>counts[lane] + len(<list>current[lane])
+            current[lane] = None
+        del touched[:]
+    return segments, counts

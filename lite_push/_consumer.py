@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import operator
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -40,7 +39,7 @@ from ._config import ConsumeMode, ConsumerConfig
 from ._errors import ConfigError, LitePushError, SourceClosedError
 from ._lanes import Lane, Segment
 from ._process_queue import ProcessQueue
-from ._router import ROUTER_IMPL, bucket, lane_of
+from ._router import ROUTER_IMPL, lane_of, route
 from ._types import ConsumeResult, MessageExt, MessageQueue, PollBatch
 from .sources._base import PullSource, RebalanceListener
 
@@ -58,6 +57,10 @@ Listener = Callable[[list[MessageExt]], "ConsumeResult | None"]
 RESUME_FRACTION = 0.5
 #: The key-to-lane cache is cleared when it grows past this many keys.
 KEY_CACHE_LIMIT = 1 << 17
+#: After a poll returned messages, the pull thread polls again without
+#: waiting, while more is ready, until it holds this many messages; then it
+#: routes them all with one put per lane.
+DISPATCH_BUDGET = 1024
 #: Seconds the pull thread backs off after a failed poll.
 POLL_ERROR_BACKOFF = 1.0
 #: Seconds granted, after the shutdown deadline, to listener calls already
@@ -141,9 +144,12 @@ class LitePushConsumer:
         self._pqs: dict[MessageQueue, ProcessQueue] = {}
         self._key_cache: dict[str, int] = {}
         self._rr = 0
-        self._key_of: Callable[[MessageExt], str | None] = (
-            operator.attrgetter("keys") if config.key_extractor is None else self._safe_extractor(config.key_extractor)
+        # None: the router reads ``message.keys`` itself (the fast path).
+        self._key_of: Callable[[MessageExt], str | None] | None = (
+            None if config.key_extractor is None else self._safe_extractor(config.key_extractor)
         )
+        # Batches tracked by the pull thread and not yet routed to lanes.
+        self._pending: list[tuple[ProcessQueue, list[MessageExt], int]] = []
         self._started = False
         self._stopping = threading.Event()  # stop polling
         self._abort = threading.Event()  # stop processing: the deadline passed
@@ -251,7 +257,7 @@ class LitePushConsumer:
                     logger.info("poll recovered for consumer %r", cfg.group)
                     failing = False
                 if batches:
-                    self._dispatch(batches)
+                    self._gather(batches)
                 self._flow_control()
                 now = clock.monotonic()
                 if now >= next_commit:
@@ -301,51 +307,99 @@ class LitePushConsumer:
                 self._stopped.set()
                 logger.info("lite_push consumer %r stopped", self.config.group)
 
-    def _dispatch(self, batches: list[PollBatch]) -> None:
-        """Track and route one poll's batches: one put per lane."""
-        n = len(self._lanes)
-        per_lane: list[list[Segment] | None] = [None] * n
-        counts = [0] * n
-        key_orderly = self.config.mode is ConsumeMode.KEY_ORDERLY
-        cache = self._key_cache
-        if len(cache) > KEY_CACHE_LIMIT:
-            cache.clear()
+    def _gather(self, batches: list[PollBatch]) -> None:
+        """Track a poll's batches, keep polling without waiting while more is
+        ready (up to ``DISPATCH_BUDGET`` messages), then route it all at once:
+        one put per lane per dispatch, so lanes wake once per dispatch rather
+        than once per poll."""
+        groups = self._pending
+        total = self._track(batches, groups)
+        cfg = self.config
+        while total < DISPATCH_BUDGET:
+            try:
+                more = self._source.poll(0.0, cfg.pull_batch_size)
+            except Exception:
+                break  # the next regular poll reports it
+            if not more:
+                break
+            total += self._track(more, groups)
+        self._route()
+
+    def _track(self, batches: list[PollBatch], groups: list[tuple[ProcessQueue, list[MessageExt], int]]) -> int:
+        """Add polled batches to their ProcessQueues and to ``groups``; pause
+        at once every queue that crossed a threshold, so gathering more polls
+        never overshoots a threshold by more than one batch."""
+        cfg = self.config
+        pqs = self._pqs
+        to_pause = []
+        total = 0
         for batch in batches:
-            pq = self._pqs.get(batch.queue)
+            pq = pqs.get(batch.queue)
             if pq is None:
                 logger.warning("poll returned messages of %s, which is not assigned; ignored", batch.queue)
                 continue
             msgs = batch.messages
             pq.add_batch(msgs, batch.next_offset)
-            if not msgs:
-                continue
-            if key_orderly:
-                for i, sub in enumerate(bucket(msgs, n, self._key_of, pq.keyless_lane, cache)):
-                    if sub:
-                        segs = per_lane[i]
-                        if segs is None:
-                            segs = per_lane[i] = []
-                        segs.append((pq, sub))
-                        counts[i] += len(sub)
-            else:
-                start = self._rr
-                self._rr = (start + len(msgs)) % n
-                for j in range(min(n, len(msgs))):
-                    i = (start + j) % n
-                    sub = msgs[j::n]
-                    segs = per_lane[i]
-                    if segs is None:
-                        segs = per_lane[i] = []
-                    segs.append((pq, sub))
-                    counts[i] += len(sub)
+            if msgs:
+                groups.append((pq, msgs, pq.keyless_lane))
+                total += len(msgs)
+            if not pq.paused:
+                count, size, span = pq.snapshot()
+                if (
+                    count > cfg.pull_threshold_for_queue
+                    or size > cfg.pull_threshold_size_for_queue
+                    or span > cfg.max_span
+                ):
+                    pq.paused = True
+                    to_pause.append(batch.queue)
+        if to_pause:
+            self._source.pause(to_pause)
+        return total
+
+    def _route(self) -> None:
+        """Hand the gathered messages to the lanes: one put per lane."""
+        groups = self._pending
+        if not groups:
+            return
+        self._pending = []
+        n = len(self._lanes)
+        if self.config.mode is ConsumeMode.KEY_ORDERLY:
+            cache = self._key_cache
+            if len(cache) > KEY_CACHE_LIMIT:
+                cache.clear()
+            segments, counts = route(groups, n, self._key_of, cache)
+        else:
+            segments, counts = self._round_robin(groups, n)
         capacity = self.config.lane_capacity
-        for i, segs in enumerate(per_lane):
+        for i, segs in enumerate(segments):
             if segs is not None:
                 lane = self._lanes[i]
                 if lane.put(segs, counts[i]) > capacity:
                     lane.blocked = True
                     for pq, _ in segs:
                         pq.lane_blocked.add(i)
+
+    def _round_robin(
+        self, groups: list[tuple[ProcessQueue, list[MessageExt], int]], n: int
+    ) -> tuple[list[list[Segment] | None], list[int]]:
+        """CONCURRENTLY: message ``j`` of the dispatch goes to lane
+        ``(start + j) % n``; one segment per queue batch per lane."""
+        segments: list[list[Segment] | None] = [None] * n
+        counts = [0] * n
+        start = self._rr
+        for pq, msgs, _ in groups:
+            k = len(msgs)
+            for j in range(min(n, k)):
+                i = (start + j) % n
+                sub = msgs[j::n]
+                segs = segments[i]
+                if segs is None:
+                    segs = segments[i] = []
+                segs.append((pq, sub))
+                counts[i] += len(sub)
+            start = (start + k) % n
+        self._rr = start
+        return segments, counts
 
     def _flow_control(self) -> None:
         """Pause queues over a threshold; resume them below the low-water mark."""
@@ -407,6 +461,9 @@ class LitePushConsumer:
     def _on_revoked(self, queues: list[MessageQueue]) -> None:
         # Stop routing the queues, let their in-flight work finish (bounded),
         # commit, and only then return: the source releases them after this.
+        # Batches gathered but not yet routed go to the lanes first (this runs
+        # inside a poll of _gather), so waiting for the queues to drain ends.
+        self._route()
         pqs = [self._pqs[q] for q in queues if q in self._pqs]
         for pq in pqs:
             pq.dropped = True

@@ -1,15 +1,20 @@
 """Pure-Python twin of the per-queue offset tracker (see ``_offsets.py``).
 
-Offsets are added in increasing order (gaps allowed), completed in any order.
-``_pending`` holds the added offsets in order; ``_done`` the completed ones
-that are not yet at the head.  The head moves past completed offsets as they
-reach it, so each offset is appended, marked and popped once: O(1) amortised.
+Offsets are added in increasing order (gaps allowed: offsets a filter skipped
+are never in flight), completed in any order.  ``_pending`` holds the added
+offsets in order, ``_inflight`` the ones not finished.  The head of
+``_pending`` moves past finished offsets as they reach it, so each offset is
+appended, completed and popped once: O(1) amortised.
+
+Both twins validate a whole call before changing anything: a ``ValueError``
+leaves the tracker as it was.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 __all__ = ["OffsetTracker"]
 
@@ -17,67 +22,112 @@ __all__ = ["OffsetTracker"]
 class OffsetTracker:
     """In-flight offsets of one queue and the lowest one not finished."""
 
-    __slots__ = ("_pending", "_done", "_next")
+    __slots__ = ("_pending", "_inflight", "_next")
 
     def __init__(self, next_offset: int = 0) -> None:
+        if next_offset < 0:
+            raise ValueError(f"next_offset must be >= 0, got {next_offset}")
         self._pending: deque[int] = deque()
-        self._done: set[int] = set()
+        self._inflight: set[int] = set()
         #: One past the highest offset added or skipped over.
         self._next = next_offset
 
+    # -- adding ----------------------------------------------------------------
+
     def add(self, offset: int) -> None:
-        """Track ``offset`` as in flight; it must be >= every offset added."""
+        """Track ``offset`` as in flight; it must be above every offset
+        added or skipped so far."""
         if offset < self._next:
             raise ValueError(f"offset {offset} added after {self._next - 1}: offsets must increase")
         self._pending.append(offset)
+        self._inflight.add(offset)
         self._next = offset + 1
 
-    def add_many(self, offsets: list[int], next_offset: int | None = None) -> None:
-        """Track increasing ``offsets``; then move the high-water mark to
-        ``next_offset`` (offsets skipped by a filter are never in flight)."""
+    def add_many(self, offsets: Sequence[int], next_offset: int | None = None) -> None:
+        """Track strictly increasing ``offsets``; then move the high-water
+        mark to ``next_offset`` if that is higher (skipped offsets)."""
         if offsets:
-            first = offsets[0]
-            if first < self._next:
-                raise ValueError(f"offset {first} added after {self._next - 1}: offsets must increase")
+            prev = self._next - 1
+            for off in offsets:
+                if off <= prev:
+                    raise ValueError(f"offset {off} added after {prev}: offsets must increase")
+                prev = off
             self._pending.extend(offsets)
-            self._next = offsets[-1] + 1
+            self._inflight.update(offsets)
+            self._next = prev + 1
         if next_offset is not None and next_offset > self._next:
             self._next = next_offset
 
     def add_range(self, start: int, stop: int) -> None:
         """Track ``range(start, stop)``."""
-        self.add_many(list(range(start, stop)))
+        self.add_many(range(start, stop))
+
+    def add_batch(self, messages: Sequence[Any], next_offset: int | None = None) -> int:
+        """Track the ``queue_offset`` of each message (increasing), move the
+        high-water mark to ``next_offset``; return the sum of ``len(body)``."""
+        self.add_many([m.queue_offset for m in messages], next_offset)
+        return sum([len(m.body) for m in messages])
+
+    # -- completing ------------------------------------------------------------
 
     def complete(self, offset: int) -> None:
-        """Mark ``offset`` (which must be in flight) finished."""
-        self._done.add(offset)
+        """Mark the in-flight ``offset`` finished."""
+        if offset not in self._inflight:
+            raise ValueError(f"offset {offset} is not in flight")
+        self._inflight.discard(offset)
         self._advance()
 
     def complete_many(self, offsets: Iterable[int]) -> None:
-        """Mark several in-flight offsets finished."""
-        self._done.update(offsets)
+        """Mark several distinct in-flight offsets finished."""
+        offs = offsets if isinstance(offsets, (list, tuple)) else list(offsets)
+        inflight = self._inflight
+        if len(offs) == 1:
+            self.complete(offs[0])
+            return
+        unique = set(offs)
+        if len(unique) != len(offs) or not unique <= inflight:
+            seen: set[int] = set()
+            for off in offs:  # report the first bad offset, as the compiled twin does
+                if off not in inflight:
+                    raise ValueError(f"offset {off} is not in flight")
+                if off in seen:
+                    raise ValueError(f"offset {off} completed twice")
+                seen.add(off)
+        inflight.difference_update(unique)
         self._advance()
+
+    def complete_batch(self, messages: Sequence[Any]) -> int:
+        """Mark the messages' offsets finished; return the sum of their
+        ``len(body)``."""
+        self.complete_many([m.queue_offset for m in messages])
+        return sum([len(m.body) for m in messages])
 
     def _advance(self) -> None:
         pending = self._pending
-        done = self._done
-        while pending and pending[0] in done:
-            done.discard(pending.popleft())
+        inflight = self._inflight
+        if not inflight:
+            pending.clear()
+            return
+        while pending[0] not in inflight:
+            pending.popleft()
+
+    # -- reading ---------------------------------------------------------------
 
     def lowest_unfinished(self) -> int:
-        """The committable offset: the lowest in-flight offset not finished,
-        or one past the highest added offset when nothing is in flight."""
-        return self._pending[0] if self._pending else self._next
+        """The committable offset: the lowest in-flight offset, or one past
+        the highest added or skipped offset when nothing is in flight."""
+        return self._pending[0] if self._inflight else self._next
 
     @property
     def in_flight(self) -> int:
         """Offsets added and not finished."""
-        return len(self._pending) - len(self._done)
+        return len(self._inflight)
 
     @property
     def span(self) -> int:
-        """Highest added offset + 1 minus the lowest unfinished (0 when idle)."""
-        return self._next - self.lowest_unfinished() if self._pending else 0
+        """One past the highest added or skipped offset, minus the lowest
+        unfinished (0 when nothing is in flight)."""
+        return self._next - self._pending[0] if self._inflight else 0
 
     @property
     def next_offset(self) -> int:

@@ -68,20 +68,15 @@ class ProcessQueue:
 
     def add_batch(self, messages: list[MessageExt], next_offset: int) -> None:
         """Track a polled batch (pull thread)."""
-        offsets = [m.queue_offset for m in messages]
-        size = sum([len(m.body) for m in messages])
         with self._lock:
-            self._tracker.add_many(offsets, next_offset)
-            self._count += len(offsets)
-            self._bytes += size
+            self._bytes += self._tracker.add_batch(messages, next_offset)
+            self._count += len(messages)
 
     def complete(self, messages: list[MessageExt]) -> None:
         """Mark messages finished (lane thread)."""
-        offsets = [m.queue_offset for m in messages]
-        size = sum([len(m.body) for m in messages])
         with self._lock:
-            self._tracker.complete_many(offsets)
-            wake = self._release(len(offsets), size)
+            size = self._tracker.complete_batch(messages)
+            wake = self._release(len(messages), size)
         if wake:
             self._wake()
 

@@ -10,7 +10,7 @@ import os
 
 from . import _router_py
 
-__all__ = ["ROUTER_IMPL", "bucket", "java_hash", "lane_of"]
+__all__ = ["ROUTER_IMPL", "bucket", "java_hash", "lane_of", "route"]
 
 NO_EXTENSIONS = bool(os.environ.get("LITE_PUSH_NO_EXTENSIONS"))
 
@@ -29,3 +29,4 @@ else:
 java_hash = _impl.java_hash
 lane_of = _impl.lane_of
 bucket = _impl.bucket
+route = _impl.route

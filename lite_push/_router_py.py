@@ -12,9 +12,10 @@ from array import array
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-__all__ = ["bucket", "java_hash", "lane_of"]
+__all__ = ["bucket", "java_hash", "lane_of", "route"]
 
 T = TypeVar("T")
+K = TypeVar("K")
 
 _MASK = 0xFFFFFFFF
 
@@ -64,3 +65,49 @@ def bucket(
             lane = cache[key] = java_hash(key) % n
         out[lane].append(item)
     return out
+
+
+def route(
+    groups: Sequence[tuple[K, Sequence[T], int]],
+    n: int,
+    key_of: Callable[[T], str | None] | None,
+    cache: dict[str, int],
+) -> tuple[list[list[tuple[K, list[T]]] | None], list[int]]:
+    """Route several batches into per-lane *segments* in one call.
+
+    ``groups`` holds ``(tag, items, keyless_lane)`` per batch (lite_push passes
+    one per polled queue, tagged with its ProcessQueue).  Returns
+    ``(segments, counts)``: ``segments[i]`` is ``None`` when lane ``i`` got
+    nothing, else the list of ``(tag, sub_items)`` routed to it, one per group
+    in group order, items in their order; ``counts[i]`` is the number of items
+    lane ``i`` got.  ``key_of=None`` reads ``item.keys``.  Lanes are
+    ``lane_of(key, n)``; empty or ``None`` keys go to the group's
+    ``keyless_lane``; ``cache`` is as in :func:`bucket`.
+    """
+    if n <= 0:
+        raise ValueError(f"lane count must be positive, got {n}")
+    segments: list[list[tuple[K, list[T]]] | None] = [None] * n
+    counts = [0] * n
+    get = cache.get
+    for tag, items, keyless_lane in groups:
+        current: dict[int, list[T]] = {}
+        for item in items:
+            key = item.keys if key_of is None else key_of(item)  # type: ignore[attr-defined]
+            if not key:
+                lane = keyless_lane
+            else:
+                cached = get(key)
+                if cached is None:
+                    cached = cache[key] = java_hash(key) % n
+                lane = cached
+            sub = current.get(lane)
+            if sub is None:
+                sub = current[lane] = []
+                segs = segments[lane]
+                if segs is None:
+                    segs = segments[lane] = []
+                segs.append((tag, sub))
+            sub.append(item)
+        for lane, sub in current.items():
+            counts[lane] += len(sub)
+    return segments, counts

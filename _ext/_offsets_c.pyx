@@ -1,0 +1,301 @@
+# cython: language_level=3, embedsignature=True, boundscheck=False, wraparound=False, cdivision=True
+"""Compiled twin of ``lite_push._offsets_py``: the per-queue offset tracker.
+
+A ring of one-byte states with a moving head.  Slot ``(head + off - base) &
+mask`` holds the state of offset ``off`` for ``base <= off < next``; every
+other slot is GAP.  ``base`` is the lowest offset that may still be in
+flight: completing it moves the head over finished and skipped slots
+(clearing them), so each offset is added, completed and passed once -- O(1)
+amortised.  When nothing is in flight the ring is all GAP and the next add
+re-anchors ``base`` at the added offset, so gaps between idle periods cost
+nothing.  The ring grows (doubling) to the span of in-flight offsets.
+
+Every call validates all its input before it changes anything, as the pure
+Python twin does: a ValueError leaves the tracker as it was.
+"""
+
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from libc.string cimport memset
+
+cdef enum:
+    GAP = 0        # not tracked: skipped, finished-and-passed, or outside
+    INFLIGHT = 1
+    DONE = 2
+    MARK = 3       # an INFLIGHT slot named by the call being validated
+
+
+cdef class OffsetTracker:
+    """In-flight offsets of one queue and the lowest one not finished."""
+
+    cdef unsigned char* _ring
+    cdef Py_ssize_t _cap
+    cdef Py_ssize_t _head
+    cdef long long _base
+    cdef long long _next
+    cdef Py_ssize_t _inflight
+
+    def __cinit__(self, long long next_offset=0):
+        if next_offset < 0:
+            raise ValueError(f"next_offset must be >= 0, got {next_offset}")
+        self._cap = 64
+        self._ring = <unsigned char*> PyMem_Malloc(self._cap)
+        if self._ring == NULL:
+            raise MemoryError()
+        memset(self._ring, GAP, self._cap)
+        self._head = 0
+        self._base = next_offset
+        self._next = next_offset
+        self._inflight = 0
+
+    def __dealloc__(self):
+        PyMem_Free(self._ring)
+
+    # -- internals ---------------------------------------------------------------
+
+    cdef inline unsigned char* _slot(self, long long off) noexcept:
+        return &self._ring[(self._head + <Py_ssize_t>(off - self._base)) & (self._cap - 1)]
+
+    cdef int _reserve(self, long long last) except -1:
+        """Make room for offsets up to ``last`` (inclusive)."""
+        cdef long long need = last - self._base + 1
+        cdef Py_ssize_t cap, i, used
+        cdef unsigned char* ring
+        if need <= self._cap:
+            return 0
+        cap = self._cap
+        while cap < need:
+            cap *= 2
+        ring = <unsigned char*> PyMem_Malloc(cap)
+        if ring == NULL:
+            raise MemoryError()
+        memset(ring, GAP, cap)
+        # slots above the last added offset may be a skipped gap never stored
+        used = <Py_ssize_t>min(self._next - self._base, <long long>self._cap)
+        for i in range(used):
+            ring[i] = self._ring[(self._head + i) & (self._cap - 1)]
+        PyMem_Free(self._ring)
+        self._ring = ring
+        self._cap = cap
+        self._head = 0
+        return 0
+
+    cdef inline int _put(self, long long off) except -1:
+        # caller validated off >= _next
+        if self._inflight == 0:
+            self._base = off
+            self._head = 0
+        elif off - self._base >= self._cap:
+            self._reserve(off)
+        self._slot(off)[0] = INFLIGHT
+        self._inflight += 1
+        self._next = off + 1
+        return 0
+
+    cdef inline void _advance(self) noexcept:
+        cdef Py_ssize_t mask = self._cap - 1
+        cdef unsigned char* ring = self._ring
+        cdef Py_ssize_t head = self._head
+        cdef long long base = self._base
+        cdef long long nxt = self._next
+        cdef Py_ssize_t used
+        if self._inflight == 0:
+            # Everything is finished: clear what the ring holds and re-anchor
+            # (the region above the last added offset may be a long skipped
+            # gap that was never stored).
+            used = <Py_ssize_t>min(nxt - base, <long long>self._cap)
+            if used * 2 > self._cap:
+                memset(ring, GAP, self._cap)
+            else:
+                while used > 0:
+                    ring[head] = GAP
+                    head = (head + 1) & mask
+                    used -= 1
+            self._head = 0
+            self._base = nxt
+            return
+        # An in-flight offset lies ahead within the ring: the loop stops there.
+        while ring[head] != INFLIGHT:
+            ring[head] = GAP
+            head = (head + 1) & mask
+            base += 1
+        self._head = head
+        self._base = base
+
+    cdef int _mark(self, long long off) except -1:
+        cdef unsigned char* s
+        if off < self._base or off >= self._next:
+            raise ValueError(f"offset {off} is not in flight")
+        s = self._slot(off)
+        if s[0] == MARK:
+            raise ValueError(f"offset {off} completed twice")
+        if s[0] != INFLIGHT:
+            raise ValueError(f"offset {off} is not in flight")
+        s[0] = MARK
+        return 0
+
+    cdef void _unmark(self, long long* offs, Py_ssize_t n) noexcept:
+        cdef Py_ssize_t i
+        cdef unsigned char* s
+        for i in range(n):
+            s = self._slot(offs[i])
+            if s[0] == MARK:
+                s[0] = INFLIGHT
+
+    cdef int _complete_array(self, long long* offs, Py_ssize_t n) except -1:
+        cdef Py_ssize_t i
+        for i in range(n):
+            try:
+                self._mark(offs[i])
+            except ValueError:
+                self._unmark(offs, i)
+                raise
+        for i in range(n):
+            self._slot(offs[i])[0] = DONE
+        self._inflight -= n
+        self._advance()
+        return 0
+
+    cdef int _add_array(self, long long* offs, Py_ssize_t n, object next_offset) except -1:
+        cdef Py_ssize_t i
+        cdef long long prev = self._next - 1
+        cdef long long nxt
+        for i in range(n):
+            if offs[i] <= prev:
+                raise ValueError(f"offset {offs[i]} added after {prev}: offsets must increase")
+            prev = offs[i]
+        if n:
+            if self._inflight == 0:
+                self._base = offs[0]
+                self._head = 0
+            self._reserve(offs[n - 1])
+            for i in range(n):
+                self._slot(offs[i])[0] = INFLIGHT
+            self._inflight += n
+            self._next = offs[n - 1] + 1
+        if next_offset is not None:
+            nxt = next_offset
+            if nxt > self._next:
+                self._next = nxt
+        return 0
+
+    # -- adding -------------------------------------------------------------------
+
+    def add(self, long long offset):
+        """Track ``offset`` as in flight; it must be above every offset
+        added or skipped so far."""
+        if offset < self._next:
+            raise ValueError(f"offset {offset} added after {self._next - 1}: offsets must increase")
+        self._put(offset)
+
+    def add_many(self, offsets, next_offset=None):
+        """Track strictly increasing ``offsets``; then move the high-water
+        mark to ``next_offset`` if that is higher (skipped offsets)."""
+        cdef Py_ssize_t n = len(offsets), i = 0
+        cdef long long* buf = <long long*> PyMem_Malloc(max(n, 1) * sizeof(long long))
+        if buf == NULL:
+            raise MemoryError()
+        try:
+            for off in offsets:
+                buf[i] = off
+                i += 1
+            self._add_array(buf, n, next_offset)
+        finally:
+            PyMem_Free(buf)
+
+    def add_range(self, long long start, long long stop):
+        """Track ``range(start, stop)``."""
+        cdef long long off
+        if stop <= start:
+            return
+        if start < self._next:
+            raise ValueError(f"offset {start} added after {self._next - 1}: offsets must increase")
+        if self._inflight == 0:
+            self._base = start
+            self._head = 0
+        self._reserve(stop - 1)
+        for off in range(start, stop):
+            self._slot(off)[0] = INFLIGHT
+        self._inflight += <Py_ssize_t>(stop - start)
+        self._next = stop
+
+    def add_batch(self, messages, next_offset=None):
+        """Track the ``queue_offset`` of each message (increasing), move the
+        high-water mark to ``next_offset``; return the sum of ``len(body)``."""
+        cdef Py_ssize_t n = len(messages), i
+        cdef Py_ssize_t size = 0
+        cdef long long* buf = <long long*> PyMem_Malloc(max(n, 1) * sizeof(long long))
+        if buf == NULL:
+            raise MemoryError()
+        try:
+            for i in range(n):
+                m = messages[i]
+                buf[i] = m.queue_offset
+                size += len(m.body)
+            self._add_array(buf, n, next_offset)
+        finally:
+            PyMem_Free(buf)
+        return size
+
+    # -- completing ---------------------------------------------------------------
+
+    def complete(self, long long offset):
+        """Mark the in-flight ``offset`` finished."""
+        self._complete_array(&offset, 1)
+
+    def complete_many(self, offsets):
+        """Mark several distinct in-flight offsets finished."""
+        cdef Py_ssize_t n, i = 0
+        if not isinstance(offsets, (list, tuple)):
+            offsets = list(offsets)
+        n = len(offsets)
+        cdef long long* buf = <long long*> PyMem_Malloc(max(n, 1) * sizeof(long long))
+        if buf == NULL:
+            raise MemoryError()
+        try:
+            for off in offsets:
+                buf[i] = off
+                i += 1
+            self._complete_array(buf, n)
+        finally:
+            PyMem_Free(buf)
+
+    def complete_batch(self, messages):
+        """Mark the messages' offsets finished; return the sum of their
+        ``len(body)``."""
+        cdef Py_ssize_t n = len(messages), i
+        cdef Py_ssize_t size = 0
+        cdef long long* buf = <long long*> PyMem_Malloc(max(n, 1) * sizeof(long long))
+        if buf == NULL:
+            raise MemoryError()
+        try:
+            for i in range(n):
+                m = messages[i]
+                buf[i] = m.queue_offset
+                size += len(m.body)
+            self._complete_array(buf, n)
+        finally:
+            PyMem_Free(buf)
+        return size
+
+    # -- reading ------------------------------------------------------------------
+
+    def lowest_unfinished(self):
+        """The committable offset: the lowest in-flight offset, or one past
+        the highest added or skipped offset when nothing is in flight."""
+        return self._base if self._inflight else self._next
+
+    @property
+    def in_flight(self):
+        """Offsets added and not finished."""
+        return self._inflight
+
+    @property
+    def span(self):
+        """One past the highest added or skipped offset, minus the lowest
+        unfinished (0 when nothing is in flight)."""
+        return self._next - self._base if self._inflight else 0
+
+    @property
+    def next_offset(self):
+        """One past the highest offset added or skipped."""
+        return self._next
