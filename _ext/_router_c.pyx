@@ -13,6 +13,7 @@ splits them.  The arithmetic is unsigned 32-bit, which wraps like Java's
 """
 
 from cpython.unicode cimport (
+    PyUnicode_CheckExact,
     Py_UCS1,
     Py_UCS2,
     PyUnicode_1BYTE_DATA,
@@ -23,6 +24,12 @@ from cpython.unicode cimport (
     PyUnicode_GET_LENGTH,
     PyUnicode_KIND,
 )
+from cpython.dict cimport PyDict_GetItemWithError
+from cpython.exc cimport PyErr_Occurred
+from cpython.long cimport PyLong_AsSsize_t
+from cpython.list cimport PyList_Append, PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.object cimport PyObject
 from libc.stdint cimport int64_t, uint32_t
 
 cdef extern from *:
@@ -129,7 +136,13 @@ def bucket(items, Py_ssize_t n, key_of, Py_ssize_t keyless_lane, cache):
     return out
 
 
-def route(groups, Py_ssize_t n, key_of, cache):
+#: key -> lane caches of :func:`route`, one per lane count.
+_ROUTE_CACHES = {}
+#: A route cache is cleared when it grows past this many keys.
+ROUTE_CACHE_LIMIT = 1 << 17
+
+
+def route(groups, Py_ssize_t n, key_of):
     """Route several batches into per-lane *segments* in one call.
 
     ``groups`` holds ``(tag, items, keyless_lane)`` per batch (lite_push passes
@@ -139,50 +152,80 @@ def route(groups, Py_ssize_t n, key_of, cache):
     in group order, items in their order; ``counts[i]`` is the number of items
     lane ``i`` got.  ``key_of=None`` reads ``item.keys``.  Lanes are
     ``lane_of(key, n)``; empty or ``None`` keys go to the group's
-    ``keyless_lane``; ``cache`` is as in :func:`bucket`.
+    ``keyless_lane``.  Lanes are cached per key (one cache per lane count,
+    cleared past ``ROUTE_CACHE_LIMIT`` keys), as in the Python twin.
     """
     if n <= 0:
         raise ValueError(f"lane count must be positive, got {n}")
+    cdef dict cache = _ROUTE_CACHES.get(n)
+    if cache is None or len(cache) > ROUTE_CACHE_LIMIT:
+        cache = _ROUTE_CACHES[n] = {}
+    cdef PyObject* hit
     cdef list segments = [None] * n
     cdef list counts = [0] * n
-    cdef list current = [None] * n     # lane -> this group's sub-list
-    cdef list touched = []             # lanes with a sub-list in this group
-    cdef list sub, segs
-    cdef Py_ssize_t lane, keyless
-    cdef bint is_dict = type(cache) is dict
+    # lane -> this group's sub-list (a borrowed reference: ``segments`` owns
+    # it) and its length; reset after each group.
+    cdef PyObject** cur = <PyObject**> PyMem_Malloc(n * sizeof(PyObject*))
+    cdef Py_ssize_t* touched = <Py_ssize_t*> PyMem_Malloc(n * sizeof(Py_ssize_t))
+    cdef Py_ssize_t* totals = <Py_ssize_t*> PyMem_Malloc(n * sizeof(Py_ssize_t))
+    if cur == NULL or touched == NULL or totals == NULL:
+        PyMem_Free(cur); PyMem_Free(touched); PyMem_Free(totals)
+        raise MemoryError()
+    cdef Py_ssize_t lane, keyless, ntouched = 0, i, j, nitems
+    cdef list sub
     cdef bint by_attr = key_of is None
-    get = None if is_dict else cache.get
-    for group in groups:
-        tag, items, keyless_obj = group
-        keyless = keyless_obj
-        for item in items:
-            key = item.keys if by_attr else key_of(item)
-            if not key:
-                lane = keyless
-            else:
-                cached = (<dict>cache).get(key) if is_dict else get(key)
-                if cached is None:
-                    lane = _java_hash(key) % n
-                    cache[key] = lane
+    for i in range(n):
+        cur[i] = NULL
+        totals[i] = 0
+    try:
+        for group in groups:
+            tag, items, keyless_obj = group
+            keyless = keyless_obj
+            if keyless < 0 or keyless >= n:
+                raise IndexError(f"keyless lane {keyless} out of range for {n} lanes")
+            if type(items) is not list:
+                items = list(items)
+            nitems = PyList_GET_SIZE(items)
+            for j in range(nitems):
+                item = <object>PyList_GET_ITEM(items, j)
+                if by_attr:
+                    key = item.keys
                 else:
-                    lane = cached
-            sub_obj = current[lane]
-            if sub_obj is None:
-                sub = []
-                current[lane] = sub
-                touched.append(lane)
-                segs_obj = segments[lane]
-                if segs_obj is None:
-                    segs = [(tag, sub)]
-                    segments[lane] = segs
+                    key = key_of(item)
+                if key is None or (PyUnicode_CheckExact(key) and PyUnicode_GET_LENGTH(key) == 0) or not key:
+                    lane = keyless
                 else:
-                    (<list>segs_obj).append((tag, sub))
-            else:
-                sub = <list>sub_obj
-            sub.append(item)
-        for lane_obj in touched:
-            lane = lane_obj
-            counts[lane] = <Py_ssize_t>counts[lane] + len(<list>current[lane])
-            current[lane] = None
-        del touched[:]
+                    hit = PyDict_GetItemWithError(cache, key)
+                    if hit != NULL:
+                        lane = PyLong_AsSsize_t(<object>hit)
+                    else:
+                        if PyErr_Occurred():
+                            raise
+                        lane = _java_hash(key) % n
+                        cache[key] = lane
+                if cur[lane] == NULL:
+                    sub = []
+                    cur[lane] = <PyObject*>sub
+                    touched[ntouched] = lane
+                    ntouched += 1
+                    segs_obj = segments[lane]
+                    if segs_obj is None:
+                        segments[lane] = [(tag, sub)]
+                    else:
+                        (<list>segs_obj).append((tag, sub))
+                    sub.append(item)
+                else:
+                    PyList_Append(<object>cur[lane], item)
+            for i in range(ntouched):
+                lane = touched[i]
+                totals[lane] += PyList_GET_SIZE(<object>cur[lane])
+                cur[lane] = NULL
+            ntouched = 0
+        for i in range(n):
+            if totals[i]:
+                counts[i] = totals[i]
+    finally:
+        PyMem_Free(cur)
+        PyMem_Free(touched)
+        PyMem_Free(totals)
     return segments, counts

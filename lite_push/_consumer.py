@@ -55,8 +55,6 @@ Listener = Callable[[list[MessageExt]], "ConsumeResult | None"]
 #: A queue resumes when its unfinished messages, bytes and span are all at or
 #: below this fraction of their thresholds (hysteresis, so it does not flap).
 RESUME_FRACTION = 0.5
-#: The key-to-lane cache is cleared when it grows past this many keys.
-KEY_CACHE_LIMIT = 1 << 17
 #: After a poll returned messages, the pull thread polls again without
 #: waiting, while more is ready, until it holds this many messages; then it
 #: routes them all with one put per lane.
@@ -142,7 +140,6 @@ class LitePushConsumer:
         self._retried = [0] * n
         # Queue -> ProcessQueue; written by the pull thread only.
         self._pqs: dict[MessageQueue, ProcessQueue] = {}
-        self._key_cache: dict[str, int] = {}
         self._rr = 0
         # None: the router reads ``message.keys`` itself (the fast path).
         self._key_of: Callable[[MessageExt], str | None] | None = (
@@ -150,6 +147,7 @@ class LitePushConsumer:
         )
         # Batches tracked by the pull thread and not yet routed to lanes.
         self._pending: list[tuple[ProcessQueue, list[MessageExt], int]] = []
+        self._pending_index: dict[ProcessQueue, int] = {}
         self._started = False
         self._stopping = threading.Event()  # stop polling
         self._abort = threading.Event()  # stop processing: the deadline passed
@@ -312,8 +310,7 @@ class LitePushConsumer:
         ready (up to ``DISPATCH_BUDGET`` messages), then route it all at once:
         one put per lane per dispatch, so lanes wake once per dispatch rather
         than once per poll."""
-        groups = self._pending
-        total = self._track(batches, groups)
+        total = self._track(batches)
         cfg = self.config
         while total < DISPATCH_BUDGET:
             try:
@@ -322,15 +319,18 @@ class LitePushConsumer:
                 break  # the next regular poll reports it
             if not more:
                 break
-            total += self._track(more, groups)
+            total += self._track(more)
         self._route()
 
-    def _track(self, batches: list[PollBatch], groups: list[tuple[ProcessQueue, list[MessageExt], int]]) -> int:
-        """Add polled batches to their ProcessQueues and to ``groups``; pause
-        at once every queue that crossed a threshold, so gathering more polls
-        never overshoots a threshold by more than one batch."""
+    def _track(self, batches: list[PollBatch]) -> int:
+        """Add polled batches to their ProcessQueues and to the pending
+        groups (one group per queue: a queue's batches are contiguous, so
+        they are joined); pause at once every queue that crossed a threshold,
+        so gathering more polls never overshoots one by more than a batch."""
         cfg = self.config
         pqs = self._pqs
+        groups = self._pending
+        index = self._pending_index
         to_pause = []
         total = 0
         for batch in batches:
@@ -341,7 +341,12 @@ class LitePushConsumer:
             msgs = batch.messages
             pq.add_batch(msgs, batch.next_offset)
             if msgs:
-                groups.append((pq, msgs, pq.keyless_lane))
+                at = index.get(pq)
+                if at is None:
+                    index[pq] = len(groups)
+                    groups.append((pq, msgs, pq.keyless_lane))
+                else:
+                    groups[at] = (pq, groups[at][1] + msgs, pq.keyless_lane)
                 total += len(msgs)
             if not pq.paused:
                 count, size, span = pq.snapshot()
@@ -362,12 +367,10 @@ class LitePushConsumer:
         if not groups:
             return
         self._pending = []
+        self._pending_index.clear()
         n = len(self._lanes)
         if self.config.mode is ConsumeMode.KEY_ORDERLY:
-            cache = self._key_cache
-            if len(cache) > KEY_CACHE_LIMIT:
-                cache.clear()
-            segments, counts = route(groups, n, self._key_of, cache)
+            segments, counts = route(groups, n, self._key_of)
         else:
             segments, counts = self._round_robin(groups, n)
         capacity = self.config.lane_capacity
@@ -507,45 +510,55 @@ class LitePushConsumer:
     def _consume(self, idx: int, pq: ProcessQueue, msgs: list[MessageExt]) -> int:
         """Run the listener over ``msgs``; return how many finished (fewer
         than all only when the queue was revoked or the consumer aborted
-        during a retry)."""
-        size = self.config.batch_size
-        if size == 1:
-            for i, msg in enumerate(msgs):
-                if not self._call(idx, pq, [msg]):
-                    return i
-        else:
-            for start in range(0, len(msgs), size):
-                if not self._call(idx, pq, msgs[start : start + size]):
-                    return start
-        return len(msgs)
-
-    def _call(self, idx: int, pq: ProcessQueue, chunk: list[MessageExt]) -> bool:
+        during a retry).  The success path stays in this loop; failures go
+        to :meth:`_retry`."""
         listener = self._listener
-        attempt = 0
-        while True:
+        size = self.config.batch_size
+        success = ConsumeResult.SUCCESS
+        n = len(msgs)
+        i = 0
+        while i < n:
+            chunk = [msgs[i]] if size == 1 else msgs[i : i + size]
             try:
                 result = listener(chunk)
             except Exception as exc:
+                if not self._retry(idx, pq, chunk, exc, None):
+                    return i
+            else:
+                if result is not None and result is not success and not self._retry(idx, pq, chunk, None, result):
+                    return i
+            i += len(chunk)
+        return n
+
+    def _retry(
+        self, idx: int, pq: ProcessQueue, chunk: list[MessageExt], exc: BaseException | None, result: object
+    ) -> bool:
+        """The listener failed ``chunk`` (raised ``exc`` or returned
+        ``result``): process it again after ``suspend_ms`` until it succeeds.
+        Returns False when it was given up (queue revoked or aborting)."""
+        listener = self._listener
+        attempt = 0
+        while True:
+            if exc is not None:
                 reason = f"listener raised {type(exc).__name__}: {exc}"
                 exc_info: BaseException | None = exc if attempt == 0 else None
+            elif result in _OK:
+                return True
             else:
-                if result in _OK:
-                    return True
                 if result in _RETRY:
-                    reason = f"listener returned {result.name}"
+                    reason = f"listener returned {result.name}"  # type: ignore[union-attr]
                 else:
                     reason = f"listener returned {result!r}, not a ConsumeResult or None; treated as RETRY_LATER"
                 exc_info = None
             attempt += 1
             self._retried[idx] += len(chunk)
-            first = chunk[0]
             logger.warning(
                 "consumer %r: %s for %d message(s) from %s offset %d (attempt %d); retrying in %d ms",
                 self.config.group,
                 reason,
                 len(chunk),
                 pq.queue,
-                first.queue_offset,
+                chunk[0].queue_offset,
                 attempt,
                 self.config.suspend_ms,
                 exc_info=exc_info,
@@ -553,6 +566,11 @@ class LitePushConsumer:
             if self._clock.wait(self._abort, self.config.suspend_ms / 1000.0) or pq.dropped:
                 return False
             chunk = [replace(m, reconsume_times=m.reconsume_times + 1) for m in chunk]
+            exc = None
+            try:
+                result = listener(chunk)
+            except Exception as e:
+                exc = e
 
     @staticmethod
     def _safe_extractor(extract: Callable[[MessageExt], str | None]) -> Callable[[MessageExt], str | None]:

@@ -67,11 +67,17 @@ def bucket(
     return out
 
 
+#: key -> lane caches of :func:`route`, one per lane count (lanes are a pure
+#: function of key and count, so consumers may share them).
+_ROUTE_CACHES: dict[int, dict[str, int]] = {}
+#: A route cache is cleared when it grows past this many keys.
+ROUTE_CACHE_LIMIT = 1 << 17
+
+
 def route(
     groups: Sequence[tuple[K, Sequence[T], int]],
     n: int,
     key_of: Callable[[T], str | None] | None,
-    cache: dict[str, int],
 ) -> tuple[list[list[tuple[K, list[T]]] | None], list[int]]:
     """Route several batches into per-lane *segments* in one call.
 
@@ -82,14 +88,20 @@ def route(
     in group order, items in their order; ``counts[i]`` is the number of items
     lane ``i`` got.  ``key_of=None`` reads ``item.keys``.  Lanes are
     ``lane_of(key, n)``; empty or ``None`` keys go to the group's
-    ``keyless_lane``; ``cache`` is as in :func:`bucket`.
+    ``keyless_lane``.  (This twin caches lanes per key, bounded by
+    ``ROUTE_CACHE_LIMIT``; the compiled one hashes every key.)
     """
     if n <= 0:
         raise ValueError(f"lane count must be positive, got {n}")
+    cache = _ROUTE_CACHES.get(n)
+    if cache is None or len(cache) > ROUTE_CACHE_LIMIT:
+        cache = _ROUTE_CACHES[n] = {}
     segments: list[list[tuple[K, list[T]]] | None] = [None] * n
     counts = [0] * n
     get = cache.get
     for tag, items, keyless_lane in groups:
+        if not 0 <= keyless_lane < n:
+            raise IndexError(f"keyless lane {keyless_lane} out of range for {n} lanes")
         current: dict[int, list[T]] = {}
         for item in items:
             key = item.keys if key_of is None else key_of(item)  # type: ignore[attr-defined]

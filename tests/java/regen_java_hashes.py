@@ -168,9 +168,7 @@ def run_java(classdir: Path, keys: Sequence[str]) -> list[tuple[int, tuple[int, 
 
 
 def build_cases(classdir: Path) -> list[dict[str, object]]:
-    named = fixed_keys() + [
-        (f"random {i:03d}", k) for i, k in enumerate(random_keys(DATA_SEED, DATA_RANDOM_KEYS))
-    ]
+    named = fixed_keys() + [(f"random {i:03d}", k) for i, k in enumerate(random_keys(DATA_SEED, DATA_RANDOM_KEYS))]
     # Store each key as it reads back from its code units (and from JSON): a
     # random high surrogate followed by a random low one becomes one astral
     # character.  Same code units, same Java hash; the tests hash the
