@@ -17,6 +17,10 @@ Python twin does: a ValueError leaves the tracker as it was.
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.string cimport memset
 
+#: Offsets are Java longs (RocketMQ, Kafka): 0 <= offset <= MAX_OFFSET.
+cdef long long _MAX = 9223372036854775806
+MAX_OFFSET = _MAX
+
 cdef enum:
     GAP = 0        # not tracked: skipped, finished-and-passed, or outside
     INFLIGHT = 1
@@ -34,9 +38,11 @@ cdef class OffsetTracker:
     cdef long long _next
     cdef Py_ssize_t _inflight
 
-    def __cinit__(self, long long next_offset=0):
+    def __cinit__(self, next_offset=0):
         if next_offset < 0:
             raise ValueError(f"next_offset must be >= 0, got {next_offset}")
+        if next_offset > MAX_OFFSET + 1:
+            raise OverflowError(f"next_offset {next_offset} above {MAX_OFFSET + 1}")
         self._cap = 64
         self._ring = <unsigned char*> PyMem_Malloc(self._cap)
         if self._ring == NULL:
@@ -158,11 +164,17 @@ cdef class OffsetTracker:
     cdef int _add_array(self, long long* offs, Py_ssize_t n, object next_offset) except -1:
         cdef Py_ssize_t i
         cdef long long prev = self._next - 1
-        cdef long long nxt
+        cdef long long nxt = -1
+        if next_offset is not None:
+            if next_offset > MAX_OFFSET + 1:
+                raise OverflowError(f"next_offset {next_offset} above {MAX_OFFSET + 1}")
+            nxt = next_offset
         for i in range(n):
             if offs[i] <= prev:
                 raise ValueError(f"offset {offs[i]} added after {prev}: offsets must increase")
             prev = offs[i]
+        if n and prev > _MAX:
+            raise OverflowError(f"offset {prev} outside [0, {MAX_OFFSET}]")
         if n:
             if self._inflight == 0:
                 self._base = offs[0]
@@ -172,19 +184,19 @@ cdef class OffsetTracker:
                 self._slot(offs[i])[0] = INFLIGHT
             self._inflight += n
             self._next = offs[n - 1] + 1
-        if next_offset is not None:
-            nxt = next_offset
-            if nxt > self._next:
-                self._next = nxt
+        if nxt > self._next:
+            self._next = nxt
         return 0
 
     # -- adding -------------------------------------------------------------------
 
-    def add(self, long long offset):
+    def add(self, offset):
         """Track ``offset`` as in flight; it must be above every offset
         added or skipped so far."""
         if offset < self._next:
             raise ValueError(f"offset {offset} added after {self._next - 1}: offsets must increase")
+        if offset > MAX_OFFSET:
+            raise OverflowError(f"offset {offset} outside [0, {MAX_OFFSET}]")
         self._put(offset)
 
     def add_many(self, offsets, next_offset=None):
@@ -209,6 +221,8 @@ cdef class OffsetTracker:
             return
         if start < self._next:
             raise ValueError(f"offset {start} added after {self._next - 1}: offsets must increase")
+        if stop - 1 > _MAX:
+            raise OverflowError(f"offset {stop - 1} outside [0, {_MAX}]")
         if self._inflight == 0:
             self._base = start
             self._head = 0

@@ -12,11 +12,20 @@ leaves the tracker as it was.
 
 from __future__ import annotations
 
+import operator
 from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["OffsetTracker"]
+__all__ = ["MAX_OFFSET", "OffsetTracker"]
+
+#: Offsets are Java longs (RocketMQ, Kafka): 0 <= offset <= MAX_OFFSET.
+MAX_OFFSET = (1 << 63) - 2
+
+
+def _check(offset: int, what: str = "offset") -> None:
+    if not 0 <= offset <= MAX_OFFSET:
+        raise OverflowError(f"{what} {offset} outside [0, {MAX_OFFSET}]")
 
 
 class OffsetTracker:
@@ -27,6 +36,8 @@ class OffsetTracker:
     def __init__(self, next_offset: int = 0) -> None:
         if next_offset < 0:
             raise ValueError(f"next_offset must be >= 0, got {next_offset}")
+        if next_offset > MAX_OFFSET + 1:
+            raise OverflowError(f"next_offset {next_offset} above {MAX_OFFSET + 1}")
         self._pending: deque[int] = deque()
         self._inflight: set[int] = set()
         #: One past the highest offset added or skipped over.
@@ -39,6 +50,7 @@ class OffsetTracker:
         added or skipped so far."""
         if offset < self._next:
             raise ValueError(f"offset {offset} added after {self._next - 1}: offsets must increase")
+        _check(offset)
         self._pending.append(offset)
         self._inflight.add(offset)
         self._next = offset + 1
@@ -46,12 +58,17 @@ class OffsetTracker:
     def add_many(self, offsets: Sequence[int], next_offset: int | None = None) -> None:
         """Track strictly increasing ``offsets``; then move the high-water
         mark to ``next_offset`` if that is higher (skipped offsets)."""
+        if next_offset is not None:
+            next_offset = operator.index(next_offset)
+            if next_offset > MAX_OFFSET + 1:
+                raise OverflowError(f"next_offset {next_offset} above {MAX_OFFSET + 1}")
         if offsets:
             prev = self._next - 1
             for off in offsets:
                 if off <= prev:
                     raise ValueError(f"offset {off} added after {prev}: offsets must increase")
                 prev = off
+            _check(prev)
             self._pending.extend(offsets)
             self._inflight.update(offsets)
             self._next = prev + 1
@@ -60,6 +77,11 @@ class OffsetTracker:
 
     def add_range(self, start: int, stop: int) -> None:
         """Track ``range(start, stop)``."""
+        if stop <= start:
+            return
+        if start < self._next:
+            raise ValueError(f"offset {start} added after {self._next - 1}: offsets must increase")
+        _check(stop - 1)
         self.add_many(range(start, stop))
 
     def add_batch(self, messages: Sequence[Any], next_offset: int | None = None) -> int:

@@ -83,3 +83,18 @@ def test_twins_agree(groups: list[list[str | None]], n: int, data: st.DataObject
             for m in sub:
                 assert i == (_router_py.lane_of(m.keys, n) if m.keys else dict((t, kl) for t, _, kl in built)[tag])
         assert counts[i] == sum(len(sub) for _, sub in segs or [])
+
+
+def test_route_matches_java_floor_mod(router: ModuleType) -> None:
+    import base64
+    import json
+    from pathlib import Path
+
+    data = json.loads((Path(__file__).parent / "data" / "java_hashes.json").read_text(encoding="ascii"))
+    cases = [c for c in data["cases"] if c["key"]]  # the empty key is keyless by design
+    keys = [base64.b64decode(c["utf16le_b64"]).decode("utf-16-le", "surrogatepass") for c in cases]
+    for j, n in enumerate(data["moduli"]):
+        msgs = [_msg(0, i, k) for i, k in enumerate(keys)]
+        segments, _ = router.route([("q", msgs, 0)], n, None)
+        got = {m.queue_offset: lane for lane, segs in enumerate(segments) for _, sub in segs or [] for m in sub}
+        assert [got[i] for i in range(len(cases))] == [c["floor_mod"][j] for c in cases], n
