@@ -14,8 +14,72 @@ Every call validates all its input before it changes anything, as the pure
 Python twin does: a ValueError leaves the tracker as it was.
 """
 
+from cpython.bytes cimport PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.long cimport PyLong_AsLongLong, PyLong_CheckExact
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.object cimport PyObject, PyTypeObject, Py_TYPE
 from libc.string cimport memset
+
+cdef extern from *:
+    """
+    #include "structmember.h"
+    #include "descrobject.h"
+    static Py_ssize_t __lp_slot_offset(PyObject *descr) {
+        /* The byte offset of a __slots__ member (T_OBJECT_EX), else -1. */
+        if (descr == NULL || Py_TYPE(descr) != &PyMemberDescr_Type) return -1;
+        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+        if (m->type != T_OBJECT_EX) return -1;
+        return m->offset;
+    }
+    static inline PyObject* __lp_slot(PyObject *o, Py_ssize_t off) {
+        return *(PyObject **)((char *)o + off);
+    }
+    """
+    Py_ssize_t _slot_offset "__lp_slot_offset"(PyObject*)
+    PyObject* _slot "__lp_slot"(object, Py_ssize_t)
+
+
+cdef class _Reader:
+    """Reads ``queue_offset`` and ``len(body)`` of a message: straight from
+    the slots when the message's class is the slotted one seen first (no
+    custom ``__getattribute__``), else through ``getattr``."""
+    cdef PyTypeObject* tp
+    cdef Py_ssize_t off_offset
+    cdef Py_ssize_t body_offset
+
+    cdef int learn(self, object m) except -1:
+        t = type(m)
+        self.tp = NULL
+        if t.__getattribute__ is not object.__getattribute__:
+            return 0
+        a = t.__dict__.get("queue_offset")
+        b = t.__dict__.get("body")
+        if a is None or b is None:
+            return 0
+        self.off_offset = _slot_offset(<PyObject*>a)
+        self.body_offset = _slot_offset(<PyObject*>b)
+        if self.off_offset >= 0 and self.body_offset >= 0:
+            self.tp = Py_TYPE(m)
+        return 0
+
+    cdef inline long long offset(self, object m) except? -1:
+        cdef PyObject* v
+        if Py_TYPE(m) == self.tp:
+            v = _slot(m, self.off_offset)
+            if v != NULL and PyLong_CheckExact(<object>v):
+                return PyLong_AsLongLong(<object>v)
+        return m.queue_offset
+
+    cdef inline Py_ssize_t size(self, object m) except -1:
+        cdef PyObject* v
+        if Py_TYPE(m) == self.tp:
+            v = _slot(m, self.body_offset)
+            if v != NULL and PyBytes_CheckExact(<object>v):
+                return PyBytes_GET_SIZE(<object>v)
+        return len(m.body)
+
+
+cdef _Reader _READER = _Reader()
 
 #: Offsets are Java longs (RocketMQ, Kafka): 0 <= offset <= MAX_OFFSET.
 cdef long long _MAX = 9223372036854775806
@@ -237,14 +301,17 @@ cdef class OffsetTracker:
         high-water mark to ``next_offset``; return the sum of ``len(body)``."""
         cdef Py_ssize_t n = len(messages), i
         cdef Py_ssize_t size = 0
+        cdef _Reader r = _READER
         cdef long long* buf = <long long*> PyMem_Malloc(max(n, 1) * sizeof(long long))
         if buf == NULL:
             raise MemoryError()
         try:
             for i in range(n):
                 m = messages[i]
-                buf[i] = m.queue_offset
-                size += len(m.body)
+                if Py_TYPE(m) != r.tp:
+                    r.learn(m)
+                buf[i] = r.offset(m)
+                size += r.size(m)
             self._add_array(buf, n, next_offset)
         finally:
             PyMem_Free(buf)
@@ -278,14 +345,17 @@ cdef class OffsetTracker:
         ``len(body)``."""
         cdef Py_ssize_t n = len(messages), i
         cdef Py_ssize_t size = 0
+        cdef _Reader r = _READER
         cdef long long* buf = <long long*> PyMem_Malloc(max(n, 1) * sizeof(long long))
         if buf == NULL:
             raise MemoryError()
         try:
             for i in range(n):
                 m = messages[i]
-                buf[i] = m.queue_offset
-                size += len(m.body)
+                if Py_TYPE(m) != r.tp:
+                    r.learn(m)
+                buf[i] = r.offset(m)
+                size += r.size(m)
             self._complete_array(buf, n)
         finally:
             PyMem_Free(buf)

@@ -29,7 +29,7 @@ from cpython.exc cimport PyErr_Occurred
 from cpython.long cimport PyLong_AsSsize_t
 from cpython.list cimport PyList_Append, PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
-from cpython.object cimport PyObject
+from cpython.object cimport PyObject, PyTypeObject, Py_TYPE
 from libc.stdint cimport int64_t, uint32_t
 
 cdef extern from *:
@@ -43,6 +43,24 @@ cdef extern from *:
     #endif
     """
     int _str_ready "__lite_push_str_ready"(object) except -1
+
+cdef extern from *:
+    """
+    #include "structmember.h"
+    #include "descrobject.h"
+    static Py_ssize_t __lp_slot_offset_r(PyObject *descr) {
+        /* The byte offset of a __slots__ member (T_OBJECT_EX), else -1. */
+        if (descr == NULL || Py_TYPE(descr) != &PyMemberDescr_Type) return -1;
+        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+        if (m->type != T_OBJECT_EX) return -1;
+        return m->offset;
+    }
+    static inline PyObject* __lp_slot_r(PyObject *o, Py_ssize_t off) {
+        return *(PyObject **)((char *)o + off);
+    }
+    """
+    Py_ssize_t _slot_offset "__lp_slot_offset_r"(PyObject*)
+    PyObject* _slot "__lp_slot_r"(object, Py_ssize_t)
 
 __all__ = ["bucket", "java_hash", "lane_of", "route"]
 
@@ -174,6 +192,11 @@ def route(groups, Py_ssize_t n, key_of):
     cdef Py_ssize_t lane, keyless, ntouched = 0, i, j, nitems
     cdef list sub
     cdef bint by_attr = key_of is None
+    # ``item.keys`` straight from the slot while items are of the slotted
+    # class seen first (MessageExt); anything else goes through getattr.
+    cdef PyTypeObject* fast_type = NULL
+    cdef Py_ssize_t keys_offset = -1
+    cdef PyObject* raw
     for i in range(n):
         cur[i] = NULL
         totals[i] = 0
@@ -189,7 +212,20 @@ def route(groups, Py_ssize_t n, key_of):
             for j in range(nitems):
                 item = <object>PyList_GET_ITEM(items, j)
                 if by_attr:
-                    key = item.keys
+                    if Py_TYPE(item) != fast_type:
+                        fast_type = NULL
+                        t = type(item)
+                        if t.__getattribute__ is object.__getattribute__:
+                            d = t.__dict__.get("keys")
+                            if d is not None:
+                                keys_offset = _slot_offset(<PyObject*>d)
+                                if keys_offset >= 0:
+                                    fast_type = Py_TYPE(item)
+                    raw = _slot(item, keys_offset) if fast_type != NULL else NULL
+                    if raw != NULL:
+                        key = <object>raw
+                    else:
+                        key = item.keys
                 else:
                     key = key_of(item)
                 if key is None or (PyUnicode_CheckExact(key) and PyUnicode_GET_LENGTH(key) == 0) or not key:

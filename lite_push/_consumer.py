@@ -39,6 +39,7 @@ from ._config import ConsumeMode, ConsumerConfig
 from ._errors import ConfigError, LitePushError, SourceClosedError
 from ._lanes import Lane, Segment
 from ._process_queue import ProcessQueue
+from ._offsets import OFFSETS_IMPL
 from ._router import ROUTER_IMPL, lane_of, route
 from ._types import ConsumeResult, MessageExt, MessageQueue, PollBatch
 from .sources._base import PullSource, RebalanceListener
@@ -183,11 +184,12 @@ class LitePushConsumer:
         self._pull_thread = threading.Thread(target=self._pull_loop, name=f"lite-push-pull-{group}", daemon=True)
         self._pull_thread.start()
         logger.info(
-            "lite_push consumer %r started: mode=%s lanes=%d router=%s",
+            "lite_push consumer %r started: mode=%s lanes=%d router=%s offsets=%s",
             group,
             self.config.mode.name,
             self.config.lanes,
             ROUTER_IMPL,
+            OFFSETS_IMPL,
         )
 
     def shutdown(self, timeout: float = 10.0) -> bool:
@@ -339,7 +341,7 @@ class LitePushConsumer:
                 logger.warning("poll returned messages of %s, which is not assigned; ignored", batch.queue)
                 continue
             msgs = batch.messages
-            pq.add_batch(msgs, batch.next_offset)
+            count, size, span = pq.add_batch(msgs, batch.next_offset)
             if msgs:
                 at = index.get(pq)
                 if at is None:
@@ -349,7 +351,6 @@ class LitePushConsumer:
                     groups[at] = (pq, groups[at][1] + msgs, pq.keyless_lane)
                 total += len(msgs)
             if not pq.paused:
-                count, size, span = pq.snapshot()
                 if (
                     count > cfg.pull_threshold_for_queue
                     or size > cfg.pull_threshold_size_for_queue
@@ -517,12 +518,32 @@ class LitePushConsumer:
         success = ConsumeResult.SUCCESS
         n = len(msgs)
         i = 0
+        if size == 1:
+            # The hot loop: one listener call per message, nothing else.
+            while i < n:
+                j = i
+                exc: BaseException | None = None
+                result: object = None
+                try:
+                    for msg in msgs if i == 0 else msgs[i:]:
+                        result = listener([msg])
+                        if result is not None and result is not success:
+                            break
+                        j += 1
+                    else:
+                        return n
+                except Exception as e:
+                    exc = e
+                if not self._retry(idx, pq, [msgs[j]], exc, result):
+                    return j
+                i = j + 1
+            return n
         while i < n:
-            chunk = [msgs[i]] if size == 1 else msgs[i : i + size]
+            chunk = msgs[i : i + size]
             try:
                 result = listener(chunk)
-            except Exception as exc:
-                if not self._retry(idx, pq, chunk, exc, None):
+            except Exception as e:
+                if not self._retry(idx, pq, chunk, e, None):
                     return i
             else:
                 if result is not None and result is not success and not self._retry(idx, pq, chunk, None, result):

@@ -66,11 +66,12 @@ class ProcessQueue:
         self._wake = wake
         self._wake_sent = False
 
-    def add_batch(self, messages: list[MessageExt], next_offset: int) -> None:
-        """Track a polled batch (pull thread)."""
+    def add_batch(self, messages: list[MessageExt], next_offset: int) -> tuple[int, int, int]:
+        """Track a polled batch (pull thread); return ``snapshot()`` after it."""
         with self._lock:
             self._bytes += self._tracker.add_batch(messages, next_offset)
             self._count += len(messages)
+            return self._count, self._bytes, self._tracker.span
 
     def complete(self, messages: list[MessageExt]) -> None:
         """Mark messages finished (lane thread)."""
