@@ -116,3 +116,33 @@ def test_matches_naive_model(Tracker, scenario):
         assert t.lowest_unfinished() == m.lowest()
         assert t.in_flight == len(m.inflight)
         assert t.span == ((m.next - m.lowest()) if m.inflight else 0)
+
+
+@pytest.mark.parametrize("Tracker", TWINS)
+def test_batch_methods_read_any_message_object(Tracker):
+    # The compiled twin reads MessageExt's slots directly; any other object
+    # with queue_offset and body goes through getattr, with the same result.
+    from lite_push import MessageExt
+
+    class Plain:
+        def __init__(self, off, body):
+            self.queue_offset, self.body = off, body
+
+    class Odd(MessageExt):
+        @property  # type: ignore[override]
+        def body(self):
+            return b"12345"
+
+        @body.setter
+        def body(self, value):
+            pass
+
+    t = Tracker(0)
+    odd = Odd("T", 0, 3, b"")
+    batch = [MessageExt("T", 0, 0, b"ab"), Plain(1, b"abc"), MessageExt("T", 0, 2, b""), odd, Plain(4, bytearray(b"z"))]
+    assert t.add_batch(batch, None) == 2 + 3 + 0 + 5 + 1
+    assert t.complete_batch([batch[1], odd]) == 3 + 5
+    assert t.lowest_unfinished() == 0 and t.in_flight == 3
+    with pytest.raises(AttributeError):
+        t.complete_batch([Plain(0, b"")][:0] + [object()])
+    assert t.in_flight == 3

@@ -98,3 +98,33 @@ def test_route_matches_java_floor_mod(router: ModuleType) -> None:
         segments, _ = router.route([("q", msgs, 0)], n, None)
         got = {m.queue_offset: lane for lane, segs in enumerate(segments) for _, sub in segs or [] for m in sub}
         assert [got[i] for i in range(len(cases))] == [c["floor_mod"][j] for c in cases], n
+
+
+def test_route_reads_keys_of_any_object(router: ModuleType) -> None:
+    # The compiled twin reads MessageExt's slot directly; other classes,
+    # subclasses overriding ``keys`` and unset slots take the getattr path.
+    class Plain:
+        def __init__(self, keys: str | None) -> None:
+            self.keys = keys
+
+    class Upper(MessageExt):
+        @property  # type: ignore[override]
+        def keys(self) -> str:
+            return "UPPER"
+
+        @keys.setter
+        def keys(self, value: object) -> None:
+            pass
+
+    class Slotted:
+        __slots__ = ("keys",)
+
+    unset = Slotted()
+    items = [_msg(0, 0, "a"), Plain("b"), _msg(0, 1, "c"), Plain(None), _msg(0, 2, "a")]
+    segments, counts = router.route([("q", items, 1)], 8, None)
+    assert segments == _router_py.route([("q", items, 1)], 8, None)[0]
+    sub = Upper.__new__(Upper)
+    got = router.route([("q", [sub], 0)], 8, None)[0]
+    assert got[router.lane_of("UPPER", 8)] == [("q", [sub])]
+    with pytest.raises(AttributeError):
+        router.route([("q", [_msg(0, 0, "a"), unset], 0)], 8, None)
