@@ -86,6 +86,9 @@ cdef long long _MAX = 9223372036854775806
 MAX_OFFSET = _MAX
 
 cdef enum:
+    STACK_BATCH = 128  # batches up to this size need no heap buffer
+
+cdef enum:
     GAP = 0        # not tracked: skipped, finished-and-passed, or outside
     INFLIGHT = 1
     DONE = 2
@@ -302,9 +305,12 @@ cdef class OffsetTracker:
         cdef Py_ssize_t n = len(messages), i
         cdef Py_ssize_t size = 0
         cdef _Reader r = _READER
-        cdef long long* buf = <long long*> PyMem_Malloc(max(n, 1) * sizeof(long long))
-        if buf == NULL:
-            raise MemoryError()
+        cdef long long small[STACK_BATCH]
+        cdef long long* buf = small
+        if n > STACK_BATCH:
+            buf = <long long*> PyMem_Malloc(n * sizeof(long long))
+            if buf == NULL:
+                raise MemoryError()
         try:
             for i in range(n):
                 m = messages[i]
@@ -314,7 +320,8 @@ cdef class OffsetTracker:
                 size += r.size(m)
             self._add_array(buf, n, next_offset)
         finally:
-            PyMem_Free(buf)
+            if buf != small:
+                PyMem_Free(buf)
         return size
 
     # -- completing ---------------------------------------------------------------
@@ -346,9 +353,12 @@ cdef class OffsetTracker:
         cdef Py_ssize_t n = len(messages), i
         cdef Py_ssize_t size = 0
         cdef _Reader r = _READER
-        cdef long long* buf = <long long*> PyMem_Malloc(max(n, 1) * sizeof(long long))
-        if buf == NULL:
-            raise MemoryError()
+        cdef long long small[STACK_BATCH]
+        cdef long long* buf = small
+        if n > STACK_BATCH:
+            buf = <long long*> PyMem_Malloc(n * sizeof(long long))
+            if buf == NULL:
+                raise MemoryError()
         try:
             for i in range(n):
                 m = messages[i]
@@ -358,7 +368,8 @@ cdef class OffsetTracker:
                 size += r.size(m)
             self._complete_array(buf, n)
         finally:
-            PyMem_Free(buf)
+            if buf != small:
+                PyMem_Free(buf)
         return size
 
     # -- reading ------------------------------------------------------------------

@@ -21,7 +21,8 @@ twins are imported directly (``lite_push._router_py`` / ``_router_c``,
 * **tracker**: ns per message over 1,000,000 messages: ``add_batch`` of 32
   messages, then ``complete_batch`` of the same 32 in shuffled chunks of 4
   (one chunk per lane finishing), batch after batch; and the same with
-  ``add_many`` / ``complete_many`` on lists of offsets.
+  ``add_many`` / ``complete_many`` on lists of offsets; and the runtime's
+  own shape, a 1,024-message dispatch completed in lane segments of 64.
 
 Every case is timed with ``time.perf_counter_ns`` ``--repeat`` times (5) with
 the garbage collector off; the table gives the best and the median, and the
@@ -236,6 +237,16 @@ def main() -> int:
     cases.append(("tracker add_batch(32) + complete_batch(4) x 8", "msg", runs, tracker_messages))
     runs = [(label, tracker_many_case(m.OffsetTracker, int_plan) if m else None) for label, m in twins["offsets"]]
     cases.append(("tracker add_many(32) + complete_many(4) x 8", "msg", runs, tracker_messages))
+    # The runtime's own shape after gathering: a dispatch of ~1,024 messages,
+    # completed per lane segment (~64 with 16 lanes).
+    big_plan = []
+    for i in range(0, tracker_messages, 1024):
+        batch = messages[i : i + 1024]
+        order = batch[:]
+        rng.shuffle(order)
+        big_plan.append((batch, [order[j : j + 64] for j in range(0, len(order), 64)]))
+    runs = [(label, tracker_batch_case(m.OffsetTracker, big_plan) if m else None) for label, m in twins["offsets"]]
+    cases.append(("tracker add_batch(1,024) + complete_batch(64) x 16", "msg", runs, tracker_messages))
 
     rows = []
     for name, unit, runs, per in cases:
