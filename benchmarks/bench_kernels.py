@@ -229,6 +229,10 @@ def main() -> int:
         name = f"route, {BATCH:,}-msg batch, n={n} (runtime path)"
         runs = [(label, route_case(m, batches, n) if m else None) for label, m in twins["router"]]
         cases.append((name, "key", runs, keys_routed))
+    hot = [batches[0]] * len(batches)
+    name = f"route, one {BATCH:,}-msg batch repeated (in cache), n=16"
+    runs = [(label, route_case(m, hot, 16) if m else None) for label, m in twins["router"]]
+    cases.append((name, "key", runs, keys_routed))
     key16 = accounts[0]
     runs = [(label, call_case(m.java_hash, key16, hash_calls) if m else None) for label, m in twins["router"]]
     cases.append(("java_hash, 16-digit key", "call", runs, hash_calls))
