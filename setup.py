@@ -43,6 +43,8 @@ def _extensions() -> list[Extension]:
         Extension(
             f"{PACKAGE}.{Path(src).stem}",
             [src],
+            include_dirs=[EXT_DIR],
+            depends=sorted(str(h.relative_to(HERE)) for h in (HERE / EXT_DIR).glob("*.h")),
             extra_compile_args=["-O3"],
         )
         for src in sources

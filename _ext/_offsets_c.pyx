@@ -20,23 +20,9 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject, PyTypeObject, Py_TYPE
 from libc.string cimport memset
 
-cdef extern from *:
-    """
-    #include "structmember.h"
-    #include "descrobject.h"
-    static Py_ssize_t __lp_slot_offset(PyObject *descr) {
-        /* The byte offset of a __slots__ member (T_OBJECT_EX), else -1. */
-        if (descr == NULL || Py_TYPE(descr) != &PyMemberDescr_Type) return -1;
-        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
-        if (m->type != T_OBJECT_EX) return -1;
-        return m->offset;
-    }
-    static inline PyObject* __lp_slot(PyObject *o, Py_ssize_t off) {
-        return *(PyObject **)((char *)o + off);
-    }
-    """
-    Py_ssize_t _slot_offset "__lp_slot_offset"(PyObject*)
-    PyObject* _slot "__lp_slot"(object, Py_ssize_t)
+cdef extern from "_slots.h":
+    Py_ssize_t _slot_offset "lite_push_slot_offset"(PyObject*)
+    PyObject* _slot "lite_push_slot"(object, Py_ssize_t)
 
 
 cdef class _Reader:
@@ -302,6 +288,11 @@ cdef class OffsetTracker:
     def add_batch(self, messages, next_offset=None):
         """Track the ``queue_offset`` of each message (increasing), move the
         high-water mark to ``next_offset``; return the sum of ``len(body)``."""
+        return self._batch(messages, True, next_offset)
+
+    cdef Py_ssize_t _batch(self, messages, bint add, object next_offset) except -1:
+        """Read the messages' offsets and body sizes, then add or complete
+        the offsets; return the body bytes."""
         cdef Py_ssize_t n = len(messages), i
         cdef Py_ssize_t size = 0
         cdef _Reader r = _READER
@@ -318,7 +309,10 @@ cdef class OffsetTracker:
                     r.learn(m)
                 buf[i] = r.offset(m)
                 size += r.size(m)
-            self._add_array(buf, n, next_offset)
+            if add:
+                self._add_array(buf, n, next_offset)
+            else:
+                self._complete_array(buf, n)
         finally:
             if buf != small:
                 PyMem_Free(buf)
@@ -350,27 +344,7 @@ cdef class OffsetTracker:
     def complete_batch(self, messages):
         """Mark the messages' offsets finished; return the sum of their
         ``len(body)``."""
-        cdef Py_ssize_t n = len(messages), i
-        cdef Py_ssize_t size = 0
-        cdef _Reader r = _READER
-        cdef long long small[STACK_BATCH]
-        cdef long long* buf = small
-        if n > STACK_BATCH:
-            buf = <long long*> PyMem_Malloc(n * sizeof(long long))
-            if buf == NULL:
-                raise MemoryError()
-        try:
-            for i in range(n):
-                m = messages[i]
-                if Py_TYPE(m) != r.tp:
-                    r.learn(m)
-                buf[i] = r.offset(m)
-                size += r.size(m)
-            self._complete_array(buf, n)
-        finally:
-            if buf != small:
-                PyMem_Free(buf)
-        return size
+        return self._batch(messages, False, None)
 
     # -- reading ------------------------------------------------------------------
 

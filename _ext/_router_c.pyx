@@ -44,23 +44,9 @@ cdef extern from *:
     """
     int _str_ready "__lite_push_str_ready"(object) except -1
 
-cdef extern from *:
-    """
-    #include "structmember.h"
-    #include "descrobject.h"
-    static Py_ssize_t __lp_slot_offset_r(PyObject *descr) {
-        /* The byte offset of a __slots__ member (T_OBJECT_EX), else -1. */
-        if (descr == NULL || Py_TYPE(descr) != &PyMemberDescr_Type) return -1;
-        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
-        if (m->type != T_OBJECT_EX) return -1;
-        return m->offset;
-    }
-    static inline PyObject* __lp_slot_r(PyObject *o, Py_ssize_t off) {
-        return *(PyObject **)((char *)o + off);
-    }
-    """
-    Py_ssize_t _slot_offset "__lp_slot_offset_r"(PyObject*)
-    PyObject* _slot "__lp_slot_r"(object, Py_ssize_t)
+cdef extern from "_slots.h":
+    Py_ssize_t _slot_offset "lite_push_slot_offset"(PyObject*)
+    PyObject* _slot "lite_push_slot"(object, Py_ssize_t)
 
 __all__ = ["bucket", "java_hash", "lane_of", "route"]
 

@@ -140,31 +140,17 @@ def call_case(fn: Callable[[str], Any], key: str, calls: int) -> Callable[[], in
     return run
 
 
-def tracker_batch_case(
-    tracker_cls: type, plan: list[tuple[list[MessageExt], list[list[MessageExt]]]]
-) -> Callable[[], int]:
+def tracker_case(tracker_cls: type, plan: list[tuple[list[Any], list[list[Any]]]], *, batch: bool) -> Callable[[], int]:
+    """Add each planned batch, then complete it chunk by chunk: with
+    ``add_batch``/``complete_batch`` on messages (``batch``), else with
+    ``add_many``/``complete_many`` on offset lists."""
+
     def run() -> int:
         t = tracker_cls(0)
-        add, complete = t.add_batch, t.complete_batch
+        add, complete = (t.add_batch, t.complete_batch) if batch else (t.add_many, t.complete_many)
         t0 = time.perf_counter_ns()
-        for batch, chunks in plan:
-            add(batch)
-            for chunk in chunks:
-                complete(chunk)
-        ns = time.perf_counter_ns() - t0
-        assert t.in_flight == 0
-        return ns
-
-    return run
-
-
-def tracker_many_case(tracker_cls: type, plan: list[tuple[list[int], list[list[int]]]]) -> Callable[[], int]:
-    def run() -> int:
-        t = tracker_cls(0)
-        add, complete = t.add_many, t.complete_many
-        t0 = time.perf_counter_ns()
-        for batch, chunks in plan:
-            add(batch)
+        for items, chunks in plan:
+            add(items)
             for chunk in chunks:
                 complete(chunk)
         ns = time.perf_counter_ns() - t0
@@ -237,9 +223,9 @@ def main() -> int:
     runs = [(label, call_case(m.java_hash, key16, hash_calls) if m else None) for label, m in twins["router"]]
     cases.append(("java_hash, 16-digit key", "call", runs, hash_calls))
     cases.append(("len(key), same loop (baseline)", "call", [("-", call_case(len, key16, hash_calls))], hash_calls))
-    runs = [(label, tracker_batch_case(m.OffsetTracker, msg_plan) if m else None) for label, m in twins["offsets"]]
+    runs = [(label, tracker_case(m.OffsetTracker, msg_plan, batch=True) if m else None) for label, m in twins["offsets"]]
     cases.append(("tracker add_batch(32) + complete_batch(4) x 8", "msg", runs, tracker_messages))
-    runs = [(label, tracker_many_case(m.OffsetTracker, int_plan) if m else None) for label, m in twins["offsets"]]
+    runs = [(label, tracker_case(m.OffsetTracker, int_plan, batch=False) if m else None) for label, m in twins["offsets"]]
     cases.append(("tracker add_many(32) + complete_many(4) x 8", "msg", runs, tracker_messages))
     # The runtime's own shape after gathering: a dispatch of ~1,024 messages,
     # completed per lane segment (~64 with 16 lanes).
@@ -249,7 +235,7 @@ def main() -> int:
         order = batch[:]
         rng.shuffle(order)
         big_plan.append((batch, [order[j : j + 64] for j in range(0, len(order), 64)]))
-    runs = [(label, tracker_batch_case(m.OffsetTracker, big_plan) if m else None) for label, m in twins["offsets"]]
+    runs = [(label, tracker_case(m.OffsetTracker, big_plan, batch=True) if m else None) for label, m in twins["offsets"]]
     cases.append(("tracker add_batch(1,024) + complete_batch(64) x 16", "msg", runs, tracker_messages))
 
     rows = []

@@ -10,7 +10,7 @@
 # builds none (and removes stale ones) for a pure-Python run.
 #
 # A second run with nothing changed only checks: the install is skipped while
-# pyproject.toml, setup.py, _ext/*.pyx, the extras and LITE_PUSH_NO_EXTENSIONS
+# pyproject.toml, setup.py, _ext/*.pyx and *.h, the extras and LITE_PUSH_NO_EXTENSIONS
 # are the same as at the last successful install.
 set -euo pipefail
 shopt -s nullglob
@@ -93,7 +93,7 @@ no_ext="${LITE_PUSH_NO_EXTENSIONS:-}"
 stamp=.venv/.lite-push-installed
 # The stamp's first line identifies the build inputs, the second lists the
 # extras installed with them (a --bench install also serves a plain run).
-want="$(cat pyproject.toml setup.py _ext/*.pyx 2>/dev/null | sha256sum | cut -d' ' -f1) no_ext=$no_ext"
+want="$(cat pyproject.toml setup.py _ext/*.pyx _ext/*.h 2>/dev/null | sha256sum | cut -d' ' -f1) no_ext=$no_ext"
 
 up_to_date() {
     [[ -f $stamp && "$(sed -n 1p "$stamp")" == "$want" ]] || return 1
