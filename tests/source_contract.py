@@ -552,6 +552,33 @@ class SourceContract:
         for q in queues[:4]:
             assert offs[q] == list(range(10))
 
+    # broker-side queue locks (orderly consumption)
+
+    def test_queue_lock_is_exclusive_renewable_and_released(self, harness: SourceHarness) -> None:
+        q0, q1 = harness.create_topic("T", 2)
+        a = harness.consumer("g", client_id="member-a")
+        b = harness.consumer("g", client_id="member-b")
+        assert a.lock([q0, q1], 60.0) == frozenset({q0, q1})
+        assert b.lock([q0, q1], 60.0) == frozenset()  # held by a
+        assert a.lock([q0], 60.0) == frozenset({q0})  # renewal by the holder
+        a.unlock([q0])
+        b.unlock([q1])  # not b's: ignored
+        assert b.lock([q0, q1], 60.0) == frozenset({q0})
+        a.close()  # leaving releases a's locks
+        assert b.lock([q1], 60.0) == frozenset({q1})
+        with pytest.raises(ValueError, match="lease"):
+            b.lock([q0], 0)
+
+    def test_queue_lock_lease_runs_out(self, harness: SourceHarness) -> None:
+        (q0,) = harness.create_topic("T", 1)
+        a = harness.consumer("g", client_id="member-a")
+        b = harness.consumer("g", client_id="member-b")
+        assert a.lock([q0], 0.2) == frozenset({q0})
+        assert b.lock([q0], 60.0) == frozenset()
+        time.sleep(0.3)
+        assert b.lock([q0], 60.0) == frozenset({q0})
+        assert a.lock([q0], 60.0) == frozenset()
+
     # start positions
 
     def test_new_group_starts_at_last_offset(self, harness: SourceHarness) -> None:

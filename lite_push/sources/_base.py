@@ -123,6 +123,18 @@ class PullSource(abc.ABC):
         """The group's committed position of ``queue``, or ``None``."""
 
     @abc.abstractmethod
+    def lock(self, queues: Collection[MessageQueue], lease: float) -> frozenset[MessageQueue]:
+        """Take or renew the group's broker-side lock of each queue for this
+        member, for ``lease`` seconds (RocketMQ's ``lockBatchMQ``); return
+        the queues it now holds.  A queue locked by another member whose
+        lease has not run out is not granted.  Orderly consumers process a
+        queue only while they hold its lock."""
+
+    @abc.abstractmethod
+    def unlock(self, queues: Collection[MessageQueue]) -> None:
+        """Release this member's locks of these queues (others' are kept)."""
+
+    @abc.abstractmethod
     def wakeup(self) -> None:
         """Make a blocked or the next :meth:`poll` return at once.  The only
         method that may be called from any thread."""

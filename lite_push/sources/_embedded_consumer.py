@@ -91,7 +91,7 @@ class _Member:
 class _Group:
     """A consumer group's shared state (guarded by the broker lock)."""
 
-    __slots__ = ("name", "clients", "members", "owner", "committed", "initial", "version", "next_check")
+    __slots__ = ("name", "clients", "members", "owner", "committed", "initial", "version", "next_check", "locks")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -102,6 +102,7 @@ class _Group:
         self.initial: dict[MessageQueue, int] = {}  # start position fixed when first owned
         self.version = 0  # bumped on every target change and release
         self.next_check = float("-inf")  # next session-expiry scan (clock time)
+        self.locks: dict[MessageQueue, tuple[str, float]] = {}  # queue -> (client id, lease end)
 
 
 class _QState:
@@ -474,6 +475,37 @@ class EmbeddedPullConsumer(PullSource):
         with self._lock:
             return self._group.committed.get(queue)
 
+    # -- broker-side queue locks (orderly consumption) ------------------------
+
+    def lock(self, queues: Collection[MessageQueue], lease: float) -> frozenset[MessageQueue]:
+        """See :meth:`PullSource.lock`; leases run on the broker's clock."""
+        self._check_open()
+        if not lease > 0:
+            raise ValueError(f"lease must be positive, got {lease!r}")
+        cid = self._member.cid
+        with self._lock:
+            self._check_open()
+            now = self._clock.monotonic()
+            locks = self._group.locks
+            held = []
+            for q in queues:
+                current = locks.get(q)
+                if current is None or current[0] == cid or current[1] <= now:
+                    locks[q] = (cid, now + lease)
+                    held.append(q)
+            return frozenset(held)
+
+    def unlock(self, queues: Collection[MessageQueue]) -> None:
+        """See :meth:`PullSource.unlock`."""
+        self._check_open()
+        cid = self._member.cid
+        with self._lock:
+            locks = self._group.locks
+            for q in queues:
+                current = locks.get(q)
+                if current is not None and current[0] == cid:
+                    del locks[q]
+
     # -- lifecycle ----------------------------------------------------------
 
     def wakeup(self) -> None:
@@ -492,6 +524,8 @@ class EmbeddedPullConsumer(PullSource):
             broker._consumers.discard(self)
             group = self._group
             group.clients.discard(self._member.cid)
+            for q in [q for q, (cid, _end) in group.locks.items() if cid == self._member.cid]:
+                del group.locks[q]
             if group.members.get(self._member.cid) is self._member:
                 del group.members[self._member.cid]
                 for q in [q for q, cid in group.owner.items() if cid == self._member.cid]:
