@@ -32,6 +32,10 @@ class ConsumeMode(enum.Enum):
     KEY_ORDERLY = "KEY_ORDERLY"
     #: Messages are spread round-robin over the lanes; no order is promised.
     CONCURRENTLY = "CONCURRENTLY"
+    #: The baseline: RocketMQ's ConsumeMessageOrderlyService.  One thread per
+    #: queue at a time, behind a broker lock, a queue lock and a consume
+    #: lock, on a shared pool of ``consume_thread_min`` threads.
+    QUEUE_ORDERLY = "QUEUE_ORDERLY"
 
 
 def _check_int(name: str, value: object, low: int, high: int) -> None:
@@ -89,6 +93,17 @@ class ConsumerConfig:
     revoke_timeout: float = 10.0
     #: Ordering key of a message; ``None`` means ``message.keys``.
     key_extractor: KeyExtractor | None = None
+    #: QUEUE_ORDERLY: threads of the shared consume pool.  As in RocketMQ,
+    #: whose pool has an unbounded queue, only ``consume_thread_min``
+    #: threads ever run; ``consume_thread_max`` must be >= it.
+    consume_thread_min: int = 20
+    consume_thread_max: int = 20
+    #: QUEUE_ORDERLY: lease of the broker-side queue lock (seconds).
+    lock_lease: float = 60.0
+    #: QUEUE_ORDERLY: seconds between renewals of the queue locks.
+    lock_renew_interval: float = 20.0
+    #: QUEUE_ORDERLY: seconds a consume request may run before it yields.
+    max_continuous_consume: float = 60.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.group, str) or not self.group.strip():
@@ -107,5 +122,19 @@ class ConsumerConfig:
         _check_float("poll_timeout", self.poll_timeout, 0.0, 60.0, low_open=True)
         _check_int("suspend_ms", self.suspend_ms, 0, 3_600_000)
         _check_float("revoke_timeout", self.revoke_timeout, 0.0, 3600.0)
+        _check_int("consume_thread_min", self.consume_thread_min, 1, 1000)
+        _check_int("consume_thread_max", self.consume_thread_max, 1, 1000)
+        if self.consume_thread_max < self.consume_thread_min:
+            raise ConfigError(
+                "consume_thread_max",
+                f"must be >= consume_thread_min ({self.consume_thread_min}), got {self.consume_thread_max}",
+            )
+        _check_float("lock_lease", self.lock_lease, 0.0, 3600.0, low_open=True)
+        _check_float("lock_renew_interval", self.lock_renew_interval, 0.0, 3600.0, low_open=True)
+        if self.lock_renew_interval >= self.lock_lease:
+            raise ConfigError(
+                "lock_renew_interval", f"must be shorter than lock_lease ({self.lock_lease}), got {self.lock_renew_interval}"
+            )
+        _check_float("max_continuous_consume", self.max_continuous_consume, 0.0, 86400.0, low_open=True)
         if self.key_extractor is not None and not callable(self.key_extractor):
             raise ConfigError("key_extractor", f"must be callable or None, got {self.key_extractor!r}")

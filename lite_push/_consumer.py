@@ -39,6 +39,7 @@ from ._config import ConsumeMode, ConsumerConfig
 from ._errors import ConfigError, LitePushError, SourceClosedError
 from ._lanes import Lane, Segment
 from ._process_queue import ProcessQueue
+from ._queue_orderly import QueueOrderlyService
 from ._offsets import OFFSETS_IMPL
 from ._router import ROUTER_IMPL, lane_of, route
 from ._types import ConsumeResult, MessageExt, MessageQueue, PollBatch
@@ -60,6 +61,9 @@ RESUME_FRACTION = 0.5
 #: waiting, while more is ready, until it holds this many messages; then it
 #: routes them all with one put per lane.
 DISPATCH_BUDGET = 1024
+#: Seconds between attempts to lock queues another member still holds
+#: (QUEUE_ORDERLY).
+LOCK_RETRY_INTERVAL = 1.0
 #: Seconds the pull thread backs off after a failed poll.
 POLL_ERROR_BACKOFF = 1.0
 #: Seconds granted, after the shutdown deadline, to listener calls already
@@ -150,11 +154,16 @@ class LitePushConsumer:
         self._pending: list[tuple[ProcessQueue, list[MessageExt], int]] = []
         self._pending_index: dict[ProcessQueue, int] = {}
         self._started = False
+        # QUEUE_ORDERLY (the baseline) replaces the lanes with RocketMQ's
+        # consume pool; see _queue_orderly.
+        self._orderly: QueueOrderlyService | None = None
         self._stopping = threading.Event()  # stop polling
         self._abort = threading.Event()  # stop processing: the deadline passed
         self._stopped = threading.Event()  # the pull thread finished shutdown
         self._deadline = 0.0
         self._subscriptions: list[tuple[str, str]] = []
+        if config.mode is ConsumeMode.QUEUE_ORDERLY:
+            self._orderly = QueueOrderlyService(config, listener, self._abort, self._clock.monotonic)
         source.set_rebalance_listener(_Rebalance(self))
 
     # -- public API ---------------------------------------------------------
@@ -175,7 +184,7 @@ class LitePushConsumer:
             raise LitePushError("subscribe() to at least one topic before start()")
         self._started = True
         group = self.config.group
-        for lane in self._lanes:
+        for lane in self._lanes if self._orderly is None else ():
             t = threading.Thread(
                 target=self._lane_loop, args=(lane,), name=f"lite-push-lane-{group}-{lane.index}", daemon=True
             )
@@ -213,9 +222,10 @@ class LitePushConsumer:
         """A snapshot of counters and per-queue state."""
         pqs = list(self._pqs.items())
         snaps = {q: pq.snapshot() for q, pq in pqs}
+        consumed, retried = self._orderly.counts() if self._orderly is not None else (0, 0)
         return ConsumerStats(
-            consumed=sum(self._consumed),
-            retried=sum(self._retried),
+            consumed=sum(self._consumed) + consumed,
+            retried=sum(self._retried) + retried,
             in_flight={q: s[0] for q, s in snaps.items()},
             in_flight_bytes={q: s[1] for q, s in snaps.items()},
             paused=frozenset(q for q, pq in pqs if pq.paused),
@@ -239,6 +249,8 @@ class LitePushConsumer:
         source = self._source
         clock = self._clock
         next_commit = clock.monotonic() + cfg.commit_interval
+        next_lock = clock.monotonic() + cfg.lock_renew_interval
+        next_relock = clock.monotonic() + LOCK_RETRY_INTERVAL
         failing = False
         try:
             while not self._stopping.is_set():
@@ -263,6 +275,13 @@ class LitePushConsumer:
                 if now >= next_commit:
                     self._commit(list(self._pqs.values()))
                     next_commit = now + cfg.commit_interval
+                if self._orderly is not None:
+                    if now >= next_lock:  # renew every lease (RocketMQ's lockAll)
+                        self._lock_queues(list(self._pqs.values()))
+                        next_lock = now + cfg.lock_renew_interval
+                    elif now >= next_relock:  # retry the queues not locked yet
+                        self._lock_queues(self._orderly.unlocked())
+                        next_relock = now + LOCK_RETRY_INTERVAL
         except BaseException:
             logger.exception("pull thread of consumer %r died; shutting down", cfg.group)
             if not self._deadline:
@@ -279,6 +298,8 @@ class LitePushConsumer:
         # the lowest unfinished offsets; (5) close the source, which releases
         # the queues to the other members only after that commit.
         try:
+            if self._orderly is not None:
+                self._orderly.close(self._deadline)
             for lane in self._lanes:
                 lane.close()
             for t in self._threads:
@@ -369,6 +390,9 @@ class LitePushConsumer:
             return
         self._pending = []
         self._pending_index.clear()
+        if self._orderly is not None:
+            self._orderly.dispatch(groups)
+            return
         n = len(self._lanes)
         if self.config.mode is ConsumeMode.KEY_ORDERLY:
             segments, counts = route(groups, n, self._key_of)
@@ -458,8 +482,14 @@ class LitePushConsumer:
     def _on_assigned(self, queues: list[MessageQueue]) -> None:
         n = len(self._lanes)
         low = int(self.config.pull_threshold_for_queue * RESUME_FRACTION)
+        new = []
         for q in queues:
-            self._pqs[q] = ProcessQueue(q, self._source.position(q), lane_of(str(q), n), low, self._source.wakeup)
+            pq = self._pqs[q] = ProcessQueue(q, self._source.position(q), lane_of(str(q), n), low, self._source.wakeup)
+            new.append(pq)
+        if self._orderly is not None:
+            for pq in new:
+                self._orderly.add_queue(pq)
+            self._lock_queues(new)  # lock 1: consumed only while held
         logger.info("consumer %r assigned %s", self.config.group, [str(q) for q in queues])
 
     def _on_revoked(self, queues: list[MessageQueue]) -> None:
@@ -484,7 +514,30 @@ class LitePushConsumer:
         self._commit(pqs)
         for pq in pqs:
             del self._pqs[pq.queue]
+        if self._orderly is not None:
+            for pq in pqs:
+                self._orderly.remove_queue(pq)
+            # Only now, drained and committed, may the next owner lock it.
+            self._source.unlock([pq.queue for pq in pqs])
         logger.info("consumer %r revoked %s", self.config.group, [str(q) for q in queues])
+
+    def _lock_queues(self, pqs: list[ProcessQueue]) -> None:
+        """Take or renew the broker lock of these queues (QUEUE_ORDERLY)."""
+        assert self._orderly is not None
+        if not pqs:
+            return
+        lease = self.config.lock_lease
+        try:
+            held = self._source.lock([pq.queue for pq in pqs], lease)
+        except Exception:
+            logger.exception("consumer %r: locking %d queue(s) failed", self.config.group, len(pqs))
+            return
+        until = self._clock.monotonic() + lease
+        for pq in pqs:
+            self._orderly.set_locked(pq, until if pq.queue in held else 0.0)
+        missed = [str(pq.queue) for pq in pqs if pq.queue not in held]
+        if missed:
+            logger.info("consumer %r: queues locked by another member, retrying: %s", self.config.group, missed)
 
     # -- lane threads -------------------------------------------------------
 

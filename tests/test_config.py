@@ -35,6 +35,11 @@ def test_defaults_follow_rocketmq():
         ("suspend_ms", -5, "[0,"),
         ("revoke_timeout", -1, "[0.0,"),
         ("key_extractor", "keys", "callable"),
+        ("consume_thread_min", 0, "[1, 1000]"),
+        ("consume_thread_max", 5, ">= consume_thread_min"),
+        ("lock_lease", 0, "(0.0,"),
+        ("lock_renew_interval", 60.0, "shorter than lock_lease"),
+        ("max_continuous_consume", -1, "(0.0,"),
     ],
 )
 def test_invalid_value_names_the_field(field, value, fragment):
