@@ -1,0 +1,201 @@
+"""Run one consumer configuration on a generated workload and log every
+delivery.
+
+    .venv/bin/python benchmarks/harness.py --workload DIR --mode KEY_ORDERLY --lanes 64 --log OUT
+
+The workload (``gen_load.py``'s Parquet: ``seq``, ``key``, ``cost_us``,
+``body_size``) is loaded into an in-memory embedded broker by key hash, as a
+RocketMQ producer with the hash selector would; then one consumer consumes it
+to the end.  Every message's body starts with its ``seq`` (8 bytes, big
+endian), so a delivery maps back to the workload row.  The listener sleeps
+``cost_us`` per message (simulated I/O) and records ``(seq, start_ns,
+end_ns, attempt)`` in a per-thread list.
+
+It prints one JSON line with: messages/s, end-to-end latency percentiles
+(from the moment the message was available to this run -- all messages are
+loaded before the run starts, so that is the run's start -- to the end of its
+listener call), CPU seconds and peak RSS of this process, and writes the
+consumption log as Parquet (``run``, ``seq``, ``key``, ``queue``,
+``offset``, ``lane``, ``start_ns``, ``end_ns``, ``attempt``).  Run it as its
+own process per configuration, so RSS and CPU belong to that run alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lite_push import ConsumeFromWhere, ConsumeMode, ConsumerConfig, EmbeddedBroker, LitePushConsumer, MessageExt
+
+TOPIC = "BENCH"
+
+
+def load(broker: EmbeddedBroker, workload_dir: Path, queues: int) -> tuple[list[str], list[int]]:
+    """Send the workload's rows in ``seq`` order; return keys and costs by seq."""
+    table = pq.read_table(workload_dir, columns=["seq", "key", "cost_us", "body_size"]).sort_by("seq")
+    seqs = table.column("seq").to_pylist()
+    keys = table.column("key").to_pylist()
+    costs = table.column("cost_us").to_pylist()
+    sizes = table.column("body_size").to_pylist()
+    if seqs != list(range(len(seqs))):
+        raise SystemExit(f"{workload_dir}: seq must run 0..{len(seqs) - 1}")
+    broker.create_topic(TOPIC, queue_count=queues)
+    pads = {}
+    items = []
+    for seq, key, size in zip(seqs, keys, sizes, strict=True):
+        pad = pads.get(size)
+        if pad is None:
+            pad = pads[size] = b"\0" * max(0, size - 8)
+        items.append((seq.to_bytes(8, "big") + pad, key))
+    broker.send_batch(TOPIC, items)
+    return keys, costs
+
+
+class Recorder:
+    """The listener: sleeps each message's cost and records the delivery in
+    a per-thread list (no lock on the hot path)."""
+
+    def __init__(self, costs: list[int]) -> None:
+        self._costs = costs
+        self._local = threading.local()
+        self._all: list[tuple[str, list[tuple[int, int, int, int, int, int]]]] = []
+        self._lock = threading.Lock()
+        self.done = 0
+
+    def _rows(self) -> list[tuple[int, int, int, int, int, int]]:
+        try:
+            return self._local.rows  # type: ignore[no-any-return]
+        except AttributeError:
+            rows: list[tuple[int, int, int, int, int, int]] = []
+            self._local.rows = rows
+            with self._lock:
+                self._all.append((threading.current_thread().name, rows))
+            return rows
+
+    def __call__(self, msgs: list[MessageExt]) -> None:
+        rows = self._rows()
+        costs = self._costs
+        clock = time.perf_counter_ns
+        for m in msgs:
+            seq = int.from_bytes(m.body[:8], "big")
+            start = clock()
+            cost = costs[seq]
+            if cost:
+                time.sleep(cost / 1e6)
+            rows.append((seq, m.queue_id, m.queue_offset, start, clock(), m.reconsume_times))
+
+    def table(self, run: str, keys: list[str]) -> pa.Table:
+        cols: dict[str, list[object]] = {k: [] for k in ("seq", "queue", "offset", "start_ns", "end_ns", "attempt", "lane")}
+        with self._lock:
+            parts = list(self._all)
+        for name, rows in parts:
+            lane = int(name.rsplit("-", 1)[1]) if name.startswith("lite-push-lane-") else -1
+            for row in rows:
+                for col, value in zip(("seq", "queue", "offset", "start_ns", "end_ns", "attempt"), row, strict=True):
+                    cols[col].append(value)
+                cols["lane"].append(lane)
+        n = len(cols["seq"])
+        return pa.table(
+            {
+                "run": pa.array([run] * n, pa.string()),
+                "seq": pa.array(cols["seq"], pa.int64()),
+                "key": pa.array([keys[s] for s in cols["seq"]], pa.string()),  # type: ignore[index]
+                "queue": pa.array(cols["queue"], pa.int32()),
+                "offset": pa.array(cols["offset"], pa.int64()),
+                "lane": pa.array(cols["lane"], pa.int32()),
+                "start_ns": pa.array(cols["start_ns"], pa.int64()),
+                "end_ns": pa.array(cols["end_ns"], pa.int64()),
+                "attempt": pa.array(cols["attempt"], pa.int32()),
+            }
+        )
+
+
+def run_one(workload_dir: Path, mode: ConsumeMode, lanes: int, queues: int, log_dir: Path | None, progress: bool) -> dict[str, object]:
+    broker = EmbeddedBroker()
+    keys, costs = load(broker, workload_dir, queues)
+    total = len(keys)
+    rec = Recorder(costs)
+    if mode is ConsumeMode.QUEUE_ORDERLY:
+        config = ConsumerConfig(group="bench", mode=mode, consume_thread_min=lanes, consume_thread_max=lanes)
+        label = f"QUEUE_ORDERLY-{lanes}"
+    else:
+        config = ConsumerConfig(group="bench", mode=mode, lanes=lanes)
+        label = f"{mode.name}-{lanes}"
+    consumer = LitePushConsumer(
+        config, source=broker.pull_consumer("bench", consume_from=ConsumeFromWhere.FIRST_OFFSET), listener=rec
+    )
+    consumer.subscribe(TOPIC)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, desc=label, unit="msg", file=sys.stderr, leave=False, mininterval=0.5)
+    cpu0 = time.process_time()
+    t0_ns = time.perf_counter_ns()
+    consumer.start()
+    shown = 0
+    while True:
+        done = consumer.stats().consumed
+        if bar is not None and done > shown:
+            bar.update(done - shown)
+            shown = done
+        if done >= total:
+            break
+        time.sleep(0.01)
+    seconds = (time.perf_counter_ns() - t0_ns) / 1e9
+    cpu = time.process_time() - cpu0
+    consumer.shutdown(timeout=30)
+    if bar is not None:
+        bar.close()
+    table = rec.table(label, keys)
+    ends = sorted((e - t0_ns) / 1e6 for e in table.column("end_ns").to_pylist())
+
+    def pct(p: float) -> float:
+        return ends[min(len(ends) - 1, int(p * len(ends)))] if ends else 0.0
+
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, log_dir / f"{label}.parquet")
+    return {
+        "run": label,
+        "mode": mode.name,
+        "lanes": lanes,
+        "messages": total,
+        "seconds": seconds,
+        "rate": total / seconds,
+        "latency_ms_p50": pct(0.50),
+        "latency_ms_p95": pct(0.95),
+        "latency_ms_p99": pct(0.99),
+        "cpu_seconds": cpu,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", type=Path, required=True, help="directory written by gen_load.py")
+    parser.add_argument("--mode", choices=[m.name for m in ConsumeMode], required=True)
+    parser.add_argument("--lanes", type=int, required=True, help="lanes, or pool threads for QUEUE_ORDERLY")
+    parser.add_argument("--queues", type=int, help="queue count (default: the workload's)")
+    parser.add_argument("--log", type=Path, help="directory for the consumption log (Parquet)")
+    parser.add_argument("--progress", action="store_true", help="show a progress bar on stderr")
+    args = parser.parse_args()
+    queues = args.queues
+    if queues is None:
+        meta = json.loads((args.workload / "_workload.json").read_text())
+        queues = int(meta["queues"])
+    result = run_one(args.workload, ConsumeMode[args.mode], args.lanes, queues, args.log, args.progress)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
