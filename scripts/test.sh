@@ -11,7 +11,8 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-bash scripts/bootstrap.sh
+# --bench: the Spark load generator and log checker are tested too.
+bash scripts/bootstrap.sh --bench
 
 if [[ -z ${LITE_PUSH_NO_EXTENSIONS:-} ]]; then
     export LITE_PUSH_REQUIRE_EXTENSIONS=1

@@ -1,0 +1,242 @@
+"""Generate a benchmark workload as Parquet with PySpark.
+
+    .venv/bin/python benchmarks/gen_load.py sms --out benchmarks/out/sms
+    .venv/bin/python benchmarks/gen_load.py sms-small --out /tmp/w --messages 5000 --master local[2]
+
+Writes ``OUT/part-*.parquet`` with one row per message:
+
+* ``seq`` (long): 0..N-1, the order the harness must send in;
+* ``key`` (string): a 16-digit account-number-like id
+  (:func:`workloads.key_for_rank`), sampled by the workload's skew;
+* ``cost_us`` (int): the message's processing cost in microseconds;
+* ``body_size`` (int): the body size in bytes.
+
+and ``OUT/_workload.json`` (the :class:`~workloads.Workload`
+fields; Spark and pyarrow skip files whose names start with ``_``).  The queue
+is not in the file: the harness sends by key hash, as RocketMQ does.
+
+Every random draw is a hash of ``(seq, seed, stream)`` (Spark's ``xxhash64``),
+so the output depends only on the workload, never on partitioning or the
+master.  Zipf ranks are drawn by inverse CDF on the exact pmf (a pandas UDF
+with ``numpy.searchsorted`` over the broadcast cumulative table); ``hotkey``
+puts rank 0 on ``hot_share`` of the rows and spreads the rest uniformly over
+the other ranks.  Rows are written in ``seq`` order within each file and the
+files in ``seq`` order by name, but readers should sort by ``seq`` anyway.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # the benchmark modules import each other flat: ``import workloads``
+    sys.path.insert(0, str(HERE))
+
+from workloads import (
+    LONGTAIL_SIGMA,
+    WORKLOADS,
+    Workload,
+    cost_range_us,
+    get_workload,
+    hot_key_bound,
+    key_pmf,
+    keys_for,
+    longtail_mu,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+__all__ = ["WORKLOAD_JSON", "generate", "main", "read_workload", "spark_session", "workload_frame"]
+
+#: The workload description written beside the Parquet files.
+WORKLOAD_JSON = "_workload.json"
+#: Rows per output partition (file), at most.
+ROWS_PER_PARTITION = 500_000
+
+# Independent random streams: each draw hashes (seq, seed, stream).
+_STREAM_KEY = 1
+_STREAM_HOT = 2
+_STREAM_COST_1 = 3
+_STREAM_COST_2 = 4
+
+
+def spark_session(
+    master: str = "local[*]",
+    app_name: str = "lite-push-bench",
+    shuffle_partitions: int = 8,
+    driver_memory: str = "2g",
+) -> SparkSession:
+    """A SparkSession for the benchmark jobs (or the active one if a session
+    already exists).  Sets ``SPARK_LOCAL_IP=127.0.0.1`` and
+    ``PYSPARK_PYTHON`` (this interpreter) unless already set; the UI is off,
+    shuffle partitions small, Arrow on."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise SystemExit(f"pyspark is not installed ({exc}); install the bench extra: pip install -e '.[bench]'")
+    spark = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def _uniform(seed: int, stream: int) -> Column:
+    """A per-row uniform double in [0, 1) from ``xxhash64(seq, seed, stream)``
+    (the top 53 bits)."""
+    from pyspark.sql import functions as F
+
+    h = F.xxhash64(F.col("seq"), F.lit(seed).cast("long"), F.lit(stream).cast("int"))
+    return F.shiftrightunsigned(h, 11).cast("double") * F.lit(2.0**-53)
+
+
+def _rank_column(workload: Workload) -> Column:
+    """The key rank (int, 0 = hottest) of each row."""
+    import numpy as np
+    import pandas as pd
+    from pyspark.sql import functions as F
+
+    k = workload.keys
+    u = _uniform(workload.seed, _STREAM_KEY)
+    if workload.skew == "uniform":
+        return F.least(F.floor(u * k), F.lit(k - 1)).cast("int")
+    if workload.skew == "hotkey":
+        rest = F.lit(1) + F.least(F.floor(u * (k - 1)), F.lit(k - 2))
+        return F.when(_uniform(workload.seed, _STREAM_HOT) < workload.hot_share, F.lit(0)).otherwise(rest).cast("int")
+    cdf = np.cumsum(np.asarray(key_pmf(workload), dtype=np.float64))
+    cdf[-1] = 1.0
+    last = k - 1
+
+    def zipf_rank(us: pd.Series) -> pd.Series:
+        # rank r  <=>  cdf[r-1] <= u < cdf[r]
+        ranks = np.searchsorted(cdf, us.to_numpy(), side="right")
+        return pd.Series(np.minimum(ranks, last).astype(np.int32))
+
+    # real classes, not the strings ``from __future__ import annotations``
+    # leaves (pandas is imported here, so Spark could not resolve them)
+    zipf_rank.__annotations__ = {"us": pd.Series, "return": pd.Series}
+    return F.pandas_udf(zipf_rank, "int")(u)  # type: ignore[call-overload]
+
+
+def _cost_column(workload: Workload) -> Column:
+    """The processing cost of each row in microseconds (int)."""
+    from pyspark.sql import functions as F
+
+    low, high = cost_range_us(workload)
+    if workload.cost in ("none", "constant"):
+        return F.lit(low).cast("int")
+    u1 = _uniform(workload.seed, _STREAM_COST_1)
+    if workload.cost == "uniform":
+        return (F.lit(low) + F.least(F.floor(u1 * (high - low + 1)), F.lit(high - low))).cast("int")
+    # longtail: lognormal exp(mu + sigma*Z) ms, Z by Box-Muller, capped
+    u2 = _uniform(workload.seed, _STREAM_COST_2)
+    z = F.sqrt(F.lit(-2.0) * F.log(F.lit(1.0) - u1)) * F.cos(F.lit(2 * math.pi) * u2)
+    ms = F.exp(F.lit(longtail_mu(workload)) + F.lit(LONGTAIL_SIGMA) * z)
+    return F.least(F.round(ms * 1000.0), F.lit(high)).cast("int")
+
+
+def workload_frame(spark: SparkSession, workload: Workload, partitions: int | None = None) -> DataFrame:
+    """The workload as a DataFrame (``seq``, ``key``, ``cost_us``,
+    ``body_size``) in ``partitions`` partitions (default: from the size and
+    the parallelism; the rows do not depend on it)."""
+    import pandas as pd
+    from pyspark.sql import functions as F
+
+    n = workload.messages
+    if partitions is None:
+        parallelism = max(1, spark.sparkContext.defaultParallelism)
+        partitions = max(1, min(parallelism * 2, math.ceil(n / 50_000)), math.ceil(n / ROWS_PER_PARTITION))
+    elif partitions < 1:
+        raise ValueError(f"partitions must be >= 1, got {partitions}")
+    keys = spark.createDataFrame(
+        pd.DataFrame({"rank": pd.Series(range(workload.keys), dtype="int32"), "key": list(keys_for(workload))})
+    )
+    rows = spark.range(0, n, numPartitions=partitions).withColumnRenamed("id", "seq")
+    rows = rows.select("seq", _rank_column(workload).alias("rank"), _cost_column(workload).alias("cost_us"))
+    return (
+        rows.join(F.broadcast(keys), "rank")
+        .select(
+            F.col("seq").cast("long"),
+            F.col("key").cast("string"),
+            F.col("cost_us").cast("int"),
+            F.lit(workload.body_size).cast("int").alias("body_size"),
+        )
+        .sortWithinPartitions("seq")
+    )
+
+
+def generate(
+    spark: SparkSession, workload: Workload, out_dir: str | os.PathLike[str], partitions: int | None = None
+) -> Path:
+    """Write ``workload`` to ``out_dir`` (replaced if it exists) as Parquet
+    plus ``_workload.json``; returns the directory.  ``partitions`` (one file
+    each) only changes the file split, never the rows."""
+    out = Path(out_dir)
+    workload_frame(spark, workload, partitions).write.mode("overwrite").parquet(str(out))
+    (out / WORKLOAD_JSON).write_text(json.dumps(workload.to_dict(), indent=2) + "\n")
+    return out
+
+
+def read_workload(out_dir: str | os.PathLike[str]) -> Workload:
+    """The :class:`Workload` stored in ``out_dir/_workload.json``."""
+    return Workload.from_dict(json.loads((Path(out_dir) / WORKLOAD_JSON).read_text()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Generate a benchmark workload as Parquet with PySpark.")
+    parser.add_argument("workload", choices=list(WORKLOADS), metavar="WORKLOAD", help=", ".join(WORKLOADS))
+    parser.add_argument("--out", required=True, help="output directory (replaced)")
+    parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    parser.add_argument("--messages", type=int, help="override the message count")
+    parser.add_argument("--seed", type=int, help="override the seed")
+    args = parser.parse_args(argv)
+
+    workload = get_workload(args.workload)
+    changes: dict[str, Any] = {}
+    if args.messages is not None:
+        changes["messages"] = args.messages
+    if args.seed is not None:
+        changes["seed"] = args.seed
+    try:
+        workload = workload.replace(**changes)
+    except ValueError as exc:
+        parser.error(str(exc))
+
+    spark = spark_session(args.master, app_name=f"gen_load {workload.name}")
+    try:
+        t0 = time.perf_counter()
+        out = generate(spark, workload, args.out)
+        seconds = time.perf_counter() - t0
+    finally:
+        spark.stop()
+    top_share, ceiling = hot_key_bound(workload)
+    bound = f"key-ordered ceiling {ceiling:.2f}x the baseline" if workload.cost != "none" else "no processing cost"
+    print(
+        f"{workload.name}: {workload.messages:,} messages, {workload.keys:,} keys ({workload.skew}), "
+        f"{workload.queues} queues, cost {workload.cost} -> {out} in {seconds:.1f} s; "
+        f"hottest key {top_share:.2%} of messages, {bound}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
