@@ -255,7 +255,14 @@ cdef class OffsetTracker:
     def add_many(self, offsets, next_offset=None):
         """Track strictly increasing ``offsets``; then move the high-water
         mark to ``next_offset`` if that is higher (skipped offsets)."""
-        cdef Py_ssize_t n = len(offsets), i = 0
+        self._many(offsets, True, next_offset)
+
+    cdef int _many(self, offsets, bint add, object next_offset) except -1:
+        """Copy ``offsets`` into a C buffer, then add or complete them."""
+        cdef Py_ssize_t n, i = 0
+        if not isinstance(offsets, (list, tuple)):
+            offsets = list(offsets)
+        n = len(offsets)
         cdef long long* buf = <long long*> PyMem_Malloc(max(n, 1) * sizeof(long long))
         if buf == NULL:
             raise MemoryError()
@@ -263,9 +270,13 @@ cdef class OffsetTracker:
             for off in offsets:
                 buf[i] = off
                 i += 1
-            self._add_array(buf, n, next_offset)
+            if add:
+                self._add_array(buf, n, next_offset)
+            else:
+                self._complete_array(buf, n)
         finally:
             PyMem_Free(buf)
+        return 0
 
     def add_range(self, long long start, long long stop):
         """Track ``range(start, stop)``."""
@@ -326,20 +337,7 @@ cdef class OffsetTracker:
 
     def complete_many(self, offsets):
         """Mark several distinct in-flight offsets finished."""
-        cdef Py_ssize_t n, i = 0
-        if not isinstance(offsets, (list, tuple)):
-            offsets = list(offsets)
-        n = len(offsets)
-        cdef long long* buf = <long long*> PyMem_Malloc(max(n, 1) * sizeof(long long))
-        if buf == NULL:
-            raise MemoryError()
-        try:
-            for off in offsets:
-                buf[i] = off
-                i += 1
-            self._complete_array(buf, n)
-        finally:
-            PyMem_Free(buf)
+        self._many(offsets, False, None)
 
     def complete_batch(self, messages):
         """Mark the messages' offsets finished; return the sum of their

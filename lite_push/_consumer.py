@@ -350,7 +350,6 @@ class LitePushConsumer:
         groups (one group per queue: a queue's batches are contiguous, so
         they are joined); pause at once every queue that crossed a threshold,
         so gathering more polls never overshoots one by more than a batch."""
-        cfg = self.config
         pqs = self._pqs
         groups = self._pending
         index = self._pending_index
@@ -367,18 +366,15 @@ class LitePushConsumer:
                 at = index.get(pq)
                 if at is None:
                     index[pq] = len(groups)
-                    groups.append((pq, msgs, pq.keyless_lane))
+                    # a copy we own, so later batches of the queue extend it
+                    # (linear, where concatenating would copy it each time)
+                    groups.append((pq, list(msgs), pq.keyless_lane))
                 else:
-                    groups[at] = (pq, groups[at][1] + msgs, pq.keyless_lane)
+                    groups[at][1].extend(msgs)
                 total += len(msgs)
-            if not pq.paused:
-                if (
-                    count > cfg.pull_threshold_for_queue
-                    or size > cfg.pull_threshold_size_for_queue
-                    or span > cfg.max_span
-                ):
-                    pq.paused = True
-                    to_pause.append(batch.queue)
+            if not pq.paused and self._over_threshold(count, size, span):
+                pq.paused = True
+                to_pause.append(batch.queue)
         if to_pause:
             self._source.pause(to_pause)
         return total
@@ -429,6 +425,17 @@ class LitePushConsumer:
         self._rr = start
         return segments, counts
 
+    def _over_threshold(self, count: int, size: int, span: int) -> bool:
+        """Whether a queue's unfinished messages, bytes or span pass the
+        pause thresholds (RocketMQ's pullThresholdForQueue, ...SizeForQueue,
+        consumeConcurrentlyMaxSpan)."""
+        cfg = self.config
+        return (
+            count > cfg.pull_threshold_for_queue
+            or size > cfg.pull_threshold_size_for_queue
+            or span > cfg.max_span
+        )
+
     def _flow_control(self) -> None:
         """Pause queues over a threshold; resume them below the low-water mark."""
         cfg = self.config
@@ -444,12 +451,7 @@ class LitePushConsumer:
             if pq.lane_blocked:
                 pq.lane_blocked = {i for i in pq.lane_blocked if lanes[i].depth > lane_low}
             if not pq.paused:
-                if (
-                    count > cfg.pull_threshold_for_queue
-                    or size > cfg.pull_threshold_size_for_queue
-                    or span > cfg.max_span
-                    or pq.lane_blocked
-                ):
+                if pq.lane_blocked or self._over_threshold(count, size, span):
                     pq.paused = True
                     to_pause.append(q)
             elif count <= count_low and size <= size_low and span <= span_low and not pq.lane_blocked:

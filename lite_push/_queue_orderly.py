@@ -180,11 +180,7 @@ class QueueOrderlyService:
             time.sleep(0.005)
         self._scheduler.close()
         for st in list(self._states.values()):
-            with st.tree:
-                left = list(st.pending)
-                st.pending.clear()
-            if left:
-                st.pq.skip(left)
+            self._drop_pending(st)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def counts(self) -> tuple[int, int]:
