@@ -30,10 +30,21 @@ import threading
 import time
 from pathlib import Path
 
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
 import pyarrow as pa
 import pyarrow.parquet as pq
+from workloads import partition_bound
 
-from lite_push import ConsumeFromWhere, ConsumeMode, ConsumerConfig, EmbeddedBroker, LitePushConsumer, MessageExt
+from lite_push import (
+    ConsumeFromWhere,
+    ConsumeMode,
+    ConsumerConfig,
+    EmbeddedBroker,
+    LitePushConsumer,
+    MessageExt,
+)
 
 TOPIC = "BENCH"
 
@@ -164,6 +175,7 @@ def run_one(workload_dir: Path, mode: ConsumeMode, lanes: int, queues: int, log_
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
         pq.write_table(table, log_dir / f"{label}.parquet")
+    bound = partition_bound(keys, costs, queues, mode.name, lanes)
     return {
         "run": label,
         "mode": mode.name,
@@ -171,6 +183,7 @@ def run_one(workload_dir: Path, mode: ConsumeMode, lanes: int, queues: int, log_
         "messages": total,
         "seconds": seconds,
         "rate": total / seconds,
+        "bound_rate": bound if bound != float("inf") else None,
         "latency_ms_p50": pct(0.50),
         "latency_ms_p95": pct(0.95),
         "latency_ms_p99": pct(0.99),

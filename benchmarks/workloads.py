@@ -60,6 +60,7 @@ __all__ = [
     "keys_for",
     "longtail_mu",
     "mean_cost_ms",
+    "partition_bound",
     "queue_of",
     "queue_shares",
     "skew_bound",
@@ -440,3 +441,50 @@ def hot_key_bound(workload: Workload) -> tuple[float, float]:
     """
     bound = skew_bound(workload)
     return bound.top_share, bound.ceiling_ratio
+
+
+def partition_bound(keys: list[str], costs_us: list[int], queues: int, mode: str, n: int) -> float:
+    """The best rate (msg/s) a run can reach on this exact data, given how
+    its work is partitioned; ``inf`` when the data has no cost.
+
+    Where :func:`skew_bound` reasons about the hottest *key*, this looks at
+    the real partitions of the generated messages (``keys[i]`` and
+    ``costs_us[i]`` for message ``i``):
+
+    * ``KEY_ORDERLY`` with ``n`` lanes: a lane runs its messages one after
+      another, and a key always goes to lane ``lane_of(key, n)`` (Java's
+      ``String.hashCode``), so the run needs at least the busiest lane's total
+      cost.  This includes the hot-key limit (a key lives in one lane) and the
+      hash's imbalance between lanes.
+    * ``QUEUE_ORDERLY`` with ``n`` threads: a queue runs one message at a time,
+      so at least the busiest queue's total cost, and at least the total cost
+      over ``n`` threads.
+    * ``CONCURRENTLY`` with ``n`` lanes: the total cost over ``n`` lanes.
+
+    Overheads (the runtime, the GIL, sleep overshoot) come on top; the
+    benchmark reports each run's rate as a fraction of this bound.
+    """
+    if len(keys) != len(costs_us):
+        raise ValueError(f"keys and costs_us differ in length ({len(keys)} != {len(costs_us)})")
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    total = sum(costs_us)
+    if total == 0:
+        return float("inf")
+    if mode == "CONCURRENTLY":
+        need = total / n
+    elif mode in ("KEY_ORDERLY", "QUEUE_ORDERLY"):
+        parts = n if mode == "KEY_ORDERLY" else queues
+        load = [0] * parts
+        slot: dict[str, int] = {}
+        for key, cost in zip(keys, costs_us, strict=True):
+            i = slot.get(key)
+            if i is None:
+                i = slot[key] = lane_of(key, parts)
+            load[i] += cost
+        need = max(load)
+        if mode == "QUEUE_ORDERLY":
+            need = max(need, total / n)
+    else:
+        raise ValueError(f"mode must be KEY_ORDERLY, QUEUE_ORDERLY or CONCURRENTLY, got {mode!r}")
+    return len(keys) / (need / 1e6)

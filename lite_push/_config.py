@@ -69,7 +69,9 @@ class ConsumerConfig:
     #: Number of lanes: each is a FIFO drained by one thread.  This, not the
     #: number of queues, sets the consumer's concurrency.
     lanes: int = 16
-    #: Messages a lane may hold before the queues feeding it are paused.
+    #: Messages a lane may hold before the queues feeding it are paused.  A
+    #: dispatch is checked as a whole, so a lane holds at most twice this plus
+    #: one poll (``pull_batch_size`` per queue) waiting for its thread.
     lane_capacity: int = 1000
     #: Most messages handed to one listener call (consumeMessageBatchMaxSize).
     batch_size: int = 1
@@ -80,8 +82,11 @@ class ConsumerConfig:
     #: Pause a queue when its unfinished message bodies exceed this (bytes).
     pull_threshold_size_for_queue: int = 100 * MIB
     #: Pause a queue when highest pulled minus lowest unfinished offset
-    #: exceeds this.
-    max_span: int = 2000
+    #: exceeds this.  Not RocketMQ's 2000: with per-key lanes one slow or
+    #: retrying key would pause its whole queue within milliseconds while the
+    #: other lanes idle.  The limit is what the commit's offset map (the
+    #: finished offsets above the committed one) is sized to hold.
+    max_span: int = 32_768
     #: Seconds between periodic offset commits.
     commit_interval: float = 5.0
     #: Longest a poll blocks (seconds); bounds how late a resume is seen.

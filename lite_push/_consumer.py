@@ -330,12 +330,15 @@ class LitePushConsumer:
 
     def _gather(self, batches: list[PollBatch]) -> None:
         """Track a poll's batches, keep polling without waiting while more is
-        ready (up to ``DISPATCH_BUDGET`` messages), then route it all at once:
-        one put per lane per dispatch, so lanes wake once per dispatch rather
-        than once per poll."""
+        ready (up to ``DISPATCH_BUDGET`` messages, and never past
+        ``lane_capacity``, so one dispatch cannot overfill a lane by more than
+        a capacity and a poll), then route it all at once: one put per lane
+        per dispatch, so lanes wake once per dispatch rather than once per
+        poll."""
         total = self._track(batches)
         cfg = self.config
-        while total < DISPATCH_BUDGET:
+        budget = min(DISPATCH_BUDGET, cfg.lane_capacity)
+        while total < budget:
             try:
                 more = self._source.poll(0.0, cfg.pull_batch_size)
             except Exception:
@@ -438,23 +441,18 @@ class LitePushConsumer:
 
     def _flow_control(self) -> None:
         """Pause queues over a threshold; resume them below the low-water mark."""
-        cfg = self.config
         lanes = self._lanes
-        lane_low = cfg.lane_capacity * RESUME_FRACTION
-        count_low = cfg.pull_threshold_for_queue * RESUME_FRACTION
-        size_low = cfg.pull_threshold_size_for_queue * RESUME_FRACTION
-        span_low = cfg.max_span * RESUME_FRACTION
+        lane_low = self.config.lane_capacity * RESUME_FRACTION
         to_pause: list[MessageQueue] = []
         to_resume: list[MessageQueue] = []
         for q, pq in self._pqs.items():
-            count, size, span = pq.snapshot()
             if pq.lane_blocked:
                 pq.lane_blocked = {i for i in pq.lane_blocked if lanes[i].depth > lane_low}
             if not pq.paused:
-                if pq.lane_blocked or self._over_threshold(count, size, span):
+                if pq.lane_blocked or self._over_threshold(*pq.snapshot()):
                     pq.paused = True
                     to_pause.append(q)
-            elif count <= count_low and size <= size_low and span <= span_low and not pq.lane_blocked:
+            elif not pq.lane_blocked and pq.check_resume():
                 pq.mark_resumed()
                 to_resume.append(q)
         if to_pause:
@@ -483,7 +481,12 @@ class LitePushConsumer:
 
     def _on_assigned(self, queues: list[MessageQueue]) -> None:
         n = len(self._lanes)
-        low = int(self.config.pull_threshold_for_queue * RESUME_FRACTION)
+        cfg = self.config
+        low = (
+            int(cfg.pull_threshold_for_queue * RESUME_FRACTION),
+            int(cfg.pull_threshold_size_for_queue * RESUME_FRACTION),
+            int(cfg.max_span * RESUME_FRACTION),
+        )
         new = []
         for q in queues:
             pq = self._pqs[q] = ProcessQueue(q, self._source.position(q), lane_of(str(q), n), low, self._source.wakeup)

@@ -33,7 +33,9 @@ class ProcessQueue:
         "_idle",
         "_count",
         "_bytes",
-        "_low_water",
+        "_count_low",
+        "_bytes_low",
+        "_span_low",
         "_wake",
         "_wake_sent",
     )
@@ -43,7 +45,7 @@ class ProcessQueue:
         queue: MessageQueue,
         next_offset: int,
         keyless_lane: int,
-        low_water: int,
+        resume_at: tuple[int, int, int],
         wake: Callable[[], None],
     ) -> None:
         self.queue = queue
@@ -62,7 +64,9 @@ class ProcessQueue:
         self._idle = threading.Condition(self._lock)
         self._count = 0
         self._bytes = 0
-        self._low_water = low_water
+        # Low-water marks (messages, bytes, span): a paused queue may resume
+        # once it is at or under all three.
+        self._count_low, self._bytes_low, self._span_low = resume_at
         self._wake = wake
         self._wake_sent = False
 
@@ -99,10 +103,29 @@ class ProcessQueue:
         self._bytes -= size
         if self._count == 0:
             self._idle.notify_all()
-        if self.paused and not self._wake_sent and self._count <= self._low_water:
+        if self.paused and not self._wake_sent and self._below_low_water():
             self._wake_sent = True
             return True
         return False
+
+    def _below_low_water(self) -> bool:
+        # Caller holds the lock.
+        return (
+            self._count <= self._count_low
+            and self._bytes <= self._bytes_low
+            and self._tracker.span <= self._span_low
+        )
+
+    def check_resume(self) -> bool:
+        """For a paused queue (pull thread): whether its messages, bytes and
+        span are all at or under their low-water marks.  If not, re-arm the
+        wake-up, so the lane that brings them there wakes the pull thread at
+        once instead of leaving it to its poll timeout."""
+        with self._lock:
+            if self._below_low_water():
+                return True
+            self._wake_sent = False
+            return False
 
     def mark_resumed(self) -> None:
         """The pull thread resumed the queue (re-arms the wake-up)."""

@@ -99,6 +99,37 @@ def test_span_threshold_pauses_queue_behind_a_slow_message():
         assert wait_until(lambda: consumer.stats().consumed == 2000)
 
 
+def test_queue_paused_by_span_is_woken_not_left_to_the_poll_timeout():
+    # The pull thread waits in poll() for up to poll_timeout (here 60 s) while
+    # its only queue is paused; the lane that brings the queue under *every*
+    # low-water mark (messages, bytes, span) must wake it.  (A wake-up on the message count alone
+    # fired while the span was still high, and the queue then sat paused for
+    # a whole poll timeout with every lane idle.)
+    broker = EmbeddedBroker()
+    broker.create_topic("T", queue_count=1)
+    broker.send_batch("T", ((b"z" * 100, f"k{i}") for i in range(1000)))
+    release = threading.Event()
+
+    def listener(msgs):
+        if msgs[0].queue_offset == 0:
+            release.wait(20)
+
+    consumer = LitePushConsumer(
+        ConsumerConfig(group="g", poll_timeout=60.0, lanes=8, pull_batch_size=10, max_span=100),
+        source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET),
+        listener=listener,
+    )
+    consumer.subscribe("T")
+    q = broker.queues("T")[0]
+    with consumer:
+        assert wait_until(lambda: q in consumer.stats().paused)
+        # the other messages finish: the count falls under its low-water
+        # mark while offset 0 still holds the span
+        assert wait_until(lambda: consumer.stats().in_flight[q] <= 20)
+        release.set()
+        assert wait_until(lambda: consumer.stats().consumed == 1000, timeout=15.0), consumer.stats()
+
+
 def test_full_lane_pauses_queue_instead_of_blocking_the_pull_thread():
     broker = EmbeddedBroker()
     broker.create_topic("T", queue_count=2)
@@ -112,7 +143,11 @@ def test_full_lane_pauses_queue_instead_of_blocking_the_pull_thread():
         assert wait_until(lambda: len(consumer.stats().paused) >= 1)
         time.sleep(0.2)
         st = consumer.stats()
-        assert max(st.lane_depths) <= 50 + 2 * 20
+        # a dispatch stops at lane_capacity (plus the poll that crossed it)
+        # and is checked whole: at most twice the capacity plus one poll
+        assert max(st.lane_depths) <= 2 * 50 + 2 * 20, st.lane_depths
+        # and what the lane took (running) is bounded the same way
+        assert sum(st.in_flight.values()) <= 2 * (2 * 50 + 2 * 20), st.in_flight
         # the pull thread is alive and polling (not blocked on the lane)
         assert consumer._pull_thread.is_alive()
         gate.set()

@@ -39,6 +39,7 @@ from workloads import (
     keys_for,
     longtail_mu,
     mean_cost_ms,
+    partition_bound,
     queue_of,
     queue_shares,
     skew_bound,
@@ -208,6 +209,32 @@ def test_bound_formula_worked_example() -> None:
     assert ratio >= 1 / (p * 8) and ratio == pytest.approx(1 / (p * 8), rel=0.15)
     p, ratio = hot_key_bound(get_workload("pc-bench"))  # one queue: everything serial in the baseline
     assert p == 1e-4 and ratio == pytest.approx(1e4)
+
+
+def test_partition_bound_is_the_busiest_partitions_total_cost() -> None:
+    from lite_push._router import lane_of
+
+    # Three keys; "a" and "c" share a lane at n=2 iff their hashes agree mod 2.
+    keys = ["a", "b", "c", "a", "b", "a"]
+    costs = [1000, 2000, 3000, 1000, 2000, 1000]  # us; total 10 ms
+    loads = [0, 0]
+    for k, c in zip(keys, costs):
+        loads[lane_of(k, 2)] += c
+    assert partition_bound(keys, costs, 3, "KEY_ORDERLY", 2) == pytest.approx(6 / (max(loads) / 1e6))
+    # a single lane runs everything one after another
+    assert partition_bound(keys, costs, 3, "KEY_ORDERLY", 1) == pytest.approx(6 / 0.010)
+    assert partition_bound(keys, costs, 3, "CONCURRENTLY", 4) == pytest.approx(6 / 0.0025)
+    # QUEUE_ORDERLY: the busiest queue, but never faster than total / threads
+    qloads = [0, 0, 0]
+    for k, c in zip(keys, costs):
+        qloads[queue_of(k, 3)] += c
+    assert partition_bound(keys, costs, 3, "QUEUE_ORDERLY", 20) == pytest.approx(6 / (max(qloads) / 1e6))
+    assert partition_bound(keys, costs, 3, "QUEUE_ORDERLY", 1) == pytest.approx(6 / 0.010)
+    assert partition_bound(keys, [0] * 6, 3, "KEY_ORDERLY", 2) == math.inf
+    with pytest.raises(ValueError, match="mode"):
+        partition_bound(keys, costs, 3, "FAST", 2)
+    with pytest.raises(ValueError, match="length"):
+        partition_bound(keys, costs[:2], 3, "KEY_ORDERLY", 2)
 
 
 def test_longtail_mean_is_cost_ms_after_the_cap() -> None:
