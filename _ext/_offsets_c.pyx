@@ -9,6 +9,7 @@ flight: completing it moves the head over finished and skipped slots
 amortised.  When nothing is in flight the ring is all GAP and the next add
 re-anchors ``base`` at the added offset, so gaps between idle periods cost
 nothing.  The ring grows (doubling) to the span of in-flight offsets.
+``unfinished()`` scans it from the head: O(span).
 
 Every call validates all its input before it changes anything, as the pure
 Python twin does: a ValueError leaves the tracker as it was.
@@ -350,6 +351,27 @@ cdef class OffsetTracker:
         """The committable offset: the lowest in-flight offset, or one past
         the highest added or skipped offset when nothing is in flight."""
         return self._base if self._inflight else self._next
+
+    def unfinished(self):
+        """The in-flight offsets (added, not finished), in increasing order."""
+        cdef unsigned char* ring = self._ring
+        cdef Py_ssize_t mask = self._cap - 1
+        cdef Py_ssize_t head = self._head
+        cdef Py_ssize_t left = self._inflight
+        cdef long long off = self._base
+        # Scan from the head to the last in-flight offset: O(span).  The
+        # in-flight slots lie within the first ``min(next - base, cap)``
+        # slots (above the last added offset the ring is GAP or not stored),
+        # so the bound only guards the loop.
+        cdef long long stop = self._base + min(self._next - self._base, <long long>self._cap)
+        cdef list out = []
+        while left > 0 and off < stop:
+            if ring[head] == INFLIGHT:
+                out.append(off)
+                left -= 1
+            head = (head + 1) & mask
+            off += 1
+        return out
 
     @property
     def in_flight(self):

@@ -11,6 +11,10 @@ Layout (one concern per module; underscored modules are implementation):
 * ``_router``         key-hash router selector (``_router_c`` compiled from
                       ``_ext/``, ``_router_py`` pure-Python twin)
 * ``_offsets``        offset tracker selector (``_offsets_c`` / ``_offsets_py``)
+* ``_failures``       failure decisions, the retry timer, the lanes' outbox
+* ``_offset_map``     the finished offsets committed above the committed one
+* ``codec``           JSON bodies (orjson)
+* ``dlq``             reading dead letters and re-sending them
 * ``_clock``          injectable time
 * ``sources/``        the source contract and the embedded broker
 * ``rebalance/``      queue allocation strategies
@@ -22,7 +26,9 @@ from ._consumer import ConsumerStats, Listener, LitePushConsumer
 from ._errors import (
     ConfigError,
     LitePushError,
+    MessageDecodeError,
     MessageTooLargeError,
+    NonRetryableError,
     NotSubscribedError,
     SourceClosedError,
     UnknownTopicError,
@@ -30,7 +36,16 @@ from ._errors import (
 from ._offsets import OFFSETS_IMPL
 from ._router import ROUTER_IMPL
 from ._types import ConsumeResult, MessageExt, MessageQueue, OffsetAndMetadata, PollBatch, SendResult
-from .sources import ConsumeFromWhere, EmbeddedBroker, EmbeddedPullConsumer, PullSource, RebalanceListener
+from .dlq import DeadLetter, dead_letters, resend
+from .sources import (
+    ConsumeFromWhere,
+    EmbeddedBroker,
+    EmbeddedPullConsumer,
+    PullSource,
+    RebalanceListener,
+    dlq_topic,
+    retry_topic,
+)
 
 __version__ = "0.1.0"
 
@@ -44,6 +59,7 @@ __all__ = [
     "ConsumeResult",
     "ConsumerConfig",
     "ConsumerStats",
+    "DeadLetter",
     "EmbeddedBroker",
     "EmbeddedPullConsumer",
     "KeyExtractor",
@@ -52,8 +68,10 @@ __all__ = [
     "LitePushError",
     "ManualClock",
     "MessageExt",
+    "MessageDecodeError",
     "MessageQueue",
     "MessageTooLargeError",
+    "NonRetryableError",
     "NotSubscribedError",
     "OffsetAndMetadata",
     "PollBatch",
@@ -64,4 +82,8 @@ __all__ = [
     "SystemClock",
     "UnknownTopicError",
     "__version__",
+    "dead_letters",
+    "dlq_topic",
+    "resend",
+    "retry_topic",
 ]

@@ -19,31 +19,45 @@ Keyless messages go to a lane chosen by their queue, which keeps queue order.
 
 Commit: the committable offset of a queue is the lowest offset not finished
 (see ``_offsets_py``), so a commit never passes a message that is still in a
-lane, in the listener, or being retried.  Commits happen every
-``commit_interval`` seconds, when a queue is revoked, and at shutdown.
-Delivery is at-least-once.
+lane, in the listener, or being retried.  With it goes the offset map: the
+finished offsets above it (``_offset_map``), so the next owner skips them.
+Commits happen every ``commit_interval`` seconds, when a queue is revoked,
+and at shutdown.  Delivery is at-least-once.
+
+Failures (``_failures``): a failed message is retried after ``suspend_ms``
+(orderly) or sent back to ``%RETRY%<group>`` (CONCURRENTLY), and after
+``max_reconsume_times`` goes to ``%DLQ%<group>``.  In KEY_ORDERLY its key is
+*parked* in its lane: the lane goes on with other keys, later messages of the
+key queue up behind it, and one timer, run by the pull thread on the
+injectable clock, wakes the key when its retry is due.  Dead letters and
+send-backs are handed to the pull thread, which stores them in the source and
+only then completes their offsets.
 """
 
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from collections.abc import Hashable
 from dataclasses import dataclass, replace
 from types import TracebackType
 
 from ._clock import SYSTEM_CLOCK, Clock
 from ._config import ConsumeMode, ConsumerConfig
 from ._errors import ConfigError, LitePushError, SourceClosedError
+from ._failures import Outbox, Parked, RetryTimer, SendItem, classify
 from ._lanes import Lane, Segment
+from ._offset_map import FinishedOffsets, OffsetMapError, decode
 from ._process_queue import ProcessQueue
 from ._queue_orderly import QueueOrderlyService
 from ._offsets import OFFSETS_IMPL
 from ._router import ROUTER_IMPL, lane_of, route
-from ._types import ConsumeResult, MessageExt, MessageQueue, PollBatch
-from .sources._base import PullSource, RebalanceListener
+from ._types import ConsumeResult, MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
+from .sources._base import PullSource, RebalanceListener, retry_topic
 
 __all__ = ["ConsumerStats", "LitePushConsumer", "Listener"]
 
@@ -69,9 +83,12 @@ POLL_ERROR_BACKOFF = 1.0
 #: Seconds granted, after the shutdown deadline, to listener calls already
 #: running before the final commit.
 ABORT_GRACE = 0.5
+#: Seconds before the pull thread tries again to store dead letters the
+#: source refused.
+SEND_RETRY_INTERVAL = 1.0
 
-_OK = (None, ConsumeResult.SUCCESS)
-_RETRY = (ConsumeResult.RETRY_LATER, ConsumeResult.SUSPEND_CURRENT_QUEUE_A_MOMENT)
+#: Lane token: skip the parked messages of revoked queues.
+_PURGE = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +109,13 @@ class ConsumerStats:
     committed: Mapping[MessageQueue, int]
     #: Messages waiting in each lane (not yet taken by its thread).
     lane_depths: tuple[int, ...]
+    #: Messages stored in the dead-letter queue by this consumer.
+    dead_lettered: int = 0
+    #: Messages sent back to the retry topic (CONCURRENTLY).
+    sent_back: int = 0
+    #: Messages of parked keys waiting for a retry (KEY_ORDERLY), the
+    #: failed head of each key included.
+    parked: int = 0
 
 
 class _Rebalance(RebalanceListener):
@@ -143,6 +167,16 @@ class LitePushConsumer:
         # Per-lane counters: each is written by its lane thread only.
         self._consumed = [0] * n
         self._retried = [0] * n
+        self._parked = [0] * n
+        # Written by the pull thread only.
+        self._dead_lettered = 0
+        self._sent_back = 0
+        self._timer = RetryTimer()
+        self._gens = itertools.count(1)  # park generations (next() is atomic)
+        self._outbox = Outbox()
+        # Dead letters the source refused, tried again every SEND_RETRY_INTERVAL.
+        self._unsent: list[SendItem] = []
+        self._unsent_at = 0.0
         # Queue -> ProcessQueue; written by the pull thread only.
         self._pqs: dict[MessageQueue, ProcessQueue] = {}
         self._rr = 0
@@ -163,18 +197,24 @@ class LitePushConsumer:
         self._deadline = 0.0
         self._subscriptions: list[tuple[str, str]] = []
         if config.mode is ConsumeMode.QUEUE_ORDERLY:
-            self._orderly = QueueOrderlyService(config, listener, self._abort, self._clock.monotonic)
+            self._orderly = QueueOrderlyService(config, listener, self._abort, self._clock.monotonic, self._hand_off)
         source.set_rebalance_listener(_Rebalance(self))
 
     # -- public API ---------------------------------------------------------
 
     def subscribe(self, topic: str, expression: str = "*") -> None:
         """Consume ``topic``, filtered by tag ``expression`` (``"*"`` or
-        ``"TagA || TagB"``).  Only before :meth:`start`."""
+        ``"TagA || TagB"``).  Only before :meth:`start`.  In CONCURRENTLY
+        mode the group's retry topic ``%RETRY%<group>`` is subscribed too
+        (once), as RocketMQ does."""
         if self._started:
             raise LitePushError("subscribe() must be called before start()")
         self._source.subscribe(topic, expression)
         self._subscriptions.append((topic, expression))
+        retry = retry_topic(self.config.group)
+        if self.config.mode is ConsumeMode.CONCURRENTLY and topic != retry and all(t != retry for t, _ in self._subscriptions):
+            self._source.subscribe(retry, "*")
+            self._subscriptions.append((retry, "*"))
 
     def start(self) -> None:
         """Start the lane threads and the pull thread.  Only once."""
@@ -231,6 +271,9 @@ class LitePushConsumer:
             paused=frozenset(q for q, pq in pqs if pq.paused),
             committed={q: pq.last_committed for q, pq in pqs},
             lane_depths=tuple(lane.depth for lane in self._lanes),
+            dead_lettered=self._dead_lettered,
+            sent_back=self._sent_back,
+            parked=sum(self._parked),
         )
 
     def __enter__(self) -> LitePushConsumer:
@@ -254,8 +297,12 @@ class LitePushConsumer:
         failing = False
         try:
             while not self._stopping.is_set():
+                timeout = cfg.poll_timeout
+                due = self._timer.next_due()
+                if due is not None:  # never sleep past a parked key's retry
+                    timeout = min(timeout, max(0.0, due - clock.monotonic()))
                 try:
-                    batches = source.poll(cfg.poll_timeout, cfg.pull_batch_size)
+                    batches = source.poll(timeout, cfg.pull_batch_size)
                 except SourceClosedError:
                     logger.error("source closed under consumer %r; stopping", cfg.group)
                     break
@@ -270,8 +317,12 @@ class LitePushConsumer:
                     failing = False
                 if batches:
                     self._gather(batches)
-                self._flow_control()
                 now = clock.monotonic()
+                if due is not None and due <= now:
+                    self._fire_timers(now)
+                if self._outbox or self._unsent:
+                    self._send_failed(now)
+                self._flow_control()
                 if now >= next_commit:
                     self._commit(list(self._pqs.values()))
                     next_commit = now + cfg.commit_interval
@@ -320,6 +371,10 @@ class LitePushConsumer:
                     self.config.group,
                     left,
                 )
+            # Dead letters and send-backs the lanes handed over: store them,
+            # so their offsets may be committed (what fails stays unfinished).
+            if self._outbox or self._unsent:
+                self._send_failed(self._clock.monotonic(), final=True)
             self._commit(list(self._pqs.values()))
         finally:
             try:
@@ -364,7 +419,9 @@ class LitePushConsumer:
                 logger.warning("poll returned messages of %s, which is not assigned; ignored", batch.queue)
                 continue
             msgs = batch.messages
-            count, size, span = pq.add_batch(msgs, batch.next_offset)
+            if pq.finished is not None:
+                msgs = pq.drop_finished(msgs, batch.next_offset)
+            count, size, span, map_bytes = pq.add_batch(msgs, batch.next_offset)
             if msgs:
                 at = index.get(pq)
                 if at is None:
@@ -375,7 +432,7 @@ class LitePushConsumer:
                 else:
                     groups[at][1].extend(msgs)
                 total += len(msgs)
-            if not pq.paused and self._over_threshold(count, size, span):
+            if not pq.paused and self._over_threshold(count, size, span, map_bytes):
                 pq.paused = True
                 to_pause.append(batch.queue)
         if to_pause:
@@ -428,15 +485,16 @@ class LitePushConsumer:
         self._rr = start
         return segments, counts
 
-    def _over_threshold(self, count: int, size: int, span: int) -> bool:
-        """Whether a queue's unfinished messages, bytes or span pass the
-        pause thresholds (RocketMQ's pullThresholdForQueue, ...SizeForQueue,
-        consumeConcurrentlyMaxSpan)."""
+    def _over_threshold(self, count: int, size: int, span: int, map_bytes: int) -> bool:
+        """Whether a queue's unfinished messages, bytes, span or offset-map
+        size pass the pause thresholds (RocketMQ's pullThresholdForQueue,
+        ...SizeForQueue, consumeConcurrentlyMaxSpan; ``offset_map_max_bytes``)."""
         cfg = self.config
         return (
             count > cfg.pull_threshold_for_queue
             or size > cfg.pull_threshold_size_for_queue
             or span > cfg.max_span
+            or map_bytes > cfg.offset_map_max_bytes
         )
 
     def _flow_control(self) -> None:
@@ -463,11 +521,13 @@ class LitePushConsumer:
             logger.debug("resumed %s", to_resume)
 
     def _commit(self, pqs: list[ProcessQueue]) -> None:
-        offsets = {}
+        """Commit each queue's lowest unfinished offset with its offset map
+        (skipped when neither changed since the last commit)."""
+        offsets: dict[MessageQueue, OffsetAndMetadata] = {}
         for pq in pqs:
-            offset = pq.committable()
-            if offset != pq.last_committed:
-                offsets[pq.queue] = offset
+            offset, offset_map = pq.commit_point()
+            if offset != pq.last_committed or offset_map != pq.last_map:
+                offsets[pq.queue] = OffsetAndMetadata(offset, offset_map)
         if not offsets:
             return
         try:
@@ -476,8 +536,10 @@ class LitePushConsumer:
             logger.exception("commit of %d queue(s) failed for consumer %r", len(offsets), self.config.group)
             return
         for pq in pqs:
-            if pq.queue in offsets:
-                pq.last_committed = offsets[pq.queue]
+            c = offsets.get(pq.queue)
+            if c is not None:
+                pq.last_committed = c.offset
+                pq.last_map = c.metadata
 
     def _on_assigned(self, queues: list[MessageQueue]) -> None:
         n = len(self._lanes)
@@ -486,16 +548,47 @@ class LitePushConsumer:
             int(cfg.pull_threshold_for_queue * RESUME_FRACTION),
             int(cfg.pull_threshold_size_for_queue * RESUME_FRACTION),
             int(cfg.max_span * RESUME_FRACTION),
+            int(cfg.offset_map_max_bytes * RESUME_FRACTION),
         )
         new = []
         for q in queues:
-            pq = self._pqs[q] = ProcessQueue(q, self._source.position(q), lane_of(str(q), n), low, self._source.wakeup)
+            position = self._source.position(q)
+            pq = self._pqs[q] = ProcessQueue(
+                q, position, lane_of(str(q), n), low, self._source.wakeup, self._finished_map(q, position)
+            )
             new.append(pq)
         if self._orderly is not None:
             for pq in new:
                 self._orderly.add_queue(pq)
             self._lock_queues(new)  # lock 1: consumed only while held
         logger.info("consumer %r assigned %s", self.config.group, [str(q) for q in queues])
+
+    def _finished_map(self, q: MessageQueue, position: int) -> FinishedOffsets | None:
+        """The offset map committed with ``q``'s offset, when polling starts
+        exactly there; a map that cannot be read is ignored (logged): every
+        message above the offset is then processed again, never lost."""
+        try:
+            committed = self._source.committed(q)
+        except Exception:
+            logger.exception("consumer %r: reading the committed offset of %s failed", self.config.group, q)
+            return None
+        if committed is None or not committed.metadata or committed.offset != position:
+            return None
+        try:
+            finished = decode(committed.metadata, committed.offset)
+        except OffsetMapError as exc:
+            logger.warning(
+                "consumer %r: ignoring the offset map committed for %s (%s); messages above offset %d "
+                "will be processed again",
+                self.config.group, q, exc, committed.offset,
+            )
+            return None
+        if finished is not None:
+            logger.info(
+                "consumer %r: %s resumes at %d; %d finished offsets below %d will be skipped (offset map)",
+                self.config.group, q, position, finished.finished_count(), finished.end,
+            )
+        return finished
 
     def _on_revoked(self, queues: list[MessageQueue]) -> None:
         # Stop routing the queues, let their in-flight work finish (bounded),
@@ -506,6 +599,11 @@ class LitePushConsumer:
         pqs = [self._pqs[q] for q in queues if q in self._pqs]
         for pq in pqs:
             pq.dropped = True
+        if pqs and any(self._parked):
+            for lane in self._lanes:  # parked messages of these queues are left to the next owner
+                lane.put_due([_PURGE])
+        if pqs and (self._outbox or self._unsent):
+            self._send_failed(self._clock.monotonic())
         deadline = time.monotonic() + self.config.revoke_timeout
         for pq in pqs:
             if not pq.wait_idle(max(0.0, deadline - time.monotonic())):
@@ -544,112 +642,345 @@ class LitePushConsumer:
         if missed:
             logger.info("consumer %r: queues locked by another member, retrying: %s", self.config.group, missed)
 
-    # -- lane threads -------------------------------------------------------
+    # -- failures: timer and hand-off (pull thread) -----------------------------
+
+    def _fire_timers(self, now: float) -> None:
+        """Hand due parked keys to their lanes (one put per lane) and
+        re-dispatch due local retries."""
+        per_lane: dict[int, list[object]] = {}
+        local: list[tuple[ProcessQueue, MessageExt]] = []
+        for lane, token in self._timer.pop_due(now):
+            if lane < 0:
+                local.append(token)  # type: ignore[arg-type]
+            else:
+                per_lane.setdefault(lane, []).append(token)
+        for lane, tokens in per_lane.items():
+            self._lanes[lane].put_due(tokens)
+        if local:
+            # CONCURRENTLY messages whose send-back failed: run them again
+            # here (their offsets are still unfinished), spread over lanes.
+            n = len(self._lanes)
+            for pq, msg in local:
+                if pq.dropped or pq.queue not in self._pqs:
+                    pq.skip([msg])
+                    continue
+                self._rr = (self._rr + 1) % n
+                self._lanes[self._rr].put([(pq, [replace(msg, reconsume_times=msg.reconsume_times + 1)])], 1)
+
+    def _hand_off(self, items: list[SendItem]) -> None:
+        """From a lane (or the baseline's pool): messages for the pull thread
+        to store in the dead-letter queue or the retry topic."""
+        self._outbox.put(items)
+        self._source.wakeup()
+
+    def _send_failed(self, now: float, final: bool = False) -> None:
+        """Store handed-off messages in the source (one call per kind) and
+        complete their offsets once stored.  A dead letter the source refuses
+        is tried again every SEND_RETRY_INTERVAL (its offset stays
+        unfinished); a send-back that fails is retried locally."""
+        items = self._outbox.take()
+        if self._unsent and (final or now >= self._unsent_at):
+            items = self._unsent + items
+            self._unsent = []
+        live = []
+        for it in items:
+            if it.pq.dropped:  # revoked: the next owner replays it
+                it.pq.skip([it.message])
+            else:
+                live.append(it)
+        dead = [it for it in live if it.dead_letter]
+        back = [it for it in live if not it.dead_letter]
+        group = self.config.group
+        if dead:
+            errors = self._store(dead, lambda: self._source.send_to_dlq([(it.message, it.reason, it.exception) for it in dead]))
+            for it, err in zip(dead, errors, strict=True):
+                if err is None:
+                    it.pq.complete([it.message])
+                    self._dead_lettered += 1
+                    logger.warning(
+                        "consumer %r: %s offset %d sent to the dead-letter queue after %d attempt(s): %s",
+                        group, it.pq.queue, it.message.queue_offset, it.message.reconsume_times + 1, it.reason,
+                    )
+                else:
+                    self._unsent.append(it)
+            if self._unsent:
+                self._unsent_at = now + SEND_RETRY_INTERVAL
+                logger.error(
+                    "consumer %r: %d dead letter(s) not stored (%s); their offsets stay uncommitted, retrying",
+                    group, len(self._unsent), next(e for e in errors if e is not None),
+                )
+        if back:
+            errors = self._store(back, lambda: self._source.send_back([(it.message, it.delay_level) for it in back]))
+            delay = self.config.suspend_ms / 1000.0
+            for it, err in zip(back, errors, strict=True):
+                if err is None:
+                    it.pq.complete([it.message])
+                    self._sent_back += 1
+                elif final:
+                    it.pq.skip([it.message])  # stays unfinished: delivered again
+                else:
+                    logger.warning(
+                        "consumer %r: send-back of %s offset %d failed (%s); retrying it here in %d ms",
+                        group, it.pq.queue, it.message.queue_offset, err, self.config.suspend_ms,
+                    )
+                    self._timer.add(now + delay, -1, (it.pq, it.message))
+        if final:
+            for it in self._unsent:
+                it.pq.skip([it.message])
+            self._unsent = []
+
+    @staticmethod
+    def _store(items: list[SendItem], call: Callable[[], list[BaseException | None]]) -> list[BaseException | None]:
+        try:
+            errors = call()
+        except Exception as exc:  # the whole call failed: every item did
+            return [exc] * len(items)
+        if len(errors) != len(items):
+            return [LitePushError(f"source returned {len(errors)} results for {len(items)} messages")] * len(items)
+        return errors
+
+    # -- lane threads -------------------------------------------------------------
 
     def _lane_loop(self, lane: Lane) -> None:
         idx = lane.index
         abort = self._abort
-        while True:
-            segments = lane.take()
-            if segments is None:
-                return
-            for pq, msgs in segments:
-                if pq.dropped or abort.is_set():
-                    pq.skip(msgs)
-                    continue
-                done = self._consume(idx, pq, msgs)
-                if done == len(msgs):
-                    pq.complete(msgs)
-                else:
-                    if done:
-                        pq.complete(msgs[:done])
-                    pq.skip(msgs[done:])
-                self._consumed[idx] += done
-
-    def _consume(self, idx: int, pq: ProcessQueue, msgs: list[MessageExt]) -> int:
-        """Run the listener over ``msgs``; return how many finished (fewer
-        than all only when the queue was revoked or the consumer aborted
-        during a retry).  The success path stays in this loop; failures go
-        to :meth:`_retry`."""
-        listener = self._listener
-        size = self.config.batch_size
-        success = ConsumeResult.SUCCESS
-        n = len(msgs)
-        i = 0
-        if size == 1:
-            # The hot loop: one listener call per message, nothing else.
-            while i < n:
-                j = i
-                exc: BaseException | None = None
-                result: object = None
-                try:
-                    for msg in msgs if i == 0 else msgs[i:]:
-                        result = listener([msg])
-                        if result is not None and result is not success:
-                            break
-                        j += 1
+        # Keys parked in this lane, owned by this thread alone.
+        parked: dict[Hashable, Parked] = {}
+        try:
+            while True:
+                taken = lane.take()
+                if taken is None:
+                    return
+                segments, due = taken
+                if due:
+                    self._run_due(idx, parked, due)
+                for pq, msgs in segments:
+                    if pq.dropped or abort.is_set():
+                        pq.skip(msgs)
+                    elif parked or self.config.batch_size != 1:
+                        self._consume_slow(idx, parked, pq, msgs)
                     else:
-                        return n
-                except Exception as e:
-                    exc = e
-                if not self._retry(idx, pq, [msgs[j]], exc, result):
-                    return j
-                i = j + 1
-            return n
-        while i < n:
-            chunk = msgs[i : i + size]
-            try:
-                result = listener(chunk)
-            except Exception as e:
-                if not self._retry(idx, pq, chunk, e, None):
-                    return i
-            else:
-                if result is not None and result is not success and not self._retry(idx, pq, chunk, None, result):
-                    return i
-            i += len(chunk)
-        return n
+                        self._consume(idx, parked, pq, msgs)
+        finally:
+            # Stopping: parked messages stay unfinished (uncommitted; the
+            # offset map keeps what finished above them).
+            for p in parked.values():
+                for pq, m in p.items:
+                    pq.skip([m])
+            self._parked[idx] = 0
 
-    def _retry(
-        self, idx: int, pq: ProcessQueue, chunk: list[MessageExt], exc: BaseException | None, result: object
-    ) -> bool:
-        """The listener failed ``chunk`` (raised ``exc`` or returned
-        ``result``): process it again after ``suspend_ms`` until it succeeds.
-        Returns False when it was given up (queue revoked or aborting)."""
+    def _consume(self, idx: int, parked: dict[Hashable, Parked], pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        """The hot path: one listener call per message, nothing parked in
+        this lane.  On the first failure the rest goes the slow way."""
         listener = self._listener
-        attempt = 0
-        while True:
-            if exc is not None:
-                reason = f"listener raised {type(exc).__name__}: {exc}"
-                exc_info: BaseException | None = exc if attempt == 0 else None
-            elif result in _OK:
-                return True
+        success = ConsumeResult.SUCCESS
+        j = 0
+        exc: BaseException | None = None
+        result: object = None
+        try:
+            for msg in msgs:
+                result = listener([msg])
+                if result is not None and result is not success:
+                    break
+                j += 1
             else:
-                if result in _RETRY:
-                    reason = f"listener returned {result.name}"  # type: ignore[union-attr]
+                pq.complete(msgs)
+                self._consumed[idx] += len(msgs)
+                return
+        except Exception as e:
+            exc = e
+        if j:
+            pq.complete(msgs[:j])
+            self._consumed[idx] += j
+        self._failed(idx, parked, pq, [msgs[j]], exc, result)
+        if j + 1 < len(msgs):
+            self._consume_slow(idx, parked, pq, msgs[j + 1 :])
+
+    def _consume_slow(
+        self, idx: int, parked: dict[Hashable, Parked], pq: ProcessQueue, msgs: list[MessageExt]
+    ) -> None:
+        """A segment while keys are parked in this lane (a message of a
+        parked key queues up behind it) or with ``batch_size`` > 1."""
+        listener = self._listener
+        success = ConsumeResult.SUCCESS
+        size = self.config.batch_size
+        park_key = self._park_key
+        done: list[MessageExt] = []
+        chunk: list[MessageExt] = []
+        last = len(msgs) - 1
+        for i, m in enumerate(msgs):
+            if parked:
+                p = parked.get(park_key(pq, m))
+                if p is not None:
+                    p.items.append((pq, m))
+                    self._parked[idx] += 1
+                    if i < last or not chunk:
+                        continue
                 else:
-                    reason = f"listener returned {result!r}, not a ConsumeResult or None; treated as RETRY_LATER"
-                exc_info = None
-            attempt += 1
-            self._retried[idx] += len(chunk)
-            logger.warning(
-                "consumer %r: %s for %d message(s) from %s offset %d (attempt %d); retrying in %d ms",
-                self.config.group,
-                reason,
-                len(chunk),
-                pq.queue,
-                chunk[0].queue_offset,
-                attempt,
-                self.config.suspend_ms,
-                exc_info=exc_info,
-            )
-            if self._clock.wait(self._abort, self.config.suspend_ms / 1000.0) or pq.dropped:
-                return False
-            chunk = [replace(m, reconsume_times=m.reconsume_times + 1) for m in chunk]
-            exc = None
+                    chunk.append(m)
+            else:
+                chunk.append(m)
+            if len(chunk) < size and i < last:
+                continue
+            if not chunk:
+                continue
+            if self._abort.is_set():
+                pq.skip(chunk)
+                chunk = []
+                continue
+            exc: BaseException | None = None
+            result: object = None
             try:
                 result = listener(chunk)
             except Exception as e:
                 exc = e
+            if exc is None and (result is None or result is success):
+                done += chunk
+            else:
+                self._failed(idx, parked, pq, chunk, exc, result)
+            chunk = []
+        if done:
+            pq.complete(done)
+            self._consumed[idx] += len(done)
+
+    def _park_key(self, pq: ProcessQueue, msg: MessageExt) -> Hashable:
+        """What a failure parks: the message's key, or its queue when it has
+        none (keyless messages keep queue order, so they wait together)."""
+        key_of = self._key_of
+        key = msg.keys if key_of is None else key_of(msg)
+        return key if key else pq.queue
+
+    def _failed(
+        self,
+        idx: int,
+        parked: dict[Hashable, Parked],
+        pq: ProcessQueue,
+        chunk: list[MessageExt],
+        exc: BaseException | None,
+        result: object,
+    ) -> None:
+        """The listener failed ``chunk``: park, send back or dead-letter
+        each message, per mode and attempt count."""
+        if pq.dropped:
+            pq.skip(chunk)
+            return
+        cfg = self.config
+        dead_now, reason, text = classify(exc, result)
+        self._retried[idx] += len(chunk)
+        first = chunk[0]
+        logger.warning(
+            "consumer %r: %s for %d message(s) from %s offset %d (attempt %d)",
+            cfg.group, reason, len(chunk), pq.queue, first.queue_offset, first.reconsume_times + 1,
+            exc_info=exc if exc is not None and first.reconsume_times == 0 else None,
+        )
+        limit = cfg.max_reconsume_times
+        out: list[SendItem] = []
+        keyed = cfg.mode is ConsumeMode.KEY_ORDERLY
+        for m in chunk:
+            p = parked.get(self._park_key(pq, m)) if keyed and parked else None
+            if p is not None:
+                # An earlier message of its key (same batch) parked it: wait behind.
+                p.items.append((pq, m))
+                self._parked[idx] += 1
+            elif dead_now or 0 <= limit <= m.reconsume_times:
+                out.append(SendItem(pq, m, True, reason, text))
+            elif keyed:
+                self._park(idx, parked, pq, replace(m, reconsume_times=m.reconsume_times + 1), reason, text)
+            else:
+                level = cfg.retry_start_level + m.reconsume_times
+                out.append(SendItem(pq, m, False, reason, text, level))
+        if out:
+            self._hand_off(out)
+
+    def _park(
+        self, idx: int, parked: dict[Hashable, Parked], pq: ProcessQueue, retry: MessageExt, reason: str, text: str
+    ) -> None:
+        key = self._park_key(pq, retry)
+        p = parked[key] = Parked(next(self._gens), reason, text)
+        p.items.append((pq, retry))
+        self._parked[idx] += 1
+        self._timer.add(self._clock.monotonic() + self.config.suspend_ms / 1000.0, idx, (key, p.gen))
+        self._source.wakeup()  # the pull thread may be waiting past the new due time
+
+    def _run_due(self, idx: int, parked: dict[Hashable, Parked], due: list[object]) -> None:
+        """Retry the parked keys whose time came: the head first, then the
+        messages that queued behind it, in order, until one fails again."""
+        listener = self._listener
+        success = ConsumeResult.SUCCESS
+        limit = self.config.max_reconsume_times
+        for token in due:
+            if token is _PURGE:
+                self._purge(idx, parked)
+                continue
+            key: Hashable
+            gen: int
+            key, gen = token  # type: ignore[misc]
+            p = parked.get(key)
+            if p is None or p.gen != gen:
+                continue  # stale: the key was purged or parked again since
+            items = p.items
+            done: list[tuple[ProcessQueue, MessageExt]] = []
+            out: list[SendItem] = []
+            again = None
+            skipped = 0
+            while items:
+                pq, m = items[0]
+                if pq.dropped or self._abort.is_set():
+                    pq.skip([m])
+                    items.pop(0)
+                    skipped += 1
+                    continue
+                exc: BaseException | None = None
+                result: object = None
+                try:
+                    result = listener([m])
+                except Exception as e:
+                    exc = e
+                items.pop(0)
+                if exc is None and (result is None or result is success):
+                    done.append((pq, m))
+                    continue
+                dead_now, reason, text = classify(exc, result)
+                self._retried[idx] += 1
+                logger.warning(
+                    "consumer %r: %s for %s offset %d (attempt %d)",
+                    self.config.group, reason, pq.queue, m.queue_offset, m.reconsume_times + 1,
+                )
+                if dead_now or 0 <= limit <= m.reconsume_times:
+                    out.append(SendItem(pq, m, True, reason, text))
+                    continue  # the key moves on
+                again = (pq, replace(m, reconsume_times=m.reconsume_times + 1), reason, text)
+                break
+            self._parked[idx] -= skipped + len(done) + len(out) + (1 if again else 0)
+            by_queue: dict[ProcessQueue, list[MessageExt]] = {}
+            for pq, m in done:
+                by_queue.setdefault(pq, []).append(m)
+            for pq, ms in by_queue.items():
+                pq.complete(ms)
+            self._consumed[idx] += len(done)
+            if out:
+                self._hand_off(out)
+            del parked[key]
+            if again is not None:  # parked again, with what still waits behind it
+                pq, retry, reason, text = again
+                self._park(idx, parked, pq, retry, reason, text)
+                parked[key].items += items
+
+    def _purge(self, idx: int, parked: dict[Hashable, Parked]) -> None:
+        """Skip the parked messages of revoked queues."""
+        for key in list(parked):
+            p = parked[key]
+            keep = []
+            for pq, m in p.items:
+                if pq.dropped:
+                    pq.skip([m])
+                    self._parked[idx] -= 1
+                else:
+                    keep.append((pq, m))
+            if keep:
+                p.items = keep
+            else:
+                del parked[key]
 
     @staticmethod
     def _safe_extractor(extract: Callable[[MessageExt], str | None]) -> Callable[[MessageExt], str | None]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "LitePushError",
+    "MessageDecodeError",
     "MessageTooLargeError",
+    "NonRetryableError",
     "NotSubscribedError",
     "SourceClosedError",
     "UnknownTopicError",
@@ -43,6 +45,25 @@ class MessageTooLargeError(LitePushError, ValueError):
         self.topic = topic
         self.size = size
         self.limit = limit
+
+
+class NonRetryableError(LitePushError):
+    """Raised by a listener for a message that can never succeed: it goes to
+    the dead-letter queue at once, with this error as the reason, instead of
+    being retried (``ConsumeResult.DLQ_NOW`` does the same)."""
+
+
+class MessageDecodeError(LitePushError, ValueError):
+    """A message body could not be decoded (for example it is not valid
+    JSON).  Raised from a listener it is a failure like any other: retried,
+    then dead-lettered with this text as the reason."""
+
+    def __init__(self, topic: str, queue_id: int, offset: int, reason: str) -> None:
+        super().__init__(f"cannot decode the body of {topic}#{queue_id} offset {offset}: {reason}")
+        self.topic = topic
+        self.queue_id = queue_id
+        self.offset = offset
+        self.reason = reason
 
 
 class NotSubscribedError(LitePushError):

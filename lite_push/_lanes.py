@@ -37,7 +37,7 @@ class Lane:
     several times slower on this path.)
     """
 
-    __slots__ = ("index", "depth", "blocked", "_lock", "_signal", "_waiting", "_segments", "_closed", "_wake")
+    __slots__ = ("index", "depth", "blocked", "_lock", "_signal", "_waiting", "_segments", "_due", "_closed", "_wake")
 
     def __init__(self, index: int, wake: Callable[[], None]) -> None:
         self.index = index
@@ -51,6 +51,9 @@ class Lane:
         self._signal.acquire()
         self._waiting = False
         self._segments: list[Segment] = []
+        #: Parked keys whose retry is due (or control tokens), from the pull
+        #: thread's retry timer.
+        self._due: list[object] = []
         self._closed = False
         self._wake = wake
 
@@ -68,14 +71,27 @@ class Lane:
                 self._signal.release()
         return depth
 
-    def take(self) -> list[Segment] | None:
-        """Block until something is queued; take all of it.  ``None`` once the
-        lane is closed and empty (the task should exit)."""
+    def put_due(self, keys: list[object]) -> None:
+        """Hand the task parked keys whose retry is due (pull thread)."""
+        with self._lock:
+            if self._closed:
+                return  # shutting down: parked work is left unfinished
+            self._due += keys
+            if self._waiting:
+                self._waiting = False
+                self._signal.release()
+
+    def take(self) -> tuple[list[Segment], list[object]] | None:
+        """Block until something is queued; take all of it: ``(segments,
+        due_keys)``.  ``None`` once the lane is closed and empty (the task
+        should exit)."""
         while True:
             with self._lock:
-                if self._segments:
+                if self._segments or self._due:
                     segments = self._segments
+                    due = self._due
                     self._segments = []
+                    self._due = []
                     self.depth = 0
                     wake = self.blocked
                     self.blocked = False
@@ -86,13 +102,14 @@ class Lane:
             self._signal.acquire()  # blocks until a put or close releases it
         if wake:
             self._wake()
-        return segments
+        return segments, due
 
     def drain(self) -> list[Segment]:
         """Remove and return everything queued (used when aborting)."""
         with self._lock:
             segments = self._segments
             self._segments = []
+            self._due = []
             self.depth = 0
             return segments
 

@@ -140,6 +140,10 @@ class OffsetTracker:
         the highest added or skipped offset when nothing is in flight."""
         return self._pending[0] if self._inflight else self._next
 
+    def unfinished(self) -> list[int]:
+        """The in-flight offsets (added, not finished), in increasing order."""
+        return sorted(self._inflight)
+
     @property
     def in_flight(self) -> int:
         """Offsets added and not finished."""

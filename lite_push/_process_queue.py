@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from ._offset_map import FinishedOffsets, encode, estimate_size
 from ._offsets import OffsetTracker
 from ._types import MessageExt, MessageQueue
 
@@ -28,6 +29,8 @@ class ProcessQueue:
         "paused",
         "lane_blocked",
         "last_committed",
+        "last_map",
+        "finished",
         "_tracker",
         "_lock",
         "_idle",
@@ -36,6 +39,7 @@ class ProcessQueue:
         "_count_low",
         "_bytes_low",
         "_span_low",
+        "_map_low",
         "_wake",
         "_wake_sent",
     )
@@ -45,8 +49,9 @@ class ProcessQueue:
         queue: MessageQueue,
         next_offset: int,
         keyless_lane: int,
-        resume_at: tuple[int, int, int],
+        resume_at: tuple[int, int, int, int],
         wake: Callable[[], None],
+        finished: FinishedOffsets | None = None,
     ) -> None:
         self.queue = queue
         #: Lane of messages with no key: one per queue keeps queue order.
@@ -59,23 +64,42 @@ class ProcessQueue:
         self.lane_blocked: set[int] = set()
         #: The offset last committed for this queue by this consumer.
         self.last_committed = next_offset
+        #: The offset map sent with that commit.
+        self.last_map = ""
+        #: The offset map of the last commit (offsets above it already
+        #: finished by an earlier owner): polled messages it names are not
+        #: processed again.  Dropped once polling passed its end.
+        self.finished = finished
         self._tracker = OffsetTracker(next_offset)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._count = 0
         self._bytes = 0
-        # Low-water marks (messages, bytes, span): a paused queue may resume
-        # once it is at or under all three.
-        self._count_low, self._bytes_low, self._span_low = resume_at
+        # Low-water marks (messages, bytes, span, offset-map bytes): a paused
+        # queue may resume once it is at or under all four.
+        self._count_low, self._bytes_low, self._span_low, self._map_low = resume_at
         self._wake = wake
         self._wake_sent = False
 
-    def add_batch(self, messages: list[MessageExt], next_offset: int) -> tuple[int, int, int]:
+    def drop_finished(self, messages: list[MessageExt], next_offset: int) -> list[MessageExt]:
+        """The polled ``messages`` minus those the offset map says an earlier
+        owner finished (pull thread, before :meth:`add_batch`)."""
+        fin = self.finished
+        if fin is None:
+            return messages
+        kept = [m for m in messages if m.queue_offset not in fin]
+        if next_offset >= fin.end:
+            self.finished = None
+        return kept
+
+    def add_batch(self, messages: list[MessageExt], next_offset: int) -> tuple[int, int, int, int]:
         """Track a polled batch (pull thread); return ``snapshot()`` after it."""
         with self._lock:
             self._bytes += self._tracker.add_batch(messages, next_offset)
             self._count += len(messages)
-            return self._count, self._bytes, self._tracker.span
+            t = self._tracker
+            span = t.span
+            return self._count, self._bytes, span, estimate_size(span, t.in_flight)
 
     def complete(self, messages: list[MessageExt]) -> None:
         """Mark messages finished (lane thread)."""
@@ -110,10 +134,12 @@ class ProcessQueue:
 
     def _below_low_water(self) -> bool:
         # Caller holds the lock.
+        span = self._tracker.span
         return (
             self._count <= self._count_low
             and self._bytes <= self._bytes_low
-            and self._tracker.span <= self._span_low
+            and span <= self._span_low
+            and estimate_size(span, self._tracker.in_flight) <= self._map_low
         )
 
     def check_resume(self) -> bool:
@@ -143,7 +169,23 @@ class ProcessQueue:
         with self._lock:
             return self._tracker.lowest_unfinished()
 
-    def snapshot(self) -> tuple[int, int, int]:
-        """``(messages, bytes, span)`` not finished, read under the lock."""
+    def commit_point(self) -> tuple[int, str]:
+        """``(offset, offset_map)``: the lowest offset not finished, and the
+        encoded map of the finished offsets above it ("" when there are
+        none), read together under the lock."""
         with self._lock:
-            return self._count, self._bytes, self._tracker.span
+            t = self._tracker
+            low = t.lowest_unfinished()
+            if not t.in_flight:
+                return low, ""
+            unfinished = t.unfinished()
+            end = t.next_offset
+        return low, encode(low, end, unfinished)
+
+    def snapshot(self) -> tuple[int, int, int, int]:
+        """``(messages, bytes, span, map_bytes)`` not finished, read under
+        the lock; ``map_bytes`` bounds the size of the encoded offset map."""
+        with self._lock:
+            t = self._tracker
+            span = t.span
+            return self._count, self._bytes, span, estimate_size(span, t.in_flight)

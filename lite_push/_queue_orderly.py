@@ -25,7 +25,10 @@ requests run on one shared pool of ``consume_thread_max`` threads.  A request
 that has run for ``max_continuous_consume`` seconds (60 s) yields and
 resubmits itself.  A failed batch goes back to the head of ``pending`` and the
 queue waits ``suspend_ms`` (``SUSPEND_CURRENT_QUEUE_A_MOMENT``) -- the whole
-queue, not just the key.
+queue, not just the key.  After ``max_reconsume_times`` failed retries (or at
+once for ``NonRetryableError`` / ``DLQ_NOW``) the batch is handed to the
+consumer for the dead-letter queue and the queue moves on (RocketMQ's
+``checkReconsumeTimes``).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from ._config import ConsumerConfig
+from ._failures import SendItem, classify
 from ._process_queue import ProcessQueue
 from ._types import ConsumeResult, MessageExt, MessageQueue
 
@@ -118,11 +122,13 @@ class QueueOrderlyService:
         listener: Callable[[list[MessageExt]], object],
         abort: threading.Event,
         clock_monotonic: Callable[[], float],
+        dead_letter: Callable[[list[SendItem]], None],
     ) -> None:
         self._config = config
         self._listener = listener
         self._abort = abort
         self._now = clock_monotonic
+        self._dead_letter = dead_letter
         self._states: dict[ProcessQueue, _QueueState] = {}
         self._mq_locks: dict[MessageQueue, threading.Lock] = {}  # lock 2, one per queue
         self._pool = ThreadPoolExecutor(
@@ -231,22 +237,30 @@ class QueueOrderlyService:
                         return
                     n = min(cfg.batch_size, len(st.pending))
                     msgs = [st.pending.popleft() for _ in range(n)]
+                exc: BaseException | None = None
                 with st.consume_lock:  # lock 3: around the listener
                     try:
                         result = self._listener(msgs)
-                    except Exception:
-                        logger.warning(
-                            "consumer %r: listener raised for %s offset %d; suspending the queue %d ms",
-                            cfg.group, pq.queue, msgs[0].queue_offset, cfg.suspend_ms, exc_info=True,
-                        )
-                        result = ConsumeResult.SUSPEND_CURRENT_QUEUE_A_MOMENT
-                if result in _OK:
+                    except Exception as e:
+                        exc, result = e, None
+                if exc is None and result in _OK:
                     pq.complete(msgs)
                     counter[0] += len(msgs)
                     continue
+                counter[1] += len(msgs)
+                dead_now, reason, text = classify(exc, result)
+                limit = cfg.max_reconsume_times
+                if dead_now or 0 <= limit <= msgs[0].reconsume_times:
+                    # Retries used up: dead-letter the batch, the queue moves on.
+                    self._dead_letter([SendItem(pq, m, True, reason, text) for m in msgs])
+                    continue
+                logger.warning(
+                    "consumer %r: %s for %s offset %d (attempt %d); suspending the queue %d ms",
+                    cfg.group, reason, pq.queue, msgs[0].queue_offset, msgs[0].reconsume_times + 1,
+                    cfg.suspend_ms, exc_info=exc if msgs[0].reconsume_times == 0 else None,
+                )
                 # SUSPEND_CURRENT_QUEUE_A_MOMENT: the batch goes back to the
                 # head and the whole queue waits.
-                counter[1] += len(msgs)
                 again = [replace(m, reconsume_times=m.reconsume_times + 1) for m in msgs]
                 with st.tree:
                     st.pending.extendleft(reversed(again))

@@ -109,3 +109,6 @@ class ConsumeResult(enum.Enum):
     RETRY_LATER = "RETRY_LATER"
     #: RocketMQ's orderly "retry after suspend"; same as RETRY_LATER here.
     SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
+    #: The messages can never succeed: send them to the dead-letter queue
+    #: now, without retries (as raising ``NonRetryableError`` does).
+    DLQ_NOW = "DLQ_NOW"

@@ -15,7 +15,8 @@ per test; the fixture closes it).  Every test here then runs against it::
 
 The suite asserts what ``lite_push/sources/_base.py`` promises, loosely timed
 (upper bounds with a second or more of slack), so it holds for an in-process
-source and for one behind a network.
+source and for one behind a network.  Delayed retries are tested by moving
+the source's clock (:meth:`SourceHarness.advance_clock`), not by sleeping.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ import abc
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 import pytest
 
 from lite_push import (
+    MessageExt,
     MessageQueue,
     NotSubscribedError,
     OffsetAndMetadata,
@@ -36,7 +38,7 @@ from lite_push import (
     SourceClosedError,
     UnknownTopicError,
 )
-from lite_push.sources import ConsumeFromWhere, PullSource, RebalanceListener
+from lite_push.sources import ConsumeFromWhere, PullSource, RebalanceListener, dlq_topic, retry_topic
 
 FIRST = ConsumeFromWhere.FIRST_OFFSET
 
@@ -50,9 +52,22 @@ class SourceHarness(abc.ABC):
 
     @abc.abstractmethod
     def send(
-        self, topic: str, body: bytes, *, keys: str | None = None, tags: str | None = None, queue_id: int | None = None
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        keys: str | None = None,
+        tags: str | None = None,
+        queue_id: int | None = None,
+        properties: Mapping[str, str] | None = None,
     ) -> tuple[MessageQueue, int]:
         """Store one message (on ``queue_id`` when given); return where."""
+
+    @abc.abstractmethod
+    def advance_clock(self, seconds: float) -> None:
+        """Move the source's wall clock -- what the delays of
+        :meth:`PullSource.send_back` are measured on -- ``seconds`` ahead
+        (see :class:`SkewedClock`)."""
 
     @abc.abstractmethod
     def consumer(
@@ -76,6 +91,25 @@ class SourceHarness(abc.ABC):
 
 
 # -- helpers ------------------------------------------------------------------
+
+
+class SkewedClock:
+    """Real time, except that :meth:`advance` moves the wall clock
+    (``time()``) ahead: delayed messages fall due without sleeping, while
+    ``monotonic()`` (session timeouts, lock leases) stays real, so the rest
+    of the suite runs as on the system clock."""
+
+    def __init__(self) -> None:
+        self._skew = 0.0
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time() + self._skew
+
+    def advance(self, seconds: float) -> None:
+        self._skew += seconds
 
 
 def poll_until(
@@ -123,6 +157,18 @@ def wait_assigned(consumer: PullSource, n: int, timeout: float = 5.0) -> list[Po
     got = poll_until(consumer, lambda _: len(consumer.assignment()) == n, timeout=timeout)
     assert len(consumer.assignment()) == n, f"owns {sorted(consumer.assignment())}, expected {n} queues"
     return got
+
+
+def messages_of(batches: Iterable[PollBatch], topic: str) -> list[MessageExt]:
+    """The messages of ``topic`` in ``batches``, in the order polled."""
+    return [m for b in batches if b.queue.topic == topic for m in b.messages]
+
+
+def poll_topic(consumer: PullSource, topic: str, n: int, timeout: float = 5.0) -> list[MessageExt]:
+    """Poll until ``n`` messages of ``topic`` came (or ``timeout``); return
+    them (``n=0``: poll for the whole ``timeout`` and return what came)."""
+    got = poll_until(consumer, lambda got: n > 0 and len(messages_of(got, topic)) >= n, timeout=timeout)
+    return messages_of(got, topic)
 
 
 def offsets(batches: Iterable[PollBatch]) -> dict[MessageQueue, list[int]]:
@@ -630,6 +676,118 @@ class SourceContract:
         c2.subscribe("T")
         assert offsets(poll_messages(c2, 6))[q0] == [4, 5, 6, 7, 8, 9]
 
+    # failures: retry and dead-letter topics
+
+    def test_delay_levels_are_positive_seconds(self, harness: SourceHarness) -> None:
+        levels = harness.consumer("g").delay_levels
+        assert isinstance(levels, tuple) and levels
+        assert all(isinstance(d, float) and d > 0 for d in levels)
+
+    def test_send_back_is_visible_in_the_retry_topic_only_after_its_delay(self, harness: SourceHarness) -> None:
+        c, m = _consume_one(harness)
+        levels = c.delay_levels
+        level = next((i + 1 for i, d in enumerate(levels) if d >= 5.0), len(levels))
+        delay = levels[level - 1]
+        retry = retry_topic("g")
+        assert c.send_back([(m, level)]) == [None]
+        c.subscribe(retry)
+        assert poll_topic(c, retry, 0, timeout=0.3) == []
+        harness.advance_clock(delay - 2.0)
+        assert poll_topic(c, retry, 0, timeout=0.3) == []
+        harness.advance_clock(2.5)
+        (copy,) = poll_topic(c, retry, 1)
+        assert (copy.topic, copy.queue_id, copy.queue_offset) == (retry, 0, 0)
+        assert (copy.body, copy.keys, copy.tags) == (m.body, m.keys, m.tags)
+        assert copy.reconsume_times == 1
+        _assert_origin(copy, m)
+        assert copy.properties["RECONSUME_TIME"] == "1"
+        assert copy.properties.items() >= m.properties.items()  # the user's properties
+        assert not {"REAL_TOPIC", "TIMER_DELIVER_MS", "DLQ_REASON"} & set(copy.properties)
+        assert m.reconsume_times == 0 and "RECONSUME_TIME" not in m.properties  # the original is untouched
+        assert poll_topic(c, retry, 0, timeout=0.3) == []  # delivered once
+
+    def test_send_back_clamps_high_levels_and_reports_errors_per_item(self, harness: SourceHarness) -> None:
+        c, m = _consume_one(harness)
+        levels = c.delay_levels
+        retry = retry_topic("g")
+        c.subscribe(retry)
+        results = c.send_back([(m, 0), (m, len(levels) + 7), (m, -3), ("not a message", 1)])  # type: ignore[list-item]
+        assert len(results) == 4
+        assert isinstance(results[0], ValueError) and isinstance(results[2], ValueError)
+        assert results[1] is None
+        assert isinstance(results[3], Exception)
+        harness.advance_clock(max(levels[-1] - 2.0, 0.0))
+        assert poll_topic(c, retry, 0, timeout=0.3) == []  # not a shorter level
+        harness.advance_clock(2.5)
+        (copy,) = poll_topic(c, retry, 1)
+        assert copy.reconsume_times == 1
+        assert poll_topic(c, retry, 0, timeout=0.3) == []  # the failed items stored nothing
+        assert c.send_back([]) == []
+
+    def test_send_to_dlq_stores_at_once_with_the_reason(self, harness: SourceHarness) -> None:
+        c, m = _consume_one(harness)
+        results = c.send_to_dlq([(m, "max reconsume times exceeded", "ValueError: boom"), (m, "undecodable", "")])
+        assert results == [None, None]
+        assert c.send_to_dlq([("not a message", "r", "")]) != [None]  # type: ignore[list-item]
+        reader = harness.consumer("ops")
+        reader.subscribe(dlq_topic("g"))
+        d1, d2 = poll_topic(reader, dlq_topic("g"), 2)
+        assert (d1.topic, d1.queue_id, d1.queue_offset, d2.queue_offset) == (dlq_topic("g"), 0, 0, 1)
+        for d in (d1, d2):
+            assert (d.body, d.keys, d.tags) == (m.body, m.keys, m.tags)
+            assert d.properties.items() >= m.properties.items()
+            assert d.properties["DLQ_GROUP"] == "g"
+            assert d.properties["RECONSUME_TIME"] == "0" and d.reconsume_times == 0
+            _assert_origin(d, m)
+        reasons = [(d.properties["DLQ_REASON"], d.properties["DLQ_EXCEPTION"]) for d in (d1, d2)]
+        assert reasons == [("max reconsume times exceeded", "ValueError: boom"), ("undecodable", "")]
+        assert poll_topic(reader, dlq_topic("g"), 0, timeout=0.3) == []  # the bad item stored nothing
+
+    def test_the_first_origin_is_kept_across_retries_and_into_the_dlq(self, harness: SourceHarness) -> None:
+        c, m = _consume_one(harness)
+        first = c.delay_levels[0]
+        retry = retry_topic("g")
+        c.subscribe(retry)
+        assert c.send_back([(m, 1)]) == [None]
+        harness.advance_clock(first + 0.5)
+        (r1,) = poll_topic(c, retry, 1)
+        assert c.send_back([(r1, 1)]) == [None]
+        harness.advance_clock(first + 0.5)
+        (r2,) = poll_topic(c, retry, 1)
+        assert (r1.queue_offset, r2.queue_offset) == (0, 1)
+        assert (r1.reconsume_times, r2.reconsume_times) == (1, 2)
+        assert r2.properties["RECONSUME_TIME"] == "2"
+        _assert_origin(r2, m)  # not r1's position in the retry topic
+        assert c.send_to_dlq([(r2, "gave up", "")]) == [None]
+        reader = harness.consumer("ops")
+        reader.subscribe(dlq_topic("g"))
+        (d,) = poll_topic(reader, dlq_topic("g"), 1)
+        assert d.reconsume_times == 2 and d.properties["RECONSUME_TIME"] == "2"
+        _assert_origin(d, m)
+
+    def test_retry_and_dlq_topics_can_be_subscribed_before_they_exist(self, harness: SourceHarness) -> None:
+        c = harness.consumer("g")
+        c.subscribe(retry_topic("g"))
+        reader = harness.consumer("ops")
+        reader.subscribe(dlq_topic("g"))
+        wait_assigned(c, 1)
+        wait_assigned(reader, 1)
+        ((retry_q,), (dlq_q,)) = (c.assignment(), reader.assignment())
+        assert (retry_q.topic, retry_q.queue_id, dlq_q.topic, dlq_q.queue_id) == (retry_topic("g"), 0, dlq_topic("g"), 0)
+        harness.create_topic("T", 1)
+        harness.send("T", b"payload")
+        c.subscribe("T")
+        (m,) = poll_topic(c, "T", 1)
+        assert c.send_to_dlq([(m, "r", "")]) == [None]
+        (d,) = poll_topic(reader, dlq_topic("g"), 1)
+        assert d.body == b"payload"
+        assert c.send_back([(m, 1)]) == [None]
+        harness.advance_clock(c.delay_levels[0] + 0.5)
+        (r,) = poll_topic(c, retry_topic("g"), 1)
+        assert (r.body, r.reconsume_times) == (b"payload", 1)
+        with pytest.raises(UnknownTopicError):
+            c.subscribe("%RETRY%")  # no group name: not a retry topic
+
     # close
 
     def test_methods_after_close_raise(self, harness: SourceHarness) -> None:
@@ -653,10 +811,30 @@ class SourceContract:
             lambda: c.position(q0),
             lambda: c.commit({q0: 1}),
             lambda: c.committed(q0),
+            lambda: c.send_back([]),
+            lambda: c.send_to_dlq([]),
         ]
         for call in calls:
             with pytest.raises(SourceClosedError):
                 call()
+
+
+def _consume_one(harness: SourceHarness, group: str = "g") -> tuple[PullSource, MessageExt]:
+    """Send one message with keys, tags and properties to a new topic ``T``
+    and poll it with a new member of ``group``; return both."""
+    harness.create_topic("T", 1)
+    harness.send("T", b"payload", keys="order-1", tags="TagA", properties={"user": "u1", "trace": "t-9"})
+    c = harness.consumer(group)
+    c.subscribe("T")
+    (m,) = poll_topic(c, "T", 1)
+    return c, m
+
+
+def _assert_origin(copy: MessageExt, original: MessageExt) -> None:
+    p = copy.properties
+    assert (p["ORIGIN_TOPIC"], p["RETRY_TOPIC"]) == (original.topic, original.topic)
+    assert (p["ORIGIN_QUEUE_ID"], p["ORIGIN_OFFSET"]) == (str(original.queue_id), str(original.queue_offset))
+    assert p["ORIGIN_MESSAGE_ID"] == original.msg_id
 
 
 def _wait(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:

@@ -9,8 +9,9 @@ from lite_push import ConfigError, ConsumeMode, ConsumerConfig, LitePushError
 
 def test_defaults_follow_rocketmq():
     c = ConsumerConfig(group="g")
-    assert (c.pull_threshold_for_queue, c.pull_threshold_size_for_queue, c.max_span) == (1000, 100 * 1024 * 1024, 32_768)
+    assert (c.pull_threshold_for_queue, c.pull_threshold_size_for_queue, c.max_span) == (1000, 100 * 1024 * 1024, 1 << 20)
     assert (c.commit_interval, c.batch_size, c.pull_batch_size, c.suspend_ms) == (5.0, 1, 32, 1000)
+    assert (c.max_reconsume_times, c.retry_start_level) == (16, 3)
     assert c.mode is ConsumeMode.KEY_ORDERLY
 
 
@@ -29,6 +30,9 @@ def test_defaults_follow_rocketmq():
         ("pull_threshold_for_queue", 0, "[1,"),
         ("pull_threshold_size_for_queue", 0, "[1,"),
         ("max_span", 0, "[1,"),
+        ("offset_map_max_bytes", 10, "[64,"),
+        ("max_reconsume_times", -2, "[-1,"),
+        ("retry_start_level", 0, "[1,"),
         ("commit_interval", 0, "(0.0,"),
         ("commit_interval", "5", "number"),
         ("poll_timeout", -1, "(0.0,"),

@@ -176,7 +176,7 @@ def test_listener_failure_is_retried_and_not_committed_until_success():
             return ConsumeResult.RETRY_LATER
         return None
 
-    consumer = make(broker, listener, lanes=4, suspend_ms=10)
+    consumer = make(broker, listener, lanes=4, suspend_ms=10, max_reconsume_times=-1)
     with consumer:
         assert wait_until(lambda: len(attempts.get((0, 3), [])) >= 3 and len(attempts.get((1, 3), [])) >= 3)
         time.sleep(0.2)
@@ -212,7 +212,19 @@ def test_retry_waits_suspend_ms_on_the_injected_clock():
         clock=clock,
     )
     consumer.subscribe("T")
+
+    def scheduled():
+        due = consumer._timer.next_due()
+        return due is not None and due > clock.monotonic()
+
     with consumer:
+        for n in (1, 2):
+            assert wait_until(lambda: len(times) == n and scheduled())
+            clock.advance(1.4)  # not yet due: real time passes, no retry
+            time.sleep(0.1)
+            assert len(times) == n
+            clock.advance(0.1)
+            assert wait_until(lambda: len(times) == n + 1)
         wait_consumed(consumer, 1)
     assert len(times) == 3
     assert times[1] - times[0] >= 1.5 and times[2] - times[1] >= 1.5

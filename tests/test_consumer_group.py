@@ -84,7 +84,7 @@ def test_durable_broker_resumes_from_committed_offsets_after_clean_shutdown(tmp_
             raise RuntimeError("stop here")
         rec1(msgs)
 
-    cons = _consumer(broker, first, "c1", lanes=4, suspend_ms=20)
+    cons = _consumer(broker, first, "c1", lanes=4, suspend_ms=20, max_reconsume_times=-1)
     cons.start()
     last = [-1]
 

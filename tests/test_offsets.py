@@ -64,6 +64,26 @@ def test_basic_and_gaps(Tracker):
 
 
 @pytest.mark.parametrize("Tracker", TWINS)
+def test_unfinished(Tracker):
+    t = Tracker(10)
+    assert t.unfinished() == []
+    t.add_many([10, 11, 15, 16, 30], next_offset=40)
+    assert t.unfinished() == [10, 11, 15, 16, 30]
+    t.complete_many([11, 16])
+    assert t.unfinished() == [10, 15, 30]
+    t.complete(10)  # the lowest moves up to 15
+    assert t.unfinished() == [15, 30] and t.lowest_unfinished() == 15
+    with pytest.raises(ValueError):
+        t.complete_many([30, 11])  # a failed call changes nothing
+    assert t.unfinished() == [15, 30]
+    t.complete_many([15, 30])
+    assert t.unfinished() == [] and t.lowest_unfinished() == 40
+    t.add_range(100, 200)  # grows the compiled twin's ring past 64 slots
+    t.complete_many(range(101, 200, 2))
+    assert t.unfinished() == list(range(100, 200, 2))
+
+
+@pytest.mark.parametrize("Tracker", TWINS)
 def test_add_range(Tracker):
     t = Tracker(0)
     t.add_range(0, 100)
@@ -116,6 +136,7 @@ def test_matches_naive_model(Tracker, scenario):
         assert t.lowest_unfinished() == m.lowest()
         assert t.in_flight == len(m.inflight)
         assert t.span == ((m.next - m.lowest()) if m.inflight else 0)
+        assert t.unfinished() == sorted(m.inflight)
 
 
 @pytest.mark.parametrize("Tracker", TWINS)

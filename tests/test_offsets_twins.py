@@ -5,7 +5,7 @@ input.  Here the compiled twin is run side by side with the Python one on
 arbitrary call sequences -- valid and invalid -- and after every call both
 must have returned the same value or raised the same exception, and must
 read the same (``lowest_unfinished``, ``in_flight``, ``span``,
-``next_offset``).  A call that raises ``ValueError`` must leave a tracker as
+``next_offset``, ``unfinished``).  A call that raises ``ValueError`` must leave a tracker as
 it was (both twins promise to validate a whole call before changing
 anything).
 
@@ -91,8 +91,8 @@ def message(offset: int) -> MessageExt:
     return MessageExt(topic="T", queue_id=0, queue_offset=offset, body=b"x" * (offset % 7))
 
 
-def reading(t: Any) -> tuple[int, int, int, int]:
-    return (t.lowest_unfinished(), t.in_flight, t.span, t.next_offset)
+def reading(t: Any) -> tuple[int, int, int, int, tuple[int, ...]]:
+    return (t.lowest_unfinished(), t.in_flight, t.span, t.next_offset, tuple(t.unfinished()))
 
 
 def outcome(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[str, Any]:
@@ -218,12 +218,13 @@ def test_twins_agree_on_arbitrary_calls(offsets_c: ModuleType, start: int, data:
                     live.remove(o)
                 finished.extend(call.offsets)
         assert py.in_flight == len(live)
+        assert py.unfinished() == sorted(live)
 
 
 def test_constructor_agrees(offsets_c: ModuleType) -> None:
     for start in (0, 1, 5, 1 << 40):
-        assert reading(offsets_c.OffsetTracker(start)) == reading(PyTracker(start)) == (start, 0, 0, start)
-    assert reading(offsets_c.OffsetTracker()) == reading(PyTracker()) == (0, 0, 0, 0)
+        assert reading(offsets_c.OffsetTracker(start)) == reading(PyTracker(start)) == (start, 0, 0, start, ())
+    assert reading(offsets_c.OffsetTracker()) == reading(PyTracker()) == (0, 0, 0, 0, ())
     for bad in (-1, -(1 << 40)):
         with pytest.raises(ValueError):
             PyTracker(bad)
@@ -272,3 +273,59 @@ def test_twins_agree_over_a_long_lane_like_run(offsets_c: ModuleType, seed: int)
             bad = rng.choice([o for o in (py.next_offset - 1, offs[0], -5) if o not in live] or [-5])
             assert not step(c, py, Call(rng.choice(["add", "complete"]), (bad,)))
         assert py.in_flight == len(live)
+
+
+# --- unfinished() ------------------------------------------------------------------------
+
+
+def test_unfinished_agrees_across_ring_growth_wrap_and_skips(offsets_c: ModuleType) -> None:
+    """``unfinished()`` scans the compiled twin's ring from its head: the same
+    list when the head has wrapped, after the ring grew, across finished
+    slots behind and ahead of the head, and when a skip put ``next_offset``
+    far past the ring's capacity."""
+    c, py = offsets_c.OffsetTracker(100), PyTracker(100)
+    calls = [
+        Call("add_range", start=100, stop=164),  # fills the first 64 slots
+        Call("complete_many", tuple(range(100, 160))),  # head moves to slot 60
+        Call("add_many", (164, 165, 170)),  # wraps around the ring
+        Call("complete_many", (161, 165)),  # finished slots behind and ahead
+        Call("add_many", tuple(range(171, 400, 3)), next_offset=1_000_000),  # grows, then a long skip
+        Call("complete_many", tuple(range(171, 400, 6))),
+        Call("add", (2_000_000,)),  # span far past the ring before it grows
+        Call("complete_many", (160, 162, 163, 164)),  # the head jumps to 170
+    ]
+    for call in calls:
+        assert step(c, py, call)
+    assert c.unfinished() == py.unfinished()
+    assert py.unfinished()[0] == py.lowest_unfinished() == 170
+    assert py.unfinished()[-1] == 2_000_000
+    # Everything finished: empty, and the next add re-anchors the ring.
+    assert step(c, py, Call("complete_many", tuple(py.unfinished())))
+    assert c.unfinished() == py.unfinished() == []
+    assert step(c, py, Call("add_many", (2_000_005, 2_000_007)))
+    assert c.unfinished() == py.unfinished() == [2_000_005, 2_000_007]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    start=st.integers(0, 1 << 40),
+    gaps=st.lists(st.integers(0, 200), min_size=1, max_size=300),
+    done=st.lists(st.booleans(), max_size=300),
+    skip=st.none() | st.integers(0, 100_000),
+)
+def test_unfinished_agrees_on_random_patterns(
+    offsets_c: ModuleType, start: int, gaps: list[int], done: list[bool], skip: int | None
+) -> None:
+    """Offsets added with random gaps, a random subset finished: both twins
+    list the rest, in order."""
+    offs, prev = [], start - 1
+    for gap in gaps:
+        prev += 1 + gap
+        offs.append(prev)
+    c, py = offsets_c.OffsetTracker(start), PyTracker(start)
+    next_offset = None if skip is None else offs[-1] + 1 + skip
+    assert step(c, py, Call("add_many", tuple(offs), next_offset=next_offset))
+    finished = tuple(o for o, d in zip(offs, done) if d)
+    if finished:
+        assert step(c, py, Call("complete_many", finished))
+    assert c.unfinished() == py.unfinished() == sorted(set(offs) - set(finished))

@@ -16,10 +16,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from source_contract import OwnershipLog, SourceContract, SourceHarness, offsets, poll_messages, split
+from source_contract import (
+    OwnershipLog,
+    SkewedClock,
+    SourceContract,
+    SourceHarness,
+    offsets,
+    poll_messages,
+    poll_topic,
+    split,
+    wait_assigned,
+)
 
 from lite_push import (
+    ConfigError,
     LitePushError,
+    ManualClock,
+    MessageExt,
     MessageQueue,
     MessageTooLargeError,
     OffsetAndMetadata,
@@ -36,15 +49,19 @@ FIRST = ConsumeFromWhere.FIRST_OFFSET
 
 class EmbeddedHarness(SourceHarness):
     def __init__(self, path: Path | None = None, **kw: object) -> None:
-        self.broker = EmbeddedBroker(path, **kw)  # type: ignore[arg-type]
+        self.clock = SkewedClock()
+        self.broker = EmbeddedBroker(path, clock=self.clock, **kw)  # type: ignore[arg-type]
         self.consumers: list[EmbeddedPullConsumer] = []
 
     def create_topic(self, topic: str, queue_count: int) -> list[MessageQueue]:
         return self.broker.create_topic(topic, queue_count)
 
-    def send(self, topic, body, *, keys=None, tags=None, queue_id=None):  # type: ignore[no-untyped-def]
-        r = self.broker.send(topic, body, keys=keys, tags=tags, queue_id=queue_id)
+    def send(self, topic, body, *, keys=None, tags=None, queue_id=None, properties=None):  # type: ignore[no-untyped-def]
+        r = self.broker.send(topic, body, keys=keys, tags=tags, queue_id=queue_id, properties=properties)
         return r.queue, r.offset
+
+    def advance_clock(self, seconds: float) -> None:
+        self.clock.advance(seconds)
 
     def consumer(self, group, *, consume_from=FIRST, consume_timestamp=None, client_id=None) -> PullSource:  # type: ignore[no-untyped-def]
         c = self.broker.pull_consumer(
@@ -68,17 +85,6 @@ def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Embedded
 
 class TestEmbeddedContract(SourceContract):
     pass
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture
@@ -338,7 +344,7 @@ def test_a_raising_listener_does_not_block_the_hand_off(broker: EmbeddedBroker, 
 
 
 def test_session_timeout_releases_a_silent_members_queues() -> None:
-    clock = FakeClock()
+    clock = ManualClock(1000.0)
     broker = EmbeddedBroker(clock=clock, session_timeout=10.0)
     try:
         queues = broker.create_topic("T", 8)
@@ -588,3 +594,230 @@ def test_kill_9_loses_no_acknowledged_message(tmp_path: Path) -> None:
             assert per_batch.get(i) == 100, (i, per_batch.get(i))  # acknowledged batches are whole
     finally:
         b.close()
+
+
+# -- retries, dead letters, delayed delivery --------------------------------------
+
+SCHEDULE = "SCHEDULE_TOPIC_XXXX"
+
+
+def _one(broker: EmbeddedBroker, group: str = "g", **send: object) -> tuple[EmbeddedPullConsumer, MessageExt]:
+    """A consumer of ``group`` on a new topic T and the one message it polled."""
+    broker.create_topic("T", 1)
+    broker.send("T", b"payload", **send)  # type: ignore[arg-type]
+    c = broker.pull_consumer(group, consume_from=FIRST)
+    c.subscribe("T")
+    (m,) = poll_topic(c, "T", 1)
+    return c, m
+
+
+@pytest.mark.parametrize(
+    "levels",
+    [(), [0], [1, -2], [float("inf")], [float("nan")], ["1"], [True], "15", 5, None],
+)
+def test_delay_levels_are_validated(levels: object) -> None:
+    with pytest.raises(ConfigError, match="delay_levels") as info:
+        EmbeddedBroker(delay_levels=levels)  # type: ignore[arg-type]
+    assert info.value.field == "delay_levels"
+
+
+def test_delay_levels_default_and_custom() -> None:
+    with EmbeddedBroker() as b:
+        assert b.delay_levels == (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800)
+        assert b.pull_consumer("g").delay_levels == b.delay_levels
+    clock = ManualClock()
+    with EmbeddedBroker(clock=clock, delay_levels=[0.5, 2]) as b:
+        assert b.delay_levels == (0.5, 2.0)
+        c, m = _one(b)
+        assert c.send_back([(m, 1), (m, 9)]) == [None, None]  # 9: clamped to 2 s
+        clock.advance(0.5)
+        assert b.deliver_due() == 1
+        clock.advance(1.49)
+        assert b.deliver_due() == 0
+        clock.advance(0.01)
+        assert b.deliver_due() == 1
+        assert b.deliver_due() == 0
+
+
+def test_a_clock_needs_monotonic_and_time() -> None:
+    class MonotonicOnly:
+        def monotonic(self) -> float:
+            return 0.0
+
+    with pytest.raises(ConfigError, match="clock"):
+        EmbeddedBroker(clock=MonotonicOnly())  # type: ignore[arg-type]
+
+
+def test_internal_names_are_reserved(broker: EmbeddedBroker) -> None:
+    c, m = _one(broker)
+    assert c.send_back([(m, 3)]) == [None]
+    assert broker.topics() == ["%RETRY%g", "T"]  # the schedule topic is not listed
+    assert len(broker.queues(SCHEDULE)) == 16  # one queue per level, readable by tools
+    assert [x.body for x in broker.messages(broker.queues(SCHEDULE)[2])] == [b"payload"]
+    with pytest.raises(UnknownTopicError):
+        broker.pull_consumer("x").subscribe(SCHEDULE)
+    with pytest.raises(ValueError, match="internal"):
+        broker.send(SCHEDULE, b"x")
+    with pytest.raises(ValueError, match="internal"):
+        broker.create_topic(SCHEDULE, 16)
+    with pytest.raises(ConfigError, match="group"):
+        broker.pull_consumer("%SCHEDULE%")
+    with pytest.raises(ConfigError, match="queue_count"):
+        broker.create_topic("%DLQ%other", 4)
+    assert broker.create_topic("%DLQ%other", 1) == [MessageQueue("%DLQ%other", "embedded", 0)]
+    assert broker.create_topic("%RETRY%g", 1) == broker.queues("%RETRY%g")  # idempotent
+
+
+def test_reconsume_times_is_the_reconsume_time_property(tmp_path: Path) -> None:
+    b = EmbeddedBroker(tmp_path)
+    (q0,) = b.create_topic("T", 1)
+    b.send("T", b"a", properties={"RECONSUME_TIME": "3"})
+    b.send("T", b"b")
+    with pytest.raises(ValueError, match="RECONSUME_TIME"):
+        b.send("T", b"c", properties={"RECONSUME_TIME": "-1"})
+    before = [m.reconsume_times for m in b.messages(q0)]
+    assert before == [3, 0]
+    b.close()
+    with EmbeddedBroker(tmp_path) as b2:
+        assert [m.reconsume_times for m in b2.messages(q0)] == before
+
+
+def test_a_waiting_poll_wakes_up_when_a_retry_is_due() -> None:
+    with EmbeddedBroker(delay_levels=[0.3]) as b:  # the real clock
+        c, m = _one(b)
+        c.subscribe("%RETRY%g")
+        wait_assigned(c, 2)
+        t0 = time.monotonic()
+        assert c.send_back([(m, 1)]) == [None]
+        batches = c.poll(20.0)  # its wait slice is 10 s: bounded by the due time
+        elapsed = time.monotonic() - t0
+        assert [x.body for bt in batches for x in bt.messages] == [b"payload"]
+        assert 0.25 <= elapsed < 5.0
+
+
+def test_another_groups_poll_delivers_and_wakes_the_retry_consumer() -> None:
+    with EmbeddedBroker(delay_levels=[0.3]) as b:
+        c, m = _one(b)
+        c.subscribe("%RETRY%g")
+        wait_assigned(c, 2)
+        other = b.pull_consumer("other", consume_from=FIRST)
+        other.subscribe("T")
+        got: list[MessageExt] = []
+        t = threading.Thread(target=lambda: got.extend(poll_topic(c, "%RETRY%g", 1, timeout=10.0)))
+        t.start()
+        assert c.send_back([(m, 1)]) == [None]
+        t.join(10)
+        assert [x.reconsume_times for x in got] == [1]
+
+
+def test_deliver_due_moves_big_backlogs_in_chunks() -> None:
+    clock = ManualClock()
+    with EmbeddedBroker(clock=clock) as b:
+        c, m = _one(b)
+        n = 10_000  # more than one delivery chunk
+        assert c.send_back([(m, 1)] * n) == [None] * n
+        assert b.deliver_due() == 0
+        clock.advance(1.0)
+        assert b.deliver_due() == n
+        (rq,) = b.queues("%RETRY%g")
+        assert b.max_offset(rq) == n and b.deliver_due() == 0
+
+
+def test_a_failed_store_fails_every_item_of_the_batch(broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    c, m = _one(broker)
+
+    def broken(*args: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(broker, "_store_slices_locked", broken)
+    results = c.send_back([(m, 1), (m, 0), (m, 2)])
+    assert isinstance(results[0], OSError) and isinstance(results[2], OSError)
+    assert isinstance(results[1], ValueError)
+    assert all(isinstance(r, OSError) for r in c.send_to_dlq([(m, "r", ""), (m, "r", "")]))
+
+
+def test_a_failed_delivery_does_not_break_polls(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = ManualClock()
+    with EmbeddedBroker(clock=clock) as b:
+        c, m = _one(b)
+        c.subscribe("%RETRY%g")
+        assert c.send_back([(m, 1)]) == [None]
+        clock.advance(1.0)
+        real = b._store_slices_locked
+
+        def broken(*args: object) -> None:
+            raise OSError("disk full")
+
+        monkeypatch.setattr(b, "_store_slices_locked", broken)
+        (rq,) = b.queues("%RETRY%g")
+        with caplog.at_level(logging.ERROR):
+            assert c.poll(0) == []  # logged, not raised
+        assert "delayed retries failed" in caplog.text
+        monkeypatch.setattr(b, "_store_slices_locked", real)
+        assert c.poll(0) == [] and b.max_offset(rq) == 0  # backs off: not tried again at once
+        clock.advance(1.0)
+        (r,) = poll_topic(c, "%RETRY%g", 1)
+        assert r.reconsume_times == 1
+
+
+def test_durable_restart_keeps_scheduled_retries(tmp_path: Path) -> None:
+    clock = ManualClock()
+    b = EmbeddedBroker(tmp_path, clock=clock)
+    c, m = _one(b, keys="k", tags="A", properties={"user": "1"})
+    assert c.send_back([(m, 1)]) == [None]  # due in 1 s
+    assert c.send_back([(m, 3)]) == [None]  # due in 10 s
+    clock.advance(1.0)
+    assert b.deliver_due() == 1
+    (rq,) = b.queues("%RETRY%g")
+    first = b.messages(rq)
+    assert [x.reconsume_times for x in first] == [1]
+    b.close()
+
+    b2 = EmbeddedBroker(tmp_path, clock=clock)
+    try:
+        assert b2.messages(rq) == first  # reconsume_times restored from RECONSUME_TIME
+        assert b2.deliver_due() == 0  # the 1 s one was moved before: not again
+        clock.advance(8.9)
+        assert b2.deliver_due() == 0  # the 10 s one is not due yet
+        c2 = b2.pull_consumer("g", consume_from=FIRST)
+        c2.subscribe("%RETRY%g")
+        assert len(poll_topic(c2, "%RETRY%g", 1)) == 1  # the one moved before the restart
+        clock.advance(0.1)
+        (r,) = poll_topic(c2, "%RETRY%g", 1)  # a poll delivers it
+        assert (r.queue_offset, r.body, r.keys, r.tags, r.reconsume_times) == (1, b"payload", "k", "A", 1)
+        assert r.properties["user"] == "1" and r.properties["ORIGIN_OFFSET"] == "0"
+        assert "TIMER_DELIVER_MS" not in r.properties
+        assert c2.send_back([(r, 1)]) == [None]
+        assert c2.send_to_dlq([(r, "gave up", "boom")]) == [None]
+    finally:
+        b2.close()
+
+    with EmbeddedBroker(tmp_path, clock=clock) as b3:
+        assert [x.reconsume_times for x in b3.messages(rq)] == [1, 1]
+        clock.advance(1.0)
+        assert b3.deliver_due() == 1
+        assert [x.reconsume_times for x in b3.messages(rq)] == [1, 1, 2]
+        (d,) = b3.messages(b3.queues("%DLQ%g")[0])
+        assert (d.reconsume_times, d.properties["DLQ_REASON"], d.properties["DLQ_EXCEPTION"]) == (1, "gave up", "boom")
+
+
+def test_reopening_with_more_or_fewer_delay_levels(tmp_path: Path) -> None:
+    clock = ManualClock()
+    b = EmbeddedBroker(tmp_path, clock=clock, delay_levels=[1, 2])
+    c, m = _one(b)
+    assert c.send_back([(m, 2)]) == [None]
+    b.close()
+    with EmbeddedBroker(tmp_path, clock=clock, delay_levels=[1, 2, 3]) as b2:
+        assert len(b2.queues(SCHEDULE)) == 3  # grown
+        c2 = b2.pull_consumer("g", consume_from=FIRST)
+        c2.subscribe("T")
+        (m2,) = poll_topic(c2, "T", 1)
+        assert c2.send_back([(m2, 3)]) == [None]
+    with EmbeddedBroker(tmp_path, clock=clock, delay_levels=[1]) as b3:
+        assert len(b3.queues(SCHEDULE)) == 3  # kept: its messages are still delivered
+        clock.advance(2.0)
+        assert b3.deliver_due() == 1
+        clock.advance(1.0)
+        assert b3.deliver_due() == 1

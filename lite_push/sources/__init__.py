@@ -1,12 +1,24 @@
 """Sources: the message logs lite_push consumes (``_base`` is the contract)."""
 
-from ._base import ConsumeFromWhere, PullSource, RebalanceListener
+from ._base import (
+    DEFAULT_DELAY_LEVELS,
+    ConsumeFromWhere,
+    PullSource,
+    RebalanceListener,
+    dlq_topic,
+    is_retry_or_dlq_topic,
+    retry_topic,
+)
 from .embedded import EmbeddedBroker, EmbeddedPullConsumer
 
 __all__ = [
+    "DEFAULT_DELAY_LEVELS",
     "ConsumeFromWhere",
     "EmbeddedBroker",
     "EmbeddedPullConsumer",
     "PullSource",
     "RebalanceListener",
+    "dlq_topic",
+    "is_retry_or_dlq_topic",
+    "retry_topic",
 ]

@@ -18,17 +18,162 @@ timeout may be evicted; its queues then move without its ``on_revoked``
 running first, and its later commits of them are ignored.  Callbacks must
 therefore return well within the session timeout (lite_push bounds its
 ``on_revoked`` by ``revoke_timeout``).
+
+Failures: a consumer hands a message it could not process back to the source.
+:meth:`PullSource.send_back` stores a copy in the group's retry topic
+``%RETRY%<group>`` that becomes visible only after a delay (RocketMQ's delay
+levels), with ``reconsume_times`` one higher; :meth:`PullSource.send_to_dlq`
+stores it at once in the dead-letter topic ``%DLQ%<group>``.  Both copies carry
+the bookkeeping properties named below, so a dead letter says where it came
+from (``lite_push.dlq`` reads them).  Retry and dead-letter topics have one
+queue and exist as soon as anything was sent to them or anyone subscribed to
+them; they are read with the normal API.
 """
 
 from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 
-from .._types import MessageQueue, OffsetAndMetadata, PollBatch
+from .._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
 
-__all__ = ["ConsumeFromWhere", "PullSource", "RebalanceListener"]
+__all__ = [
+    "BOOKKEEPING_PROPERTIES",
+    "DEFAULT_DELAY_LEVELS",
+    "DLQ_EXCEPTION",
+    "DLQ_GROUP",
+    "DLQ_PREFIX",
+    "DLQ_REASON",
+    "ORIGIN_MESSAGE_ID",
+    "ORIGIN_OFFSET",
+    "ORIGIN_QUEUE_ID",
+    "ORIGIN_TOPIC",
+    "REAL_TOPIC",
+    "RECONSUME_TIME",
+    "RETRY_PREFIX",
+    "RETRY_TOPIC",
+    "TIMER_DELIVER_MS",
+    "ConsumeFromWhere",
+    "PullSource",
+    "RebalanceListener",
+    "dlq_topic",
+    "is_retry_or_dlq_topic",
+    "origin_properties",
+    "reconsume_times_of",
+    "retry_topic",
+]
+
+# -- retry and dead-letter topics --------------------------------------------
+
+#: Prefix of a group's retry topic (RocketMQ's ``MixAll.RETRY_GROUP_TOPIC_PREFIX``).
+RETRY_PREFIX = "%RETRY%"
+#: Prefix of a group's dead-letter topic (RocketMQ's ``MixAll.DLQ_GROUP_TOPIC_PREFIX``).
+DLQ_PREFIX = "%DLQ%"
+
+#: RocketMQ's default delay levels in seconds: 1s 5s 10s 30s 1m 2m 3m 4m 5m
+#: 6m 7m 8m 9m 10m 20m 30m.  Level ``n`` (1-based) waits ``levels[n - 1]``.
+DEFAULT_DELAY_LEVELS: tuple[float, ...] = (
+    1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 180.0, 240.0, 300.0, 360.0, 420.0, 480.0, 540.0, 600.0, 1200.0, 1800.0,
+)  # fmt: skip
+
+# Property names a source adds to retry and dead-letter copies (RocketMQ's
+# MessageConst names where RocketMQ has one).
+
+#: The original topic (RocketMQ: ``PROPERTY_RETRY_TOPIC``); same as ORIGIN_TOPIC.
+RETRY_TOPIC = "RETRY_TOPIC"
+#: The topic the message was first stored in.
+ORIGIN_TOPIC = "ORIGIN_TOPIC"
+#: The queue id it was first stored in (decimal).
+ORIGIN_QUEUE_ID = "ORIGIN_QUEUE_ID"
+#: Its offset in that queue (decimal).
+ORIGIN_OFFSET = "ORIGIN_OFFSET"
+#: Its first message id (RocketMQ: ``PROPERTY_ORIGIN_MESSAGE_ID``).
+ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+#: How many times it was consumed again (RocketMQ: ``PROPERTY_RECONSUME_TIME``);
+#: a stored message's ``reconsume_times`` is this property (0 when absent), so
+#: it survives a restart of a durable source.
+RECONSUME_TIME = "RECONSUME_TIME"
+#: Why the message was dead-lettered.
+DLQ_REASON = "DLQ_REASON"
+#: The text of the exception that failed it last (may be empty).
+DLQ_EXCEPTION = "DLQ_EXCEPTION"
+#: The consumer group that dead-lettered it.
+DLQ_GROUP = "DLQ_GROUP"
+#: Schedule only: the topic a delayed message is delivered to when due
+#: (RocketMQ: ``PROPERTY_REAL_TOPIC``).  Removed on delivery.
+REAL_TOPIC = "REAL_TOPIC"
+#: Schedule only: when a delayed message is due, wall-clock ms since the
+#: epoch (RocketMQ: ``PROPERTY_TIMER_DELIVER_MS``).  Removed on delivery.
+TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+
+#: Every property a source adds for retries and dead letters: what
+#: ``lite_push.dlq.resend`` strips to get the user's properties back.
+BOOKKEEPING_PROPERTIES = frozenset(
+    {
+        RETRY_TOPIC,
+        ORIGIN_TOPIC,
+        ORIGIN_QUEUE_ID,
+        ORIGIN_OFFSET,
+        ORIGIN_MESSAGE_ID,
+        RECONSUME_TIME,
+        DLQ_REASON,
+        DLQ_EXCEPTION,
+        DLQ_GROUP,
+        REAL_TOPIC,
+        TIMER_DELIVER_MS,
+    }
+)
+
+
+def retry_topic(group: str) -> str:
+    """The retry topic of ``group``: ``"%RETRY%" + group``."""
+    return RETRY_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    """The dead-letter topic of ``group``: ``"%DLQ%" + group``."""
+    return DLQ_PREFIX + group
+
+
+def is_retry_or_dlq_topic(topic: str) -> bool:
+    """Whether ``topic`` names a retry or dead-letter topic: ``%RETRY%`` or
+    ``%DLQ%`` followed by a group name.  Sources create these on first use
+    (see :meth:`PullSource.subscribe`)."""
+    return (topic.startswith(RETRY_PREFIX) and len(topic) > len(RETRY_PREFIX)) or (
+        topic.startswith(DLQ_PREFIX) and len(topic) > len(DLQ_PREFIX)
+    )
+
+
+def origin_properties(message: MessageExt) -> dict[str, str]:
+    """A copy of ``message.properties`` for its retry or dead-letter copy:
+    the origin bookkeeping (:data:`ORIGIN_TOPIC`, :data:`RETRY_TOPIC`,
+    :data:`ORIGIN_QUEUE_ID`, :data:`ORIGIN_OFFSET`,
+    :data:`ORIGIN_MESSAGE_ID`) is set from the message unless it already
+    carries an origin (it came from a retry topic): the very first origin is
+    kept.  Schedule-only properties are dropped; the caller sets the rest."""
+    props = dict(message.properties)
+    props.pop(REAL_TOPIC, None)
+    props.pop(TIMER_DELIVER_MS, None)
+    if ORIGIN_TOPIC not in props:
+        props[ORIGIN_TOPIC] = message.topic
+        props[ORIGIN_QUEUE_ID] = str(message.queue_id)
+        props[ORIGIN_OFFSET] = str(message.queue_offset)
+        props[ORIGIN_MESSAGE_ID] = message.msg_id
+    props.setdefault(RETRY_TOPIC, props[ORIGIN_TOPIC])
+    return props
+
+
+def reconsume_times_of(properties: Mapping[str, str]) -> int:
+    """The :data:`RECONSUME_TIME` property as an int (0 when absent).
+    Raises ``ValueError`` naming the property when it is not a decimal
+    integer >= 0."""
+    raw = properties.get(RECONSUME_TIME)
+    if raw is None:
+        return 0
+    if type(raw) is not str or not raw.isdecimal() or not raw.isascii():
+        raise ValueError(f"property {RECONSUME_TIME} must be a decimal integer >= 0, got {raw!r}")
+    return int(raw)
 
 
 class ConsumeFromWhere(enum.Enum):
@@ -63,9 +208,12 @@ class PullSource(abc.ABC):
     def subscribe(self, topic: str, expression: str = "*") -> None:
         """Consume ``topic``.  ``expression`` filters by tag: ``"*"`` (all) or
         ``"TagA || TagB"``.  Filtered messages are skipped by the source; they
-        still advance :attr:`PollBatch.next_offset`.  Raises
-        ``UnknownTopicError`` for a topic the source does not have and
-        ``ValueError`` for a malformed expression."""
+        still advance :attr:`PollBatch.next_offset`.  A retry or dead-letter
+        topic (a name starting with ``%RETRY%`` or ``%DLQ%``) that does not
+        exist yet is created (one queue), so a group can subscribe to them
+        before anything was sent there.  Raises ``UnknownTopicError`` for any
+        other topic the source does not have and ``ValueError`` for a
+        malformed expression."""
 
     @abc.abstractmethod
     def set_rebalance_listener(self, listener: RebalanceListener | None) -> None:
@@ -133,6 +281,46 @@ class PullSource(abc.ABC):
     @abc.abstractmethod
     def unlock(self, queues: Collection[MessageQueue]) -> None:
         """Release this member's locks of these queues (others' are kept)."""
+
+    # failures: retry and dead-letter topics
+
+    @property
+    @abc.abstractmethod
+    def delay_levels(self) -> tuple[float, ...]:
+        """The source's delay levels in seconds: level ``n`` (1-based) of
+        :meth:`send_back` waits ``delay_levels[n - 1]``.  Non-empty, every
+        value positive (default :data:`DEFAULT_DELAY_LEVELS`)."""
+
+    @abc.abstractmethod
+    def send_back(self, items: Sequence[tuple[MessageExt, int]]) -> list[BaseException | None]:
+        """Store a copy of each failed ``(message, delay_level)`` in this
+        member's group retry topic ``%RETRY%<group>`` (created if missing),
+        visible there only once the level's delay has passed.
+
+        The copy has the message's body, keys, tags and properties, plus the
+        origin bookkeeping (see :func:`origin_properties`: a message that
+        came from a retry topic keeps its first origin), and
+        ``reconsume_times = message.reconsume_times + 1`` (also stored as
+        :data:`RECONSUME_TIME`).  Levels above the last are clamped to the
+        last; a level < 1 is a ``ValueError`` for that item.
+
+        Returns one entry per item, in order: ``None`` when the copy is
+        stored, else the exception that failed that item (the other items
+        are still stored).  The whole batch is stored at once (one lock, one
+        write), not message by message.  Raises ``SourceClosedError`` after
+        :meth:`close`."""
+
+    @abc.abstractmethod
+    def send_to_dlq(self, items: Sequence[tuple[MessageExt, str, str]]) -> list[BaseException | None]:
+        """Store each ``(message, reason, exception_text)`` at once in this
+        member's group dead-letter topic ``%DLQ%<group>`` (one queue, created
+        if missing).  The copy has the message's body, keys, tags and
+        properties, the origin bookkeeping (as :meth:`send_back`), and
+        :data:`DLQ_REASON`, :data:`DLQ_EXCEPTION` (may be ``""``),
+        :data:`DLQ_GROUP` and :data:`RECONSUME_TIME` (the message's
+        ``reconsume_times``).  Results and batching as :meth:`send_back`."""
+
+    # lifecycle
 
     @abc.abstractmethod
     def wakeup(self) -> None:

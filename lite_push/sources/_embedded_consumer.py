@@ -5,20 +5,28 @@ in the block comment at the top of ``embedded.py``."""
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from .._errors import ConfigError, NotSubscribedError, SourceClosedError, UnknownTopicError
 from .._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
 from ..rebalance.allocate import AVERAGELY, AllocateStrategy
-from ._base import ConsumeFromWhere, PullSource, RebalanceListener
+from ._base import ConsumeFromWhere, PullSource, RebalanceListener, is_retry_or_dlq_topic
 
 if TYPE_CHECKING:
     from .embedded import EmbeddedBroker
 
-__all__ = ["EmbeddedPullConsumer", "MonotonicClock", "parse_tag_expression"]
+__all__ = [
+    "SCHEDULE_GROUP",
+    "SCHEDULE_TOPIC",
+    "BrokerClock",
+    "EmbeddedPullConsumer",
+    "MonotonicClock",
+    "parse_tag_expression",
+]
 
 logger = logging.getLogger("lite_push.sources.embedded")
 
@@ -26,12 +34,31 @@ logger = logging.getLogger("lite_push.sources.embedded")
 #: beyond ``4 * max_per_queue`` (so a queue of filtered-out messages cannot
 #: make a poll long).
 _SCAN_EXTRA = 256
+#: Shortest wait of a poll bounded by the next delayed retry's due time (a
+#: due time already past -- delivery failed and waits to retry -- must not
+#: make the poll spin).
+_MIN_DUE_WAIT = 0.001
+#: The broker's internal topic of delayed retries, one queue per delay level
+#: (see ``embedded.py``); consumers cannot subscribe to it.
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+#: The internal group whose committed offsets on SCHEDULE_TOPIC say what was
+#: already delivered; no consumer may use this group name.
+SCHEDULE_GROUP = "%SCHEDULE%"
+_INF = math.inf
 
 
-class MonotonicClock(Protocol):
-    """What the broker needs of a clock (lite_push's ``Clock`` fits)."""
+class BrokerClock(Protocol):
+    """What the broker needs of a clock (lite_push's ``Clock`` fits):
+    ``monotonic()`` for session timeouts and lock leases, ``time()`` (epoch
+    seconds) for the due times of delayed retries."""
 
     def monotonic(self) -> float: ...
+
+    def time(self) -> float: ...
+
+
+#: The former name of :class:`BrokerClock` (it then had ``monotonic()`` only).
+MonotonicClock = BrokerClock
 
 
 def parse_tag_expression(expression: str) -> frozenset[str] | None:
@@ -140,6 +167,8 @@ class EmbeddedPullConsumer(PullSource):
     ) -> None:
         if not isinstance(group, str) or not group:
             raise ConfigError("group", f"must be a non-empty string, got {group!r}")
+        if group == SCHEDULE_GROUP:
+            raise ConfigError("group", f"{group!r} is internal to the broker")
         if not isinstance(consume_from, ConsumeFromWhere):
             raise ConfigError("consume_from", f"must be a ConsumeFromWhere, got {consume_from!r}")
         if session_timeout is not None and not session_timeout > 0:
@@ -203,14 +232,18 @@ class EmbeddedPullConsumer(PullSource):
     def subscribe(self, topic: str, expression: str = "*") -> None:
         """Join the group on ``topic`` (or change the tag filter of a topic
         already subscribed).  Raises ``UnknownTopicError`` and ``ValueError``
-        (malformed expression)."""
+        (malformed expression).  A missing retry or dead-letter topic
+        (``%RETRY%...``, ``%DLQ%...``) is created with one queue; the
+        internal ``SCHEDULE_TOPIC_XXXX`` is unknown to consumers."""
         self._check_open()
         tags = parse_tag_expression(expression)
         broker = self._broker
         with self._lock:
             self._check_open()
-            if topic not in broker._topics:
-                raise UnknownTopicError(topic)
+            if topic not in broker._topics or topic == SCHEDULE_TOPIC:
+                if not is_retry_or_dlq_topic(topic):
+                    raise UnknownTopicError(topic)
+                broker._ensure_topic_locked(topic, 1)
             self._filters[topic] = tags
             for st in self._states.values():
                 if st.mq.topic == topic:
@@ -245,8 +278,12 @@ class EmbeddedPullConsumer(PullSource):
         member = self._member
         group = self._group
         clock = self._clock
+        broker = self._broker
         deadline = -1.0
         while True:
+            due = broker._next_due_ms
+            if due < _INF and due <= clock.time() * 1000.0:
+                broker._deliver_from_poll()
             if self._subscribed:
                 now = clock.monotonic()
                 member.last_seen = now
@@ -276,7 +313,11 @@ class EmbeddedPullConsumer(PullSource):
                     self._wakeup = False
                     return []
                 if group.version == self._seen_version and not member.expired and not self._ready():
-                    self._cond.wait(min(remaining, self._wait_slice))
+                    wait = min(remaining, self._wait_slice)
+                    due = broker._next_due_ms
+                    if due < _INF:  # wake when the next delayed retry is due
+                        wait = min(wait, max(_MIN_DUE_WAIT, due / 1000.0 - clock.time()))
+                    self._cond.wait(wait)
 
     def _ready(self) -> bool:
         for st in self._active:
@@ -505,6 +546,25 @@ class EmbeddedPullConsumer(PullSource):
                 current = locks.get(q)
                 if current is not None and current[0] == cid:
                     del locks[q]
+
+    # -- failures -------------------------------------------------------------
+
+    @property
+    def delay_levels(self) -> tuple[float, ...]:
+        """See :attr:`PullSource.delay_levels` (the broker's)."""
+        return self._broker.delay_levels
+
+    def send_back(self, items: Sequence[tuple[MessageExt, int]]) -> list[BaseException | None]:
+        """See :meth:`PullSource.send_back`.  The copy waits in the broker's
+        ``SCHEDULE_TOPIC_XXXX`` until due, then moves to ``%RETRY%<group>``
+        when a consumer polls (or :meth:`EmbeddedBroker.deliver_due`)."""
+        self._check_open()
+        return self._broker._send_back(self._group.name, items)
+
+    def send_to_dlq(self, items: Sequence[tuple[MessageExt, str, str]]) -> list[BaseException | None]:
+        """See :meth:`PullSource.send_to_dlq`."""
+        self._check_open()
+        return self._broker._send_to_dlq(self._group.name, items)
 
     # -- lifecycle ----------------------------------------------------------
 

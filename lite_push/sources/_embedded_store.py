@@ -21,6 +21,7 @@ import orjson
 
 from .._errors import LitePushError
 from .._types import MessageExt
+from ._base import reconsume_times_of
 
 try:  # POSIX advisory lock; elsewhere the directory is simply not locked
     import fcntl
@@ -90,6 +91,15 @@ def decode_meta(raw: bytes | memoryview) -> tuple[str | None, str | None, dict[s
     return meta.get("k"), meta.get("t"), props
 
 
+def _reconsume_times(properties: Mapping[str, str]) -> int:
+    """A loaded message's ``reconsume_times``: its RECONSUME_TIME property
+    (0 when absent or, written by an older version, unreadable)."""
+    try:
+        return reconsume_times_of(properties) if properties else 0
+    except ValueError:
+        return 0
+
+
 def _atomic_write(path: Path, data: bytes, fsync: bool) -> None:
     """Write ``data`` to ``path`` so a reader sees the old or the new file,
     never a mix: write a temporary file, then rename it over ``path``."""
@@ -124,7 +134,8 @@ class QueueLog:
         hsize = HEADER.size
         min_size = hsize + TRAILER.size
         unpack_header, unpack_trailer, crc32 = HEADER.unpack_from, TRAILER.unpack_from, zlib.crc32
-        metas: dict[bytes, tuple[str | None, str | None, dict[str, str]]] = {}  # decoded metadata by its bytes
+        # decoded metadata (keys, tags, properties, reconsume_times) by its bytes
+        metas: dict[bytes, tuple[str | None, str | None, dict[str, str], int]] = {}
         messages: list[MessageExt] = []
         append = messages.append
         pos = 0
@@ -157,18 +168,20 @@ class QueueLog:
                     decoded = metas.get(raw)
                     if decoded is None:
                         try:
-                            decoded = decode_meta(raw)
+                            keys, tags, props = decode_meta(raw)
                         except ValueError as e:  # orjson.JSONDecodeError is a ValueError
                             problem = f"unreadable record metadata ({e})"
                             break
+                        decoded = (keys, tags, props, _reconsume_times(props))
                         if len(metas) > 65536:
                             metas.clear()
                         metas[raw] = decoded
-                    keys, tags, props = decoded
+                    keys, tags, props, times = decoded
                     props = dict(props) if props else {}
                 else:
                     keys = tags = None
                     props = {}
+                    times = 0
                 append(
                     MessageExt(
                         topic,
@@ -180,7 +193,7 @@ class QueueLog:
                         props,
                         born,
                         stored,
-                        0,
+                        times,
                         prefix + str(offset),
                         broker_name,
                     )

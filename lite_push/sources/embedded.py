@@ -74,6 +74,40 @@ consumer and the group state), ``_embedded_store.py`` (the files).
 #   contract).  Its fast path reads the queue lists without the broker lock:
 #   len() and slicing of a list are atomic, and lists only grow.  wakeup(),
 #   the one method other threads may call, sets a flag and notifies _cond.
+#   EmbeddedBroker._next_due_ms is written under _lock and read without it
+#   by every poll (a float read is atomic; a stale value only makes a poll
+#   look once more or a little later).
+#
+# Retries, dead letters and delayed delivery
+#
+# send_back and send_to_dlq (called through a consumer, for its group) store
+# copies made by _base.origin_properties.  Dead letters go straight to
+# %DLQ%<group>.  Retries are delayed like RocketMQ's SCHEDULE_TOPIC_XXXX: the
+# internal topic SCHEDULE_TOPIC has one queue per delay level, and send_back
+# appends the copy to its level's queue with REAL_TOPIC (%RETRY%<group>) and
+# TIMER_DELIVER_MS (due time: the clock's .time() plus the level's delay, in
+# ms).  One fixed delay per level makes each level queue FIFO by due time (as
+# long as the wall clock does not go back), so only the heads are checked.
+# Per level, the delivery offset -- what was already moved -- is the
+# committed offset of the internal group %SCHEDULE% on that queue, stored in
+# offsets.json with the other groups, so it survives a restart.  Delivering
+# a due message appends a copy, minus REAL_TOPIC and TIMER_DELIVER_MS, to its
+# retry topic and then advances the delivery offset, both under one lock;
+# offsets.json is written after.  A crash between the log write and the
+# offsets write delivers that message again after restart: delivery is
+# at-least-once.  Delivery is lazy: every poll compares the clock with
+# _next_due_ms (the earliest head due time, +inf when nothing is scheduled)
+# and delivers what is due; a poll that waits does not wait past it.
+# deliver_due() does the same for callers with no consumer.
+#
+# Retry and DLQ topics have one queue and are created on first use: by
+# send_back/send_to_dlq, or by a subscribe() naming them.  SCHEDULE_TOPIC is
+# created by the first send_back with one queue per delay level (grown on
+# reopen when more levels are configured; extra queues of a shorter list are
+# still delivered from).  It cannot be subscribed, sent to or created by
+# users, and topics() does not list it.  A message's reconsume_times is its
+# RECONSUME_TIME property (0 when absent), for every topic and also when a
+# log is loaded, so the in-memory and the reopened broker agree.
 # ---------------------------------------------------------------------------
 """
 
@@ -83,10 +117,11 @@ import bisect
 import gc
 import itertools
 import logging
+import math
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from operator import attrgetter
 from typing import Any, overload
 from zlib import crc32 as _crc32
@@ -95,11 +130,43 @@ from .._errors import ConfigError, MessageTooLargeError, SourceClosedError, Unkn
 from .._router import lane_of
 from .._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
 from ..rebalance.allocate import AVERAGELY, AllocateStrategy
-from ._base import ConsumeFromWhere
-from ._embedded_consumer import EmbeddedPullConsumer, MonotonicClock, _Group, _Member, parse_tag_expression
+from ._base import (
+    DEFAULT_DELAY_LEVELS,
+    DLQ_EXCEPTION,
+    DLQ_GROUP,
+    DLQ_REASON,
+    REAL_TOPIC,
+    RECONSUME_TIME,
+    TIMER_DELIVER_MS,
+    ConsumeFromWhere,
+    dlq_topic,
+    is_retry_or_dlq_topic,
+    origin_properties,
+    reconsume_times_of,
+    retry_topic,
+)
+from ._embedded_consumer import (
+    SCHEDULE_GROUP,
+    SCHEDULE_TOPIC,
+    BrokerClock,
+    EmbeddedPullConsumer,
+    MonotonicClock,
+    _Group,
+    _Member,
+    parse_tag_expression,
+)
 from ._embedded_store import HEADER, MAGIC, TRAILER, QueueLog, Store, encode_meta, msg_id_prefix
 
-__all__ = ["EmbeddedBroker", "EmbeddedPullConsumer", "MonotonicClock", "SendResults", "parse_tag_expression"]
+__all__ = [
+    "SCHEDULE_GROUP",
+    "SCHEDULE_TOPIC",
+    "BrokerClock",
+    "EmbeddedBroker",
+    "EmbeddedPullConsumer",
+    "MonotonicClock",
+    "SendResults",
+    "parse_tag_expression",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +178,11 @@ _CHUNK = 65536
 _GC_PAUSE_MIN = 4096
 #: RocketMQ's default consume_timestamp: half an hour ago.
 _DEFAULT_TIMESTAMP_LAG_MS = 30 * 60 * 1000
+#: Due messages moved per lock acquisition by a delivery run.
+_DELIVER_CHUNK = 4096
+#: How long delivery waits before trying again after it failed (seconds).
+_DELIVER_RETRY_DELAY = 1.0
+_INF = math.inf
 _store_ts = attrgetter("store_timestamp")
 _ITEM_FIELDS = frozenset({"body", "keys", "tags", "properties", "queue_id"})
 
@@ -124,6 +196,49 @@ def _validate_topic(topic: str) -> None:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _check_delay_levels(levels: object) -> tuple[float, ...]:
+    """``delay_levels`` as a tuple of floats, or ``ConfigError``."""
+    if isinstance(levels, (str, bytes)) or not isinstance(levels, Iterable):
+        raise ConfigError("delay_levels", f"must be a sequence of seconds, got {levels!r}")
+    out = tuple(levels)
+    if not out:
+        raise ConfigError("delay_levels", "must hold at least one level")
+    for x in out:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
+            raise ConfigError("delay_levels", f"every level must be a positive, finite number of seconds, got {x!r}")
+    return tuple(float(x) for x in out)
+
+
+def _due_ms(m: MessageExt) -> int:
+    """When a scheduled message is due (0, i.e. at once, when its property
+    is missing or unreadable: it is then dropped with a warning)."""
+    raw = m.properties.get(TIMER_DELIVER_MS)
+    try:
+        return int(raw) if raw is not None else 0
+    except ValueError:
+        return 0
+
+
+def _check_message(m: object, limit: int) -> MessageExt:
+    """A message handed to send_back/send_to_dlq, checked enough to be
+    stored: ``TypeError`` / ``MessageTooLargeError`` otherwise."""
+    if not isinstance(m, MessageExt):
+        raise TypeError(f"expected a MessageExt, got {type(m).__name__}")
+    if type(m.body) is not bytes:
+        raise TypeError(f"message body must be bytes, got {type(m.body).__name__}")
+    if len(m.body) > limit:
+        raise MessageTooLargeError(m.topic, len(m.body), limit)
+    if type(m.reconsume_times) is not int or m.reconsume_times < 0:
+        raise ValueError(f"reconsume_times must be an int >= 0, got {m.reconsume_times!r}")
+    for k, v in m.properties.items():
+        if type(k) is not str or type(v) is not str:
+            raise TypeError(f"properties must map str to str, got {k!r}: {v!r}")
+    return m
+
+
+_Encoded = tuple[list[tuple[int, int, int]], list[list[MessageExt]], list[list[int]], list[list[bytes]]]
 
 
 class _Topic:
@@ -186,9 +301,13 @@ class EmbeddedBroker:
     ``path``, with consumer groups whose members share the queues.
 
     Thread-safe: any thread may send; each consumer belongs to one thread.
-    ``clock`` (``.monotonic()``) drives session timeouts only; timestamps are
-    wall-clock milliseconds.  ``session_timeout`` is the default for
-    consumers that do not set their own.
+    ``clock`` (default: the ``time`` module) drives session timeouts and
+    lock leases (``.monotonic()``) and the due times of delayed retries
+    (``.time()``); message timestamps are wall-clock milliseconds.
+    ``session_timeout`` is the default for consumers that do not set their
+    own.  ``delay_levels`` are the seconds each delay level of
+    :meth:`EmbeddedPullConsumer.send_back` waits (default RocketMQ's 16
+    levels, 1 s to 30 min).
     """
 
     def __init__(
@@ -197,9 +316,10 @@ class EmbeddedBroker:
         *,
         broker_name: str = "embedded",
         max_message_size: int = 4 * 1024 * 1024,
-        clock: MonotonicClock | None = None,
+        clock: BrokerClock | None = None,
         session_timeout: float = 30.0,
         fsync: bool = False,
+        delay_levels: Sequence[float] = DEFAULT_DELAY_LEVELS,
     ) -> None:
         if not isinstance(broker_name, str) or not broker_name:
             raise ConfigError("broker_name", f"must be a non-empty string, got {broker_name!r}")
@@ -207,10 +327,16 @@ class EmbeddedBroker:
             raise ConfigError("max_message_size", f"must be a positive int, got {max_message_size!r}")
         if not session_timeout > 0:
             raise ConfigError("session_timeout", f"must be positive, got {session_timeout!r}")
+        if clock is not None and not all(callable(getattr(clock, f, None)) for f in ("monotonic", "time")):
+            raise ConfigError("clock", f"must have monotonic() and time() (lite_push.Clock fits), got {clock!r}")
+        self._delay_levels = _check_delay_levels(delay_levels)
         self.broker_name = broker_name
         self.max_message_size = max_message_size
         self.session_timeout = float(session_timeout)
-        self._clock: MonotonicClock = clock if clock is not None else time
+        self._clock: BrokerClock = clock if clock is not None else time
+        # earliest due time (ms) of a scheduled message, +inf when none; see
+        # "Retries, dead letters and delayed delivery" above
+        self._next_due_ms = _INF
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._offsets_io_lock = threading.Lock()
@@ -244,6 +370,9 @@ class EmbeddedBroker:
                 if msgs:
                     self._last_store_ms = max(self._last_store_ms, msgs[-1].store_timestamp)
             self._topics[name] = topic
+        schedule = self._topics.get(SCHEDULE_TOPIC)
+        if schedule is not None and len(schedule.queues) < len(self._delay_levels):
+            self._grow_locked(schedule, len(self._delay_levels))
         for group_name, entries in store.load_offsets().items():
             group = self._group(group_name)
             for (topic_name, qid), (offset, metadata) in entries.items():
@@ -252,6 +381,7 @@ class EmbeddedBroker:
                     logger.warning("offsets for unknown queue %s#%d of group %r ignored", topic_name, qid, group_name)
                     continue
                 group.committed[t.queues[qid]] = OffsetAndMetadata(offset, metadata)
+        self._recompute_next_due_locked()
         logger.info(
             "embedded broker %r opened %s: %d topic(s), %d message(s)",
             self.broker_name,
@@ -283,33 +413,69 @@ class EmbeddedBroker:
         Idempotent when the topic exists with that count; ``ConfigError`` (a
         ``ValueError`` naming ``queue_count``) when the count is < 1 or
         differs from the existing topic's; ``ValueError`` for a topic name
-        that is empty, longer than 255 or holds ``/``, ``\\`` or NUL."""
+        that is empty, longer than 255 or holds ``/``, ``\\`` or NUL.  Retry
+        and dead-letter topics (``%RETRY%...``, ``%DLQ%...``) have exactly one
+        queue; the internal ``SCHEDULE_TOPIC_XXXX`` cannot be created."""
         _validate_topic(topic)
         if not isinstance(queue_count, int) or isinstance(queue_count, bool) or queue_count < 1:
             raise ConfigError("queue_count", f"must be an int >= 1, got {queue_count!r}")
+        if topic == SCHEDULE_TOPIC:
+            raise ValueError(f"topic {topic!r} is internal to the broker")
+        if queue_count != 1 and is_retry_or_dlq_topic(topic):
+            raise ConfigError("queue_count", f"retry and dead-letter topics have 1 queue, not {queue_count} ({topic!r})")
         with self._lock:
             self._check_open()
             existing = self._topics.get(topic)
-            if existing is not None:
-                if len(existing.queues) != queue_count:
-                    raise ConfigError(
-                        "queue_count", f"topic {topic!r} exists with {len(existing.queues)} queues, not {queue_count}"
-                    )
-                return list(existing.queues)
-            t = _Topic(topic, self.broker_name, queue_count)
-            if self._store is not None:
-                counts = {name: len(x.queues) for name, x in self._topics.items()}
-                counts[topic] = queue_count
-                self._store.save_topics(counts)
-                t.files = [self._store.open_queue(topic, i) for i in range(queue_count)]
-            self._topics[topic] = t
-            logger.debug("created topic %r with %d queues", topic, queue_count)
-            return list(t.queues)
+            if existing is not None and len(existing.queues) != queue_count:
+                raise ConfigError(
+                    "queue_count", f"topic {topic!r} exists with {len(existing.queues)} queues, not {queue_count}"
+                )
+            return list(self._ensure_topic_locked(topic, queue_count).queues)
+
+    def _ensure_topic_locked(self, topic: str, queue_count: int) -> _Topic:
+        """(lock held) The topic, created with ``queue_count`` queues (and
+        saved, when durable) if it does not exist.  ``ValueError`` for a bad
+        name."""
+        t = self._topics.get(topic)
+        if t is not None:
+            return t
+        _validate_topic(topic)
+        t = _Topic(topic, self.broker_name, queue_count)
+        if self._store is not None:
+            counts = {name: len(x.queues) for name, x in self._topics.items()}
+            counts[topic] = queue_count
+            self._store.save_topics(counts)
+            t.files = [self._store.open_queue(topic, i) for i in range(queue_count)]
+        self._topics[topic] = t
+        logger.debug("created topic %r with %d queues", topic, queue_count)
+        return t
+
+    def _grow_locked(self, t: _Topic, queue_count: int) -> None:
+        """(lock held) Add queues to ``t`` (only SCHEDULE_TOPIC grows: when
+        the broker reopens with more delay levels than it was created with)."""
+        old = len(t.queues)
+        new = range(old, queue_count)
+        t.queues.extend(MessageQueue(t.name, self.broker_name, i) for i in new)
+        t.logs.extend([] for _ in new)
+        t.prefixes.extend(msg_id_prefix(self.broker_name, t.name, i) for i in new)
+        if self._store is not None and t.files is not None:
+            counts = {name: len(x.queues) for name, x in self._topics.items()}
+            self._store.save_topics(counts)
+            t.files.extend(self._store.open_queue(t.name, i) for i in new)
+        logger.info("topic %r grew from %d to %d queues", t.name, old, queue_count)
 
     def topics(self) -> list[str]:
-        """The topic names, sorted."""
+        """The names of the topics consumers can subscribe to, sorted: those
+        made by :meth:`create_topic` and the retry and dead-letter topics
+        (``%RETRY%<group>``, ``%DLQ%<group>``) that exist.  The internal
+        ``SCHEDULE_TOPIC_XXXX`` (delayed retries) is not listed."""
         with self._lock:
-            return sorted(self._topics)
+            return sorted(name for name in self._topics if name != SCHEDULE_TOPIC)
+
+    @property
+    def delay_levels(self) -> tuple[float, ...]:
+        """The seconds each delay level waits (level ``n`` is ``[n - 1]``)."""
+        return self._delay_levels
 
     def queues(self, topic: str) -> list[MessageQueue]:
         """The queues of ``topic``, sorted.  ``UnknownTopicError`` if none."""
@@ -371,8 +537,13 @@ class EmbeddedBroker:
         ``queue_id`` (same rules as :meth:`send`).  Every item is checked
         before anything is stored, so a bad item stores nothing.  The broker
         lock is taken once per batch (once per ~65536 messages for bigger
-        batches: another sender's messages may then interleave)."""
+        batches: another sender's messages may then interleave).  A
+        ``RECONSUME_TIME`` property (reserved) sets the stored message's
+        ``reconsume_times``; ``ValueError`` when it is not an int >= 0.  The
+        internal ``SCHEDULE_TOPIC_XXXX`` takes no messages (``ValueError``)."""
         self._check_open()
+        if topic == SCHEDULE_TOPIC:
+            raise ValueError(f"topic {topic!r} is internal to the broker")
         t = self._topic(topic)
         n = len(t.queues)
         limit = self.max_message_size
@@ -428,7 +599,8 @@ class EmbeddedBroker:
                         raise TypeError(f"keys must be str or None, got {type(keys).__name__}")
                     q = rr % n
                     rr += 1
-                m = MessageExt(name, q, -1, body, keys or None, tags, props, born, 0, 0, "", bname)
+                rt = reconsume_times_of(props) if props else 0
+                m = MessageExt(name, q, -1, body, keys or None, tags, props, born, 0, rt, "", bname)
                 per_q[q].append(m)
                 add(m)
                 if durable:
@@ -489,30 +661,59 @@ class EmbeddedBroker:
         meta_lens: list[list[int]],
         payloads: list[list[bytes]],
     ) -> None:
-        """Under the lock: give the messages of ``slices`` their offsets, ids
-        and store time, append them to the logs (file, then memory), wake the
-        pollers."""
+        """Take the lock and :meth:`_store_slices_locked`."""
         with self._lock:
             self._check_open()
-            now = self._last_store_ms = max(_now_ms(), self._last_store_ms)  # never goes back
-            logs = t.logs
-            pending = [0] * len(logs)  # a queue may have several slices here
-            for q, start, stop in slices:
-                base = len(logs[q]) + pending[q] - start
-                pending[q] += stop - start
-                prefix = t.prefixes[q]
-                msgs = per_q[q]
-                for i in range(start, stop):
-                    m = msgs[i]
-                    off = base + i
-                    m.queue_offset = off
-                    m.msg_id = prefix + str(off)
-                    m.store_timestamp = now
-            if t.files is not None:
-                self._write(t.files, slices, per_q, meta_lens, payloads)
-            for q, start, stop in slices:
-                logs[q].extend(per_q[q][start:stop] if start or stop < len(per_q[q]) else per_q[q])
-            self._cond.notify_all()
+            self._store_slices_locked(t, slices, per_q, meta_lens, payloads)
+
+    def _store_slices_locked(
+        self,
+        t: _Topic,
+        slices: list[tuple[int, int, int]],
+        per_q: list[list[MessageExt]],
+        meta_lens: list[list[int]],
+        payloads: list[list[bytes]],
+    ) -> None:
+        """(lock held) Give the messages of ``slices`` their offsets, ids and
+        store time, append them to the logs (file, then memory), wake the
+        pollers."""
+        now = self._last_store_ms = max(_now_ms(), self._last_store_ms)  # never goes back
+        logs = t.logs
+        pending = [0] * len(logs)  # a queue may have several slices here
+        for q, start, stop in slices:
+            base = len(logs[q]) + pending[q] - start
+            pending[q] += stop - start
+            prefix = t.prefixes[q]
+            msgs = per_q[q]
+            for i in range(start, stop):
+                m = msgs[i]
+                off = base + i
+                m.queue_offset = off
+                m.msg_id = prefix + str(off)
+                m.store_timestamp = now
+        if t.files is not None:
+            self._write(t.files, slices, per_q, meta_lens, payloads)
+        for q, start, stop in slices:
+            logs[q].extend(per_q[q][start:stop] if start or stop < len(per_q[q]) else per_q[q])
+        self._cond.notify_all()
+
+    def _encode(self, messages: list[MessageExt], queue_count: int) -> _Encoded:
+        """Group ``messages`` (their ``queue_id`` set) per queue and, when
+        the broker is durable, encode their records' payloads: the arguments
+        of :meth:`_store_slices_locked`.  Runs without the lock."""
+        per_q: list[list[MessageExt]] = [[] for _ in range(queue_count)]
+        meta_lens: list[list[int]] = [[] for _ in range(queue_count)]
+        payloads: list[list[bytes]] = [[] for _ in range(queue_count)]
+        durable = self._store is not None
+        for m in messages:
+            q = m.queue_id
+            per_q[q].append(m)
+            if durable:
+                meta = encode_meta(m.keys, m.tags, m.properties)
+                meta_lens[q].append(len(meta))
+                payloads[q].append(meta + m.body if meta else m.body)
+        slices = [(q, 0, len(msgs)) for q, msgs in enumerate(per_q) if msgs]
+        return slices, per_q, meta_lens, payloads
 
     @staticmethod
     def _write(
@@ -547,7 +748,233 @@ class EmbeddedBroker:
                 log.truncate(size)
             raise
 
+    # -- retries, dead letters, delayed delivery ----------------------------
+
+    def _send_back(self, group: str, items: Sequence[tuple[MessageExt, int]]) -> list[BaseException | None]:
+        """:meth:`EmbeddedPullConsumer.send_back` for ``group``: store each
+        copy in the schedule queue of its delay level, due ``delay`` seconds
+        from the clock's ``.time()``, bound for ``%RETRY%<group>``."""
+        levels = self._delay_levels
+        target = retry_topic(group)
+        now_ms = int(self._clock.time() * 1000)
+        broker_name = self.broker_name
+
+        def copy(item: tuple[MessageExt, int]) -> MessageExt:
+            message, level = item
+            _check_message(message, self.max_message_size)
+            if isinstance(level, bool) or not isinstance(level, int):
+                raise TypeError(f"delay level must be an int, got {level!r}")
+            if level < 1:
+                raise ValueError(f"delay level must be >= 1, got {level}")
+            level = min(level, len(levels))
+            times = message.reconsume_times + 1
+            props = origin_properties(message)
+            props[RECONSUME_TIME] = str(times)
+            props[REAL_TOPIC] = target
+            props[TIMER_DELIVER_MS] = str(now_ms + round(levels[level - 1] * 1000))
+            return MessageExt(
+                SCHEDULE_TOPIC,
+                level - 1,
+                -1,
+                message.body,
+                message.keys,
+                message.tags,
+                props,
+                message.born_timestamp,
+                reconsume_times=times,
+                broker_name=broker_name,
+            )
+
+        return self._store_copies(items, copy, SCHEDULE_TOPIC, len(levels), target)
+
+    def _send_to_dlq(self, group: str, items: Sequence[tuple[MessageExt, str, str]]) -> list[BaseException | None]:
+        """:meth:`EmbeddedPullConsumer.send_to_dlq` for ``group``."""
+        target = dlq_topic(group)
+        broker_name = self.broker_name
+
+        def copy(item: tuple[MessageExt, str, str]) -> MessageExt:
+            message, reason, text = item
+            _check_message(message, self.max_message_size)
+            if type(reason) is not str or type(text) is not str:
+                raise TypeError(f"reason and exception text must be str, got {reason!r}, {text!r}")
+            props = origin_properties(message)
+            props[DLQ_REASON] = reason
+            props[DLQ_EXCEPTION] = text
+            props[DLQ_GROUP] = group
+            props[RECONSUME_TIME] = str(message.reconsume_times)
+            return MessageExt(
+                target,
+                0,
+                -1,
+                message.body,
+                message.keys,
+                message.tags,
+                props,
+                message.born_timestamp,
+                reconsume_times=message.reconsume_times,
+                broker_name=broker_name,
+            )
+
+        return self._store_copies(items, copy, target, 1, None)
+
+    def _store_copies(
+        self,
+        items: Sequence[Any],
+        copy: Callable[[Any], MessageExt],
+        topic: str,
+        queue_count: int,
+        also_create: str | None,
+    ) -> list[BaseException | None]:
+        """Build ``copy(item)`` of every item (an exception is that item's
+        result), then store the copies in ``topic`` (created with
+        ``queue_count`` queues if missing, as is ``also_create``) under one
+        lock acquisition with one write per queue; a failure there is the
+        result of every copy."""
+        self._check_open()
+        results: list[BaseException | None] = [None] * len(items)
+        copies: list[MessageExt] = []
+        built: list[int] = []
+        for i, item in enumerate(items):
+            try:
+                copies.append(copy(item))
+            except Exception as e:  # noqa: BLE001 -- this item's result
+                results[i] = e
+            else:
+                built.append(i)
+        if not copies:
+            return results
+        encoded = self._encode(copies, queue_count)
+        try:
+            with self._lock:
+                self._check_open()
+                if also_create is not None:
+                    self._ensure_topic_locked(also_create, 1)
+                t = self._ensure_topic_locked(topic, queue_count)
+                self._store_slices_locked(t, *encoded)
+                if topic == SCHEDULE_TOPIC:
+                    self._recompute_next_due_locked()
+        except Exception as e:  # noqa: BLE001 -- every copy's result
+            logger.warning("storing %d message(s) in %r failed: %s", len(copies), topic, e)
+            for i in built:
+                results[i] = e
+        return results
+
+    def deliver_due(self) -> int:
+        """Move every delayed retry that is due (by the clock's ``.time()``)
+        to its retry topic; return how many were moved.  Polls do this on
+        their own; call it when no consumer polls (tools, tests).  Delivery
+        is at-least-once (see the module comment).  ``SourceClosedError``
+        after :meth:`close`."""
+        now_ms = int(self._clock.time() * 1000)
+        total = 0
+        more = True
+        while more:
+            snapshot = None
+            with self._lock:
+                self._check_open()
+                moved, advanced, more = self._deliver_locked(now_ms)
+                if advanced and self._store is not None:
+                    snapshot = self._offsets_snapshot()
+            if snapshot is not None:
+                self._save_offsets(*snapshot)
+            total += moved
+        if total:
+            logger.debug("delivered %d delayed retr%s", total, "y" if total == 1 else "ies")
+        return total
+
+    def _deliver_locked(self, now_ms: int) -> tuple[int, bool, bool]:
+        """(lock held) Move up to ``_DELIVER_CHUNK`` messages due at
+        ``now_ms`` from the schedule queues' heads to their retry topics,
+        then advance the delivery offsets.  Returns (how many were moved,
+        whether a delivery offset moved, whether more may be due)."""
+        t = self._topics.get(SCHEDULE_TOPIC)
+        if t is None:
+            return 0, False, False
+        committed = self._group(SCHEDULE_GROUP).committed
+        by_target: dict[str, list[MessageExt]] = {}
+        advanced: list[tuple[MessageQueue, int]] = []
+        budget = _DELIVER_CHUNK
+        more = False
+        broker_name = self.broker_name
+        for q, log in zip(t.queues, t.logs):
+            om = committed.get(q)
+            start = pos = om.offset if om is not None else 0
+            end = len(log)
+            while pos < end and _due_ms(log[pos]) <= now_ms:
+                if not budget:
+                    more = True
+                    break
+                budget -= 1
+                m = log[pos]
+                pos += 1
+                props = dict(m.properties)
+                target = props.pop(REAL_TOPIC, "")
+                props.pop(TIMER_DELIVER_MS, None)
+                try:
+                    _validate_topic(target)
+                except ValueError:
+                    logger.warning("scheduled message %s has no valid %s (%r); dropped", m.msg_id, REAL_TOPIC, target)
+                    continue
+                copy = MessageExt(
+                    target,
+                    0,
+                    -1,
+                    m.body,
+                    m.keys,
+                    m.tags,
+                    props,
+                    m.born_timestamp,
+                    reconsume_times=m.reconsume_times,
+                    broker_name=broker_name,
+                )
+                by_target.setdefault(target, []).append(copy)
+            if pos != start:
+                advanced.append((q, pos))
+        moved = 0
+        for target, msgs in by_target.items():
+            tt = self._ensure_topic_locked(target, 1)
+            self._store_slices_locked(tt, *self._encode(msgs, len(tt.queues)))
+            moved += len(msgs)
+        for q, pos in advanced:  # only once every copy is stored: at-least-once
+            committed[q] = OffsetAndMetadata(pos)
+        self._recompute_next_due_locked()
+        return moved, bool(advanced), more
+
+    def _recompute_next_due_locked(self) -> None:
+        """(lock held) ``_next_due_ms`` := the earliest due time among the
+        schedule queues' heads (+inf when nothing is scheduled)."""
+        t = self._topics.get(SCHEDULE_TOPIC)
+        g = self._groups.get(SCHEDULE_GROUP)
+        best = _INF
+        if t is not None:
+            for q, log in zip(t.queues, t.logs):
+                om = g.committed.get(q) if g is not None else None
+                pos = om.offset if om is not None else 0
+                if pos < len(log):
+                    best = min(best, _due_ms(log[pos]))
+        self._next_due_ms = best
+
+    def _deliver_from_poll(self) -> None:
+        """:meth:`deliver_due` for a consumer's poll: a failure is logged
+        (the poll goes on) and delivery is tried again a little later."""
+        try:
+            self.deliver_due()
+        except SourceClosedError:
+            pass  # the poll reports it
+        except Exception:
+            logger.exception("delivering delayed retries failed; trying again in %g s", _DELIVER_RETRY_DELAY)
+            with self._lock:
+                self._next_due_ms = (self._clock.time() + _DELIVER_RETRY_DELAY) * 1000
+
     # -- consumers ----------------------------------------------------------
+
+    def committed(self, group: str, queue: MessageQueue) -> OffsetAndMetadata | None:
+        """What ``group`` last committed for ``queue`` (an admin view, like
+        RocketMQ's ``queryConsumeOffset``; it does not join the group)."""
+        self._check_open()
+        with self._lock:
+            g = self._groups.get(group)
+            return None if g is None else g.committed.get(queue)
 
     def pull_consumer(
         self,

@@ -1,0 +1,172 @@
+"""Dead letters: read them, and send them back to be consumed again.
+
+A message that failed ``max_reconsume_times`` times (or was rejected for
+good) is stored in its group's dead-letter topic ``%DLQ%<group>`` by
+:meth:`PullSource.send_to_dlq <lite_push.sources.PullSource.send_to_dlq>`,
+with properties saying why and where it came from.  Read them like any
+topic (``pull_consumer(...).subscribe("%DLQ%<group>")``, or
+:func:`dead_letters` on an :class:`~lite_push.sources.EmbeddedBroker`), turn
+each into a :class:`DeadLetter` with :meth:`DeadLetter.from_message`, and,
+once the cause is fixed, :func:`resend` it to its original topic::
+
+    for dl in dead_letters(broker, "orders-consumer"):
+        log.info("%s failed %d times: %s", dl.origin_msg_id, dl.reconsume_times, dl.reason)
+        resend(broker, dl)
+
+The dead-letter topic itself is append-only: resending does not remove the
+dead letter (track what was resent, e.g. by committing a group's offset on
+the DLQ topic).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from ._errors import UnknownTopicError
+from ._types import MessageExt, SendResult
+from .sources._base import (
+    BOOKKEEPING_PROPERTIES,
+    DLQ_EXCEPTION,
+    DLQ_GROUP,
+    DLQ_REASON,
+    ORIGIN_MESSAGE_ID,
+    ORIGIN_OFFSET,
+    ORIGIN_QUEUE_ID,
+    ORIGIN_TOPIC,
+    RECONSUME_TIME,
+    dlq_topic,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from .sources.embedded import EmbeddedBroker
+
+__all__ = ["DeadLetter", "Sender", "dead_letters", "resend", "user_properties"]
+
+logger = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class Sender(Protocol):
+    """Anything that stores a message in a topic (an
+    :class:`~lite_push.sources.EmbeddedBroker` is one)."""
+
+    def send(
+        self,
+        topic: str,
+        body: bytes,
+        keys: str | None = None,
+        tags: str | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> SendResult:
+        """Store one message in ``topic``; return where it was stored."""
+        ...
+
+
+def _required(props: Mapping[str, str], name: str) -> str:
+    value = props.get(name)
+    if value is None:
+        raise ValueError(f"not a dead letter: property {name} is missing")
+    return value
+
+
+def _int(props: Mapping[str, str], name: str) -> int:
+    raw = _required(props, name)
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"dead letter property {name} must be an integer, got {raw!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message of a dead-letter topic, with its bookkeeping parsed."""
+
+    #: The message as stored in the dead-letter topic.
+    message: MessageExt = field(hash=False)
+    #: The consumer group that gave up on it.
+    group: str
+    #: Why (e.g. "max reconsume times exceeded" or a listener's verdict).
+    reason: str
+    #: The text of the last exception ("" when there was none).
+    exception: str
+    #: Where the message was first stored: topic, queue id, offset, id.
+    origin_topic: str
+    origin_queue_id: int
+    origin_offset: int
+    origin_msg_id: str
+    #: How many times it had been consumed again when it was dead-lettered.
+    reconsume_times: int
+
+    @classmethod
+    def from_message(cls, message: MessageExt) -> DeadLetter:
+        """Parse a message read from a ``%DLQ%<group>`` topic.  Raises
+        ``ValueError`` naming the property that is missing or malformed
+        when ``message`` is not a dead letter."""
+        props = message.properties
+        group = _required(props, DLQ_GROUP)
+        reason = _required(props, DLQ_REASON)
+        origin_topic = _required(props, ORIGIN_TOPIC)
+        origin_queue_id = _int(props, ORIGIN_QUEUE_ID)
+        origin_offset = _int(props, ORIGIN_OFFSET)
+        origin_msg_id = _required(props, ORIGIN_MESSAGE_ID)
+        times = _int(props, RECONSUME_TIME) if RECONSUME_TIME in props else message.reconsume_times
+        return cls(
+            message=message,
+            group=group,
+            reason=reason,
+            exception=props.get(DLQ_EXCEPTION, ""),
+            origin_topic=origin_topic,
+            origin_queue_id=origin_queue_id,
+            origin_offset=origin_offset,
+            origin_msg_id=origin_msg_id,
+            reconsume_times=times,
+        )
+
+
+def user_properties(message: MessageExt) -> dict[str, str]:
+    """``message.properties`` without the bookkeeping a source added for
+    retries and dead letters (``DLQ_*``, ``ORIGIN_*``, ``RETRY_TOPIC``,
+    ``RECONSUME_TIME``, schedule properties): what the producer set."""
+    return {k: v for k, v in message.properties.items() if k not in BOOKKEEPING_PROPERTIES}
+
+
+def resend(sender: Sender, dead_letter: DeadLetter | MessageExt) -> SendResult:
+    """Send a dead letter back to its original topic as a new message: its
+    original body, keys, tags and :func:`user_properties`, so it is consumed
+    again from scratch (``reconsume_times`` 0).  Accepts a
+    :class:`DeadLetter` or the DLQ message itself (``ValueError`` when that
+    is not a dead letter).  Returns what ``sender.send`` returned."""
+    dl = dead_letter if isinstance(dead_letter, DeadLetter) else DeadLetter.from_message(dead_letter)
+    m = dl.message
+    result = sender.send(dl.origin_topic, m.body, keys=m.keys, tags=m.tags, properties=user_properties(m))
+    logger.info(
+        "dead letter %s of group %r (first %s) resent to %r as %s",
+        m.msg_id,
+        dl.group,
+        dl.origin_msg_id,
+        dl.origin_topic,
+        result.msg_id,
+    )
+    return result
+
+
+def dead_letters(broker: EmbeddedBroker, group: str, start: int = 0, stop: int | None = None) -> list[DeadLetter]:
+    """The dead letters of ``group`` stored in ``broker`` at offsets
+    ``[start, stop)`` of ``%DLQ%<group>`` (empty when the group has none).
+    Messages of that topic that are not dead letters (sent there by hand)
+    are skipped with a warning."""
+    try:
+        (queue,) = broker.queues(dlq_topic(group))
+    except UnknownTopicError:
+        return []
+    out: list[DeadLetter] = []
+    for m in broker.messages(queue, start, stop):
+        try:
+            out.append(DeadLetter.from_message(m))
+        except ValueError as e:
+            logger.warning("%s offset %d skipped: %s", queue, m.queue_offset, e)
+    return out
