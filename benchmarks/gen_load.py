@@ -9,7 +9,11 @@ Writes ``OUT/part-*.parquet`` with one row per message:
 * ``key`` (string): a 16-digit account-number-like id
   (:func:`workloads.key_for_rank`), sampled by the workload's skew;
 * ``cost_us`` (int): the message's processing cost in microseconds;
-* ``body_size`` (int): the body size in bytes.
+* ``body_size`` (int): the body size in bytes;
+* ``fail_times`` (int): listener attempts that fail before the message
+  succeeds -- the workload's ``poison_failures`` for messages of a poisoned
+  key (:func:`workloads.poisoned_ranks`), else 0 (always 0 when the workload
+  has no poisoned keys).
 
 and ``OUT/_workload.json`` (the :class:`~workloads.Workload`
 fields; Spark and pyarrow skip files whose names start with ``_``).  The queue
@@ -32,6 +36,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,12 +54,23 @@ from workloads import (
     key_pmf,
     keys_for,
     longtail_mu,
+    poisoned_ranks,
+    queue_of,
 )
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["WORKLOAD_JSON", "generate", "main", "read_workload", "spark_session", "workload_frame"]
+__all__ = [
+    "WORKLOAD_JSON",
+    "PoisonSummary",
+    "generate",
+    "main",
+    "poison_summary",
+    "read_workload",
+    "spark_session",
+    "workload_frame",
+]
 
 #: The workload description written beside the Parquet files.
 WORKLOAD_JSON = "_workload.json"
@@ -156,8 +172,8 @@ def _cost_column(workload: Workload) -> Column:
 
 def workload_frame(spark: SparkSession, workload: Workload, partitions: int | None = None) -> DataFrame:
     """The workload as a DataFrame (``seq``, ``key``, ``cost_us``,
-    ``body_size``) in ``partitions`` partitions (default: from the size and
-    the parallelism; the rows do not depend on it)."""
+    ``body_size``, ``fail_times``) in ``partitions`` partitions (default:
+    from the size and the parallelism; the rows do not depend on it)."""
     import pandas as pd
     from pyspark.sql import functions as F
 
@@ -167,8 +183,16 @@ def workload_frame(spark: SparkSession, workload: Workload, partitions: int | No
         partitions = max(1, min(parallelism * 2, math.ceil(n / 50_000)), math.ceil(n / ROWS_PER_PARTITION))
     elif partitions < 1:
         raise ValueError(f"partitions must be >= 1, got {partitions}")
+    poisoned = poisoned_ranks(workload)
+    fails = [workload.poison_failures if r in poisoned else 0 for r in range(workload.keys)]
     keys = spark.createDataFrame(
-        pd.DataFrame({"rank": pd.Series(range(workload.keys), dtype="int32"), "key": list(keys_for(workload))})
+        pd.DataFrame(
+            {
+                "rank": pd.Series(range(workload.keys), dtype="int32"),
+                "key": list(keys_for(workload)),
+                "fail_times": pd.Series(fails, dtype="int32"),
+            }
+        )
     )
     rows = spark.range(0, n, numPartitions=partitions).withColumnRenamed("id", "seq")
     rows = rows.select("seq", _rank_column(workload).alias("rank"), _cost_column(workload).alias("cost_us"))
@@ -179,6 +203,7 @@ def workload_frame(spark: SparkSession, workload: Workload, partitions: int | No
             F.col("key").cast("string"),
             F.col("cost_us").cast("int"),
             F.lit(workload.body_size).cast("int").alias("body_size"),
+            F.col("fail_times").cast("int"),
         )
         .sortWithinPartitions("seq")
     )
@@ -194,6 +219,54 @@ def generate(
     workload_frame(spark, workload, partitions).write.mode("overwrite").parquet(str(out))
     (out / WORKLOAD_JSON).write_text(json.dumps(workload.to_dict(), indent=2) + "\n")
     return out
+
+
+@dataclass(frozen=True)
+class PoisonSummary:
+    """How many generated messages the poisoned keys hold."""
+
+    #: Poisoned keys (``round(keys * poison_keys)``), present in the data or not.
+    keys: int
+    #: Messages of poisoned keys (each fails ``poison_failures`` times first).
+    messages: int
+    #: Messages per poisoned key (key string -> count), largest first;
+    #: poisoned keys that drew no message are left out.
+    per_key: dict[str, int]
+    #: Messages of poisoned keys per queue (``queue_of(key, queues)``).
+    per_queue: dict[int, int]
+
+    @property
+    def largest_key(self) -> int:
+        """Messages of the busiest poisoned key (0 if none)."""
+        return max(self.per_key.values(), default=0)
+
+    @property
+    def largest_queue(self) -> int:
+        """Poisoned messages in the queue that holds the most (0 if none)."""
+        return max(self.per_queue.values(), default=0)
+
+
+def poison_summary(out_dir: str | os.PathLike[str]) -> PoisonSummary:
+    """Count the messages of poisoned keys in a generated workload (reads
+    the ``key`` and ``fail_times`` columns with pyarrow; no Spark)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    workload = read_workload(out_dir)
+    table = pq.read_table(str(out_dir), columns=["key", "fail_times"])
+    keys = table.filter(pc.greater(table.column("fail_times"), 0)).column("key").to_pylist()
+    per_key: dict[str, int] = {}
+    per_queue: dict[int, int] = {}
+    for key in keys:
+        per_key[key] = per_key.get(key, 0) + 1
+        q = queue_of(key, workload.queues)
+        per_queue[q] = per_queue.get(q, 0) + 1
+    return PoisonSummary(
+        keys=len(poisoned_ranks(workload)),
+        messages=len(keys),
+        per_key=dict(sorted(per_key.items(), key=lambda kv: (-kv[1], kv[0]))),
+        per_queue=dict(sorted(per_queue.items())),
+    )
 
 
 def read_workload(out_dir: str | os.PathLike[str]) -> Workload:
@@ -235,6 +308,13 @@ def main(argv: list[str] | None = None) -> int:
         f"{workload.queues} queues, cost {workload.cost} -> {out} in {seconds:.1f} s; "
         f"hottest key {top_share:.2%} of messages, {bound}"
     )
+    if workload.poison_keys > 0:
+        ps = poison_summary(out)
+        print(
+            f"poisoned: {ps.keys} keys (ranks {sorted(poisoned_ranks(workload))}) hold {ps.messages:,} messages, "
+            f"each failing {workload.poison_failures}x first; largest key {ps.largest_key}, "
+            f"busiest queue {ps.largest_queue}; per key {list(ps.per_key.values())}"
+        )
     return 0
 
 

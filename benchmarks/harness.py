@@ -2,19 +2,34 @@
 delivery.
 
     .venv/bin/python benchmarks/harness.py --workload DIR --mode KEY_ORDERLY --lanes 64 --log OUT
+    .venv/bin/python benchmarks/harness.py --workload DIR --mode KEY_ORDERLY --lanes 64 --no-failures
 
 The workload (``gen_load.py``'s Parquet: ``seq``, ``key``, ``cost_us``,
-``body_size``) is loaded into an in-memory embedded broker by key hash, as a
+``body_size`` and, if present, ``fail_times``) is loaded into an in-memory embedded broker by key hash, as a
 RocketMQ producer with the hash selector would; then one consumer consumes it
 to the end.  Every message's body starts with its ``seq`` (8 bytes, big
 endian), so a delivery maps back to the workload row.  The listener sleeps
 ``cost_us`` per message (simulated I/O) and records ``(seq, start_ns,
 end_ns, attempt)`` in a per-thread list.
 
+Poisoned messages: while a message's ``reconsume_times`` is below its
+``fail_times``, the listener raises ``RuntimeError("poisoned")`` at once (no
+sleep, no log row), which the runtime treats as "retry later".  So the log
+holds successful attempts only.  ``--no-failures`` ignores ``fail_times``
+(the run's label gets the suffix ``-nofail``, e.g. ``KEY_ORDERLY-64-nofail``),
+for the same workload's baseline without failures.  The runtime's warning per
+failed attempt is silenced unless ``--log-level WARNING`` (the JSON line
+counts them as ``retried``).
+
 It prints one JSON line with: messages/s, end-to-end latency percentiles
 (from the moment the message was available to this run -- all messages are
 loaded before the run starts, so that is the run's start -- to the end of its
-listener call), CPU seconds and peak RSS of this process, and writes the
+listener call), CPU seconds and peak RSS of this process; ``healthy_rate``:
+the messages of non-poisoned keys (``fail_times`` 0 in the workload, also
+under ``--no-failures``, so both runs measure the same messages) over the
+seconds from the run's start to the end of the last of them; ``retried``,
+``dead_lettered`` (final ``ConsumerStats``) and ``parked_max`` (the largest
+``stats().parked`` seen while polling every 10 ms), and writes the
 consumption log as Parquet (``run``, ``seq``, ``key``, ``queue``,
 ``offset``, ``lane``, ``start_ns``, ``end_ns``, ``attempt``).  Run it as its
 own process per configuration, so RSS and CPU belong to that run alone.
@@ -24,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import resource
 import sys
 import threading
@@ -34,6 +50,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from workloads import partition_bound
 
@@ -49,13 +66,19 @@ from lite_push import (
 TOPIC = "BENCH"
 
 
-def load(broker: EmbeddedBroker, workload_dir: Path, queues: int) -> tuple[list[str], list[int]]:
-    """Send the workload's rows in ``seq`` order; return keys and costs by seq."""
-    table = pq.read_table(workload_dir, columns=["seq", "key", "cost_us", "body_size"]).sort_by("seq")
+def load(broker: EmbeddedBroker, workload_dir: Path, queues: int) -> tuple[list[str], list[int], list[int]]:
+    """Send the workload's rows in ``seq`` order; return keys, costs and
+    ``fail_times`` by seq (all 0 if the workload has no such column, as
+    before it existed)."""
+    columns = ["seq", "key", "cost_us", "body_size"]
+    if "fail_times" in ds.dataset(workload_dir, format="parquet").schema.names:
+        columns.append("fail_times")
+    table = pq.read_table(workload_dir, columns=columns).sort_by("seq")
     seqs = table.column("seq").to_pylist()
     keys = table.column("key").to_pylist()
     costs = table.column("cost_us").to_pylist()
     sizes = table.column("body_size").to_pylist()
+    fails = table.column("fail_times").to_pylist() if "fail_times" in columns else [0] * len(seqs)
     if seqs != list(range(len(seqs))):
         raise SystemExit(f"{workload_dir}: seq must run 0..{len(seqs) - 1}")
     broker.create_topic(TOPIC, queue_count=queues)
@@ -67,15 +90,21 @@ def load(broker: EmbeddedBroker, workload_dir: Path, queues: int) -> tuple[list[
             pad = pads[size] = b"\0" * max(0, size - 8)
         items.append((seq.to_bytes(8, "big") + pad, key))
     broker.send_batch(TOPIC, items)
-    return keys, costs
+    return keys, costs, fails
 
 
 class Recorder:
     """The listener: sleeps each message's cost and records the delivery in
-    a per-thread list (no lock on the hot path)."""
+    a per-thread list (no lock on the hot path).
 
-    def __init__(self, costs: list[int]) -> None:
+    ``fail_times[seq]`` (default: none fail) is how many attempts of a
+    message fail: while ``reconsume_times`` is below it the call raises
+    ``RuntimeError("poisoned")`` before doing or logging anything -- for the
+    whole batch, so a retried batch is never logged twice."""
+
+    def __init__(self, costs: list[int], fail_times: list[int] | None = None) -> None:
         self._costs = costs
+        self._fails = fail_times if fail_times is not None and any(fail_times) else None
         self._local = threading.local()
         self._all: list[tuple[str, list[tuple[int, int, int, int, int, int]]]] = []
         self._lock = threading.Lock()
@@ -92,6 +121,11 @@ class Recorder:
             return rows
 
     def __call__(self, msgs: list[MessageExt]) -> None:
+        fails = self._fails
+        if fails is not None:
+            for m in msgs:
+                if m.reconsume_times < fails[int.from_bytes(m.body[:8], "big")]:
+                    raise RuntimeError("poisoned")
         rows = self._rows()
         costs = self._costs
         clock = time.perf_counter_ns
@@ -129,17 +163,29 @@ class Recorder:
         )
 
 
-def run_one(workload_dir: Path, mode: ConsumeMode, lanes: int, queues: int, log_dir: Path | None, progress: bool) -> dict[str, object]:
+def run_one(
+    workload_dir: Path,
+    mode: ConsumeMode,
+    lanes: int,
+    queues: int,
+    log_dir: Path | None,
+    progress: bool,
+    no_failures: bool = False,
+) -> dict[str, object]:
+    """Consume the workload once with ``mode`` and ``lanes`` (pool threads
+    for QUEUE_ORDERLY); the result dict is the harness's JSON line."""
     broker = EmbeddedBroker()
-    keys, costs = load(broker, workload_dir, queues)
+    keys, costs, fails = load(broker, workload_dir, queues)
     total = len(keys)
-    rec = Recorder(costs)
+    rec = Recorder(costs, None if no_failures else fails)
     if mode is ConsumeMode.QUEUE_ORDERLY:
         config = ConsumerConfig(group="bench", mode=mode, consume_thread_min=lanes, consume_thread_max=lanes)
         label = f"QUEUE_ORDERLY-{lanes}"
     else:
         config = ConsumerConfig(group="bench", mode=mode, lanes=lanes)
         label = f"{mode.name}-{lanes}"
+    if no_failures:
+        label += "-nofail"
     consumer = LitePushConsumer(
         config, source=broker.pull_consumer("bench", consume_from=ConsumeFromWhere.FIRST_OFFSET), listener=rec
     )
@@ -153,8 +199,11 @@ def run_one(workload_dir: Path, mode: ConsumeMode, lanes: int, queues: int, log_
     t0_ns = time.perf_counter_ns()
     consumer.start()
     shown = 0
+    parked_max = 0
     while True:
-        done = consumer.stats().consumed
+        stats = consumer.stats()
+        parked_max = max(parked_max, stats.parked)
+        done = stats.consumed + stats.dead_lettered  # a dead letter is finished too
         if bar is not None and done > shown:
             bar.update(done - shown)
             shown = done
@@ -163,11 +212,19 @@ def run_one(workload_dir: Path, mode: ConsumeMode, lanes: int, queues: int, log_
         time.sleep(0.01)
     seconds = (time.perf_counter_ns() - t0_ns) / 1e9
     cpu = time.process_time() - cpu0
+    final = consumer.stats()
     consumer.shutdown(timeout=30)
     if bar is not None:
         bar.close()
     table = rec.table(label, keys)
-    ends = sorted((e - t0_ns) / 1e6 for e in table.column("end_ns").to_pylist())
+    end_ns = table.column("end_ns").to_pylist()
+    ends = sorted((e - t0_ns) / 1e6 for e in end_ns)
+    # healthy: messages of keys that never fail (by the workload, even under
+    # --no-failures, so that run measures the same messages)
+    healthy = sum(1 for f in fails if f == 0)
+    seqs = table.column("seq").to_pylist()
+    healthy_end = max((e for s, e in zip(seqs, end_ns, strict=True) if fails[s] == 0), default=None)
+    healthy_seconds = (healthy_end - t0_ns) / 1e9 if healthy_end is not None else 0.0
 
     def pct(p: float) -> float:
         return ends[min(len(ends) - 1, int(p * len(ends)))] if ends else 0.0
@@ -183,6 +240,13 @@ def run_one(workload_dir: Path, mode: ConsumeMode, lanes: int, queues: int, log_
         "messages": total,
         "seconds": seconds,
         "rate": total / seconds,
+        "healthy_messages": healthy,
+        "healthy_seconds": healthy_seconds,
+        "healthy_rate": healthy / healthy_seconds if healthy_seconds > 0 else None,
+        "retried": final.retried,
+        "dead_lettered": final.dead_lettered,
+        "parked_max": parked_max,
+        "failures": not no_failures and any(fails),
         "bound_rate": bound if bound != float("inf") else None,
         "latency_ms_p50": pct(0.50),
         "latency_ms_p95": pct(0.95),
@@ -200,12 +264,24 @@ def main() -> int:
     parser.add_argument("--queues", type=int, help="queue count (default: the workload's)")
     parser.add_argument("--log", type=Path, help="directory for the consumption log (Parquet)")
     parser.add_argument("--progress", action="store_true", help="show a progress bar on stderr")
+    parser.add_argument(
+        "--no-failures", action="store_true", help="ignore the workload's fail_times (label suffix -nofail)"
+    )
+    parser.add_argument(
+        "--log-level",
+        default="ERROR",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="lite_push log level on stderr (default ERROR: no line per failed attempt)",
+    )
     args = parser.parse_args()
+    logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     queues = args.queues
     if queues is None:
         meta = json.loads((args.workload / "_workload.json").read_text())
         queues = int(meta["queues"])
-    result = run_one(args.workload, ConsumeMode[args.mode], args.lanes, queues, args.log, args.progress)
+    result = run_one(
+        args.workload, ConsumeMode[args.mode], args.lanes, queues, args.log, args.progress, args.no_failures
+    )
     print(json.dumps(result))
     return 0
 

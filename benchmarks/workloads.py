@@ -30,6 +30,18 @@ the **mean** cost:
   the cap is exactly ``cost_ms`` (:func:`longtail_mu`).
 
 The generator rounds costs to whole microseconds (column ``cost_us``).
+
+Poisoned keys (``poison_keys``, ``poison_failures``): a share ``poison_keys``
+of the keys is *poisoned* -- every message of such a key fails its first
+``poison_failures`` listener attempts, then succeeds (column ``fail_times``;
+the harness's listener raises while ``reconsume_times < fail_times``).
+Exactly ``round(keys * poison_keys)`` ranks are poisoned, drawn from the seed
+independently of how frequent a rank is (:func:`poisoned_ranks`), so a
+poisoned key may be a hot one.  Both fields are 0 (no failures) or both set.
+A poisoned message costs the run at least ``poison_failures`` retry delays
+(``suspend_ms`` each): per key in ``KEY_ORDERLY``, per queue in
+``QUEUE_ORDERLY``.  Keep ``poison_failures`` below the consumer's
+``max_reconsume_times`` (16 by default) or the messages are dead-lettered.
 """
 
 from __future__ import annotations
@@ -61,6 +73,8 @@ __all__ = [
     "longtail_mu",
     "mean_cost_ms",
     "partition_bound",
+    "poisoned_ranks",
+    "poisoned_share",
     "queue_of",
     "queue_shares",
     "skew_bound",
@@ -103,11 +117,16 @@ class Workload:
     cost_ms: float = 0.0
     cost_max_ms: float = 0.0
     seed: int = 42
+    #: Share of the keys that are poisoned, in [0, 1) (see the module docstring).
+    poison_keys: float = 0.0
+    #: Failed attempts of every message of a poisoned key before it succeeds.
+    poison_failures: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             raise ValueError(f"name must be a non-empty string, got {self.name!r}")
-        for field, low in (("messages", 1), ("queues", 1), ("keys", 1), ("body_size", 0), ("seed", 0)):
+        ints = (("messages", 1), ("queues", 1), ("keys", 1), ("body_size", 0), ("seed", 0), ("poison_failures", 0))
+        for field, low in ints:
             value = getattr(self, field)
             if not _is_int(value) or value < low:
                 raise ValueError(f"{field} must be an int >= {low}, got {value!r}")
@@ -161,13 +180,30 @@ class Workload:
                 f"got cost_ms={self.cost_ms}, cost_max_ms={self.cost_max_ms}"
             )
 
+        if not _is_number(self.poison_keys) or not 0 <= self.poison_keys < 1:
+            raise ValueError(f"poison_keys must be a finite number in [0, 1), got {self.poison_keys!r}")
+        object.__setattr__(self, "poison_keys", float(self.poison_keys))
+        if self.poison_keys > 0:
+            if self.poison_failures == 0:
+                raise ValueError("poison_failures must be >= 1 with poison_keys > 0 (a poisoned key must fail)")
+            if round(self.keys * self.poison_keys) == 0:
+                raise ValueError(
+                    f"poison_keys * keys must round to at least one key, got {self.poison_keys} * {self.keys}"
+                )
+        elif self.poison_failures != 0:
+            raise ValueError(
+                f"poison_failures is only used with poison_keys > 0; leave it 0 (got {self.poison_failures})"
+            )
+
     def to_dict(self) -> dict[str, Any]:
         """The fields, for ``_workload.json``."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Workload:
-        """Inverse of :meth:`to_dict`; unknown fields are an error."""
+        """Inverse of :meth:`to_dict`; unknown fields are an error, missing
+        ones take their defaults (so a ``_workload.json`` written before a
+        field existed still loads)."""
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
@@ -186,6 +222,14 @@ _NOOP = Workload("noop", 1_000_000, 8, 10_000, skew="uniform", body_size=16)
 _HOTKEY = Workload("hotkey", 100_000, 8, 10_000, skew="hotkey", hot_share=0.3, cost="constant", cost_ms=1.0)
 _ZIPF11 = Workload("zipf11", 100_000, 8, 10_000, skew="zipf", zipf_s=1.1, cost="constant", cost_ms=1.0)
 _PC_BENCH = Workload("pc-bench", 10_000, 1, 10_000, skew="uniform", cost="uniform", cost_ms=2.5, cost_max_ms=5.0)
+#: ``sms`` with 0.1 % of the keys failing twice per message (issue 5).  At
+#: seed 42 the 10 poisoned ranks (377, 664, 2471, 2700, 5000, 6173, 6422,
+#: 6470, 6477, 9761; none of the hottest) hold 83 of the 100,000 generated
+#: messages, the busiest key 20 (ranks 377 and 664) and the busiest queue 27;
+#: at 2 x 1 s per message a KEY_ORDERLY run lasts at least 40 s and the
+#: baseline's busiest queue stalls at least 54 s.  ``poison-small``: 11
+#: messages, busiest key 4, busiest queue 4.
+_POISON = _SMS.replace(name="poison", poison_keys=0.001, poison_failures=2)
 
 #: The named workloads; ``*-small`` variants run in seconds to a minute per mode.
 WORKLOADS: dict[str, Workload] = {
@@ -196,11 +240,13 @@ WORKLOADS: dict[str, Workload] = {
         _HOTKEY,
         _ZIPF11,
         _PC_BENCH,
+        _POISON,
         _SMS.replace(name="sms-small", messages=20_000),
         _NOOP.replace(name="noop-small", messages=100_000),
         _HOTKEY.replace(name="hotkey-small", messages=20_000),
         _ZIPF11.replace(name="zipf11-small", messages=20_000),
         _PC_BENCH.replace(name="pc-bench-small", messages=2_000),
+        _POISON.replace(name="poison-small", messages=20_000),
     )
 }
 
@@ -276,6 +322,50 @@ def queue_of(key: str, queues: int) -> int:
     ``floorMod(String.hashCode(key), queues)`` (RocketMQ's hash selector with
     a non-negative modulo; lite_push's ``lane_of``)."""
     return lane_of(key, queues)
+
+
+# -- poisoned keys -----------------------------------------------------------------
+
+_POISON_PERSON = b"lite-push-poison"  # BLAKE2b personalisation: its own stream
+
+
+@lru_cache(maxsize=16)
+def _poisoned_cached(keys: int, count: int, seed: int) -> frozenset[int]:
+    seed_key = seed.to_bytes(8, "little", signed=False)
+    chosen: set[int] = set()
+    i = 0
+    while len(chosen) < count:
+        digest = hashlib.blake2b(i.to_bytes(8, "little"), digest_size=8, key=seed_key, person=_POISON_PERSON)
+        chosen.add((int.from_bytes(digest.digest(), "little") * keys) >> 64)
+        i += 1
+    return frozenset(chosen)
+
+
+def poisoned_ranks(workload: Workload) -> frozenset[int]:
+    """The poisoned key ranks of ``workload``: exactly
+    ``round(keys * poison_keys)`` of them (Python's ``round``; empty when
+    ``poison_keys`` is 0).
+
+    Deterministic from ``seed`` alone (and ``keys``): for ``i = 0, 1, 2, ...``
+    draw ``h_i``, the 64-bit little-endian BLAKE2b digest of ``i`` (8 bytes,
+    little-endian) keyed with the seed (8 bytes, little-endian) and
+    personalised ``b"lite-push-poison"``; the rank is ``(h_i * keys) >> 64``;
+    keep the first ``round(keys * poison_keys)`` distinct ranks.  This is a
+    uniform sample without replacement that ignores key frequency (rank 0,
+    the hottest key, is as likely as any other), costs about one hash per
+    poisoned key when the share is small, and does not depend on the Python
+    version (unlike :mod:`random`)."""
+    count = round(workload.keys * workload.poison_keys)
+    if count == 0:
+        return frozenset()
+    return _poisoned_cached(workload.keys, count, workload.seed)
+
+
+def poisoned_share(workload: Workload) -> float:
+    """The expected share of the messages that belong to poisoned keys (the
+    key pmf summed over :func:`poisoned_ranks`)."""
+    pmf = key_pmf(workload)
+    return math.fsum(pmf[r] for r in poisoned_ranks(workload))
 
 
 # -- distributions -----------------------------------------------------------------

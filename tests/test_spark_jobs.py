@@ -40,6 +40,8 @@ from workloads import (
     longtail_mu,
     mean_cost_ms,
     partition_bound,
+    poisoned_ranks,
+    poisoned_share,
     queue_of,
     queue_shares,
     skew_bound,
@@ -93,6 +95,16 @@ def _within(count: int, n: int, p: float, sds: float = 5.0) -> bool:
         ({"cost": "uniform", "cost_ms": 1.0, "cost_max_ms": 2.5}, "cost_max_ms"),
         ({"cost": "uniform", "cost_ms": 1.0, "cost_max_ms": 0.5}, "cost_max_ms"),
         ({"cost": "longtail", "cost_ms": 1.0, "cost_max_ms": 1.0}, "cost_max_ms"),
+        ({"poison_keys": -0.1, "poison_failures": 2}, "poison_keys"),
+        ({"poison_keys": 1.0, "poison_failures": 2}, "poison_keys"),
+        ({"poison_keys": float("nan"), "poison_failures": 2}, "poison_keys"),
+        ({"poison_keys": "0.1", "poison_failures": 2}, "poison_keys"),
+        ({"poison_keys": 0.01, "poison_failures": 2}, "poison_keys"),  # 10 keys * 1 % rounds to no key
+        ({"poison_failures": 2}, "poison_failures"),  # failures without poisoned keys
+        ({"poison_keys": 0.1}, "poison_failures"),
+        ({"poison_keys": 0.1, "poison_failures": -1}, "poison_failures"),
+        ({"poison_keys": 0.1, "poison_failures": 1.5}, "poison_failures"),
+        ({"poison_keys": 0.1, "poison_failures": True}, "poison_failures"),
     ],
 )
 def test_workload_validation_names_the_field(changes: dict[str, Any], field: str) -> None:
@@ -106,6 +118,71 @@ def test_workload_json_roundtrip_and_coercion() -> None:
     assert Workload.from_dict(w.to_dict()) == w
     with pytest.raises(ValueError, match="unknown Workload fields"):
         Workload.from_dict({**w.to_dict(), "queue": 3})
+    p = w.replace(poison_keys=0.4, poison_failures=2)
+    assert Workload.from_dict(p.to_dict()) == p
+    assert BASE.replace(poison_keys=0, poison_failures=0) == BASE
+    assert isinstance(BASE.replace(poison_keys=0).poison_keys, float)
+
+
+def test_workload_json_without_the_poison_fields_still_loads(tmp_path: Path) -> None:
+    import json
+
+    from gen_load import WORKLOAD_JSON, read_workload
+
+    # a _workload.json as written before the poison fields existed
+    old = {k: v for k, v in get_workload("sms").to_dict().items() if not k.startswith("poison")}
+    assert set(get_workload("sms").to_dict()) - set(old) == {"poison_keys", "poison_failures"}
+    (tmp_path / WORKLOAD_JSON).write_text(json.dumps(old))
+    w = read_workload(tmp_path)
+    assert w == get_workload("sms") and (w.poison_keys, w.poison_failures) == (0.0, 0)
+    assert poisoned_ranks(w) == frozenset()
+
+
+def test_poisoned_ranks_size_and_determinism() -> None:
+    from workloads import _poisoned_cached
+
+    poison = get_workload("poison")
+    assert poison == get_workload("sms").replace(name="poison", poison_keys=0.001, poison_failures=2)
+    assert get_workload("poison-small").messages == 20_000
+    ranks = poisoned_ranks(poison)
+    assert isinstance(ranks, frozenset) and len(ranks) == round(10_000 * 0.001) == 10
+    # recorded for the default seed (the report quotes them); the message
+    # count does not enter the choice
+    assert sorted(ranks) == [377, 664, 2471, 2700, 5000, 6173, 6422, 6470, 6477, 9761]
+    assert poisoned_ranks(get_workload("poison-small")) == ranks
+    _poisoned_cached.cache_clear()
+    assert poisoned_ranks(poison) == ranks  # recomputed, not only cached
+    other = poisoned_ranks(poison.replace(seed=43))
+    assert len(other) == 10 and other != ranks
+    for keys, share in ((1_000, 0.05), (100, 0.99), (7, 0.5), (3, 0.5)):
+        w = BASE.replace(keys=keys, poison_keys=share, poison_failures=1)
+        r = poisoned_ranks(w)
+        assert len(r) == round(keys * share) and all(0 <= x < keys for x in r)
+    assert poisoned_ranks(BASE) == frozenset() and poisoned_share(BASE) == 0.0
+    pmf = key_pmf(poison)
+    assert poisoned_share(poison) == pytest.approx(sum(pmf[r] for r in ranks))
+    assert 0.0005 < poisoned_share(poison) < 0.002  # ~103 of 100,000 messages
+
+
+def test_recorder_fails_poisoned_messages_until_their_retry() -> None:
+    from harness import Recorder
+
+    from lite_push import MessageExt
+
+    def msg(seq: int, attempt: int) -> MessageExt:
+        return MessageExt("T", 0, seq, seq.to_bytes(8, "big"), keys="k", reconsume_times=attempt)
+
+    rec = Recorder([0, 0, 0], [0, 2, 0])
+    rec([msg(0, 0)])
+    for attempt in (0, 1):
+        with pytest.raises(RuntimeError, match="poisoned"):
+            rec([msg(2, 0), msg(1, attempt)])  # the whole batch fails, nothing is logged
+    rec([msg(1, 2)])
+    log = rec.table("r", ["a", "b", "c"])
+    assert log["seq"].to_pylist() == [0, 1] and log["attempt"].to_pylist() == [0, 2]
+    rec_nofail = Recorder([0, 0, 0], None)  # --no-failures
+    rec_nofail([msg(1, 0)])
+    assert rec_nofail.table("r", ["a", "b", "c"])["seq"].to_pylist() == [1]
 
 
 def test_named_workloads() -> None:
@@ -278,12 +355,33 @@ def test_generator_rows_columns_and_json(spark: Any, tmp_path: Path) -> None:
 
     w = Workload("tiny", 1_000, 4, 50, skew="zipf", zipf_s=0.8, body_size=33, cost="constant", cost_ms=1.0, seed=7)
     t = _generate(spark, w, tmp_path / "tiny")
-    assert t.schema.names == ["seq", "key", "cost_us", "body_size"]
-    assert [t.schema.field(c).type for c in t.schema.names] == [pa.int64(), pa.string(), pa.int32(), pa.int32()]
+    assert t.schema.names == ["seq", "key", "cost_us", "body_size", "fail_times"]
+    assert [t.schema.field(c).type for c in t.schema.names] == [pa.int64(), pa.string()] + [pa.int32()] * 3
     assert t.num_rows == 1_000 and t["seq"].to_pylist() == list(range(1_000))
     assert set(t["key"].to_pylist()) <= set(keys_for(w))
     assert set(t["cost_us"].to_pylist()) == {1000} and set(t["body_size"].to_pylist()) == {33}
+    assert set(t["fail_times"].to_pylist()) == {0}  # no poisoned keys
     assert read_workload(tmp_path / "tiny") == w
+
+
+def test_generator_fail_times_match_the_poisoned_ranks(spark: Any, tmp_path: Path) -> None:
+    from gen_load import poison_summary, read_workload
+
+    w = Workload(
+        "pois", 2_000, 4, 100, skew="zipf", zipf_s=0.8, cost="constant", cost_ms=1.0, poison_keys=0.1, poison_failures=3
+    )
+    t = _generate(spark, w, tmp_path / "pois")
+    ranks = poisoned_ranks(w)
+    rank_of = {k: r for r, k in enumerate(keys_for(w))}
+    expected = [3 if rank_of[k] in ranks else 0 for k in t["key"].to_pylist()]
+    assert t["fail_times"].to_pylist() == expected
+    assert 0 < sum(1 for f in expected if f) < 2_000
+    assert read_workload(tmp_path / "pois") == w
+    summary = poison_summary(tmp_path / "pois")
+    counts = Counter(k for k, f in zip(t["key"].to_pylist(), expected) if f)
+    assert summary.keys == 10 and summary.messages == sum(counts.values())
+    assert summary.per_key == dict(counts) and summary.largest_key == max(counts.values())
+    assert sum(summary.per_queue.values()) == summary.messages
 
 
 def test_generator_is_deterministic(spark: Any, tmp_path: Path) -> None:
