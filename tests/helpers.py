@@ -7,6 +7,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 
 from lite_push import ConsumerStats, LitePushConsumer, MessageExt
 
@@ -85,3 +86,16 @@ def assert_offsets_increase(order: dict[object, list[tuple[int, int]]], *, first
             prev = last.get(qid, -1)
             assert off > prev, f"key {key!r}: offset {off} of queue {qid} ran after {prev}"
             last[qid] = off
+
+
+def read_offset_log(path: Path) -> list[tuple[int, int]]:
+    """The ``(queue_id, offset)`` lines a child process appended to ``path``
+    (a torn last line, from a kill, is ignored)."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            out.append((int(parts[0]), int(parts[1])))
+    return out

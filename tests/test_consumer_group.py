@@ -12,7 +12,8 @@ import threading
 import time
 from pathlib import Path
 
-from helpers import Recorder, assert_offsets_increase, wait_until
+from helpers import Recorder, assert_offsets_increase, read_offset_log, wait_until
+
 from lite_push import ConsumeFromWhere, ConsumerConfig, EmbeddedBroker, LitePushConsumer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,17 +148,6 @@ _CHILD = textwrap.dedent(
 )
 
 
-def _read_log(path: Path) -> list[tuple[int, int]]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            out.append((int(parts[0]), int(parts[1])))
-    return out
-
-
 def test_kill_9_loses_nothing_committed_and_skips_nothing_uncommitted(tmp_path):
     data = tmp_path / "broker"
     log = tmp_path / "done.log"
@@ -173,7 +163,7 @@ def test_kill_9_loses_nothing_committed_and_skips_nothing_uncommitted(tmp_path):
         stderr=subprocess.PIPE,
     )
     try:
-        assert wait_until(lambda: len(_read_log(log)) > 4000 or child.poll() is not None, timeout=60)
+        assert wait_until(lambda: len(read_offset_log(log)) > 4000 or child.poll() is not None, timeout=60)
         assert child.poll() is None, child.stderr.read().decode()
         os.kill(child.pid, signal.SIGKILL)
         child.wait(10)
@@ -181,7 +171,7 @@ def test_kill_9_loses_nothing_committed_and_skips_nothing_uncommitted(tmp_path):
         if child.poll() is None:
             child.kill()
             child.wait(10)
-    first = _read_log(log)
+    first = read_offset_log(log)
     assert 4000 < len(first) < total
 
     broker = EmbeddedBroker(path=data)

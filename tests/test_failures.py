@@ -16,13 +16,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from helpers import read_offset_log, wait_until
 
-from helpers import wait_until
 from lite_push import (
     ConsumeFromWhere,
     ConsumeMode,
-    ConsumeResult,
     ConsumerConfig,
+    ConsumeResult,
     EmbeddedBroker,
     LitePushConsumer,
     ManualClock,
@@ -403,7 +403,7 @@ def test_kill_9_with_parked_messages_loses_none_and_replays_only_the_unfinished(
         stderr=subprocess.PIPE,
     )
     try:
-        assert wait_until(lambda: len(_read(log)) == total - len(poison) or child.poll() is not None, timeout=60)
+        assert wait_until(lambda: len(read_offset_log(log)) == total - len(poison) or child.poll() is not None, timeout=60)
         assert child.poll() is None, child.stderr.read().decode()
         time.sleep(0.5)  # many commits (every 20 ms) while the poison is parked
         os.kill(child.pid, signal.SIGKILL)
@@ -412,7 +412,7 @@ def test_kill_9_with_parked_messages_loses_none_and_replays_only_the_unfinished(
         if child.poll() is None:
             child.kill()
             child.wait(10)
-    first = _read(log)
+    first = read_offset_log(log)
     assert len(first) == len(set(first)) == total - len(poison)
 
     broker = EmbeddedBroker(path=data)
@@ -435,17 +435,6 @@ def test_kill_9_with_parked_messages_loses_none_and_replays_only_the_unfinished(
     # no parked message lost, and only they ran again: nothing finished before the kill
     assert set(second) == poison, (sorted(set(second) - poison)[:10], sorted(poison - set(second))[:10])
     assert len(second) == len(poison)
-
-
-def _read(path: Path) -> list[tuple[int, int]]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            out.append((int(parts[0]), int(parts[1])))
-    return out
 
 
 def test_offset_map_budget_pauses_the_queue_and_counts_parked_messages():
