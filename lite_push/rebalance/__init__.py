@@ -1,5 +1,43 @@
 """Rebalance: queue allocation strategies (and, later, the rebalance service)."""
 
-from .allocate import AVERAGELY, STRATEGIES, AllocateStrategy, allocate_averagely, get_strategy, register
+from .allocate import (
+    AVERAGELY,
+    AVERAGELY_BY_CIRCLE,
+    CONSISTENT_HASH,
+    STRATEGIES,
+    AllocateByConfig,
+    AllocateByMachineRoom,
+    AllocateConsistentHash,
+    AllocateMachineRoomNearby,
+    AllocateStrategy,
+    HashFunction,
+    MachineRoomResolver,
+    allocate_all,
+    allocate_averagely,
+    allocate_averagely_by_circle,
+    get_strategy,
+    md5_hash,
+    message_queue_key,
+    register,
+)
 
-__all__ = ["AVERAGELY", "STRATEGIES", "AllocateStrategy", "allocate_averagely", "get_strategy", "register"]
+__all__ = [
+    "AVERAGELY",
+    "AVERAGELY_BY_CIRCLE",
+    "CONSISTENT_HASH",
+    "STRATEGIES",
+    "AllocateByConfig",
+    "AllocateByMachineRoom",
+    "AllocateConsistentHash",
+    "AllocateMachineRoomNearby",
+    "AllocateStrategy",
+    "HashFunction",
+    "MachineRoomResolver",
+    "allocate_all",
+    "allocate_averagely",
+    "allocate_averagely_by_circle",
+    "get_strategy",
+    "md5_hash",
+    "message_queue_key",
+    "register",
+]
