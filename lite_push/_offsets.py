@@ -13,7 +13,7 @@ if NO_EXTENSIONS:
     OFFSETS_IMPL = "python"
 else:
     try:
-        from ._offsets_c import OffsetTracker  # type: ignore[no-redef]
+        from ._offsets_c import OffsetTracker  # type: ignore[no-redef,import-not-found]
 
         OFFSETS_IMPL = "cython"
     except ImportError:

@@ -12,7 +12,7 @@ from . import _router_py
 
 __all__ = ["ROUTER_IMPL", "bucket", "java_hash", "lane_of", "route"]
 
-NO_EXTENSIONS = bool(os.environ.get("LITE_PUSH_NO_EXTENSIONS"))
+NO_EXTENSIONS: bool = bool(os.environ.get("LITE_PUSH_NO_EXTENSIONS"))
 
 if NO_EXTENSIONS:
     _impl = _router_py

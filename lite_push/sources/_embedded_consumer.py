@@ -11,10 +11,20 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from .._errors import ConfigError, NotSubscribedError, SourceClosedError, UnknownTopicError
+from .._errors import (
+    ConfigError,
+    SourceClosedError,
+    UnknownTopicError,
+)
 from .._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
 from ..rebalance.allocate import AVERAGELY, AllocateStrategy
-from ._base import ConsumeFromWhere, PullSource, RebalanceListener, is_retry_or_dlq_topic
+from ._base import (
+    ConsumeFromWhere,
+    PullSource,
+    RebalanceListener,
+    is_retry_or_dlq_topic,
+)
+from ._common import QueueStates
 
 if TYPE_CHECKING:
     from .embedded import EmbeddedBroker
@@ -145,7 +155,7 @@ class _QState:
         self.tags = tags
 
 
-class EmbeddedPullConsumer(PullSource):
+class EmbeddedPullConsumer(QueueStates, PullSource):
     """A member of a consumer group on an :class:`EmbeddedBroker`; see
     :class:`~lite_push.sources.PullSource` for the contract of each method.
     Create it with :meth:`EmbeddedBroker.pull_consumer`.
@@ -413,54 +423,7 @@ class EmbeddedPullConsumer(PullSource):
         if new:
             self._notify("on_assigned", new)
 
-    def _notify(self, what: str, queues: list[MessageQueue]) -> None:
-        listener = self._listener
-        if listener is None:
-            return
-        try:
-            getattr(listener, what)(queues)
-        except Exception:
-            logger.exception("rebalance listener %s(%s) of %r raised", what, [str(q) for q in queues], self)
-
-    def _rebuild_active(self) -> None:
-        self._active = [st for _, st in sorted(self._states.items()) if not st.paused]
-
-    # -- queue control ------------------------------------------------------
-
-    def assignment(self) -> frozenset[MessageQueue]:
-        self._check_open()
-        return frozenset(self._states)
-
-    def pause(self, queues: Collection[MessageQueue]) -> None:
-        self._check_open()
-        changed = False
-        for q in queues:
-            st = self._states.get(q)
-            if st is not None and not st.paused:
-                st.paused = changed = True
-        if changed:
-            self._rebuild_active()
-
-    def resume(self, queues: Collection[MessageQueue]) -> None:
-        self._check_open()
-        changed = False
-        for q in queues:
-            st = self._states.get(q)
-            if st is not None and st.paused:
-                st.paused = False
-                changed = True
-        if changed:
-            self._rebuild_active()
-
-    def paused(self) -> frozenset[MessageQueue]:
-        self._check_open()
-        return frozenset(q for q, st in self._states.items() if st.paused)
-
-    def _owned(self, queue: MessageQueue) -> _QState:
-        st = self._states.get(queue)
-        if st is None:
-            raise NotSubscribedError(f"{queue} is not assigned to consumer {self._member.cid!r}")
-        return st
+    # -- queue control: assignment, pause, resume (QueueStates) ---------------
 
     def seek(self, queue: MessageQueue, offset: int) -> None:
         """Next poll of ``queue`` starts at ``offset`` clamped to

@@ -126,7 +126,12 @@ from operator import attrgetter
 from typing import Any, overload
 from zlib import crc32 as _crc32
 
-from .._errors import ConfigError, MessageTooLargeError, SourceClosedError, UnknownTopicError
+from .._errors import (
+    ConfigError,
+    MessageTooLargeError,
+    SourceClosedError,
+    UnknownTopicError,
+)
 from .._router import lane_of
 from .._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
 from ..rebalance.allocate import AVERAGELY, AllocateStrategy
@@ -145,6 +150,7 @@ from ._base import (
     reconsume_times_of,
     retry_topic,
 )
+from ._common import unpack_mapping
 from ._embedded_consumer import (
     SCHEDULE_GROUP,
     SCHEDULE_TOPIC,
@@ -155,7 +161,15 @@ from ._embedded_consumer import (
     _Member,
     parse_tag_expression,
 )
-from ._embedded_store import HEADER, MAGIC, TRAILER, QueueLog, Store, encode_meta, msg_id_prefix
+from ._embedded_store import (
+    HEADER,
+    MAGIC,
+    TRAILER,
+    QueueLog,
+    Store,
+    encode_meta,
+    msg_id_prefix,
+)
 
 __all__ = [
     "SCHEDULE_GROUP",
@@ -184,7 +198,6 @@ _DELIVER_CHUNK = 4096
 _DELIVER_RETRY_DELAY = 1.0
 _INF = math.inf
 _store_ts = attrgetter("store_timestamp")
-_ITEM_FIELDS = frozenset({"body", "keys", "tags", "properties", "queue_id"})
 
 
 def _validate_topic(topic: str) -> None:
@@ -636,22 +649,7 @@ class EmbeddedBroker:
     def _unpack_mapping(
         item: Mapping[str, Any],
     ) -> tuple[Any, str | None, str | None, dict[str, str], int | None]:
-        unknown = set(item) - _ITEM_FIELDS
-        if unknown or "body" not in item:
-            raise TypeError(f"send_batch mapping items need 'body' and take only {sorted(_ITEM_FIELDS)}")
-        tags = item.get("tags")
-        if tags is not None and type(tags) is not str:
-            raise TypeError(f"tags must be str or None, got {type(tags).__name__}")
-        raw = item.get("properties")
-        props: dict[str, str] = {}
-        if raw:
-            if not isinstance(raw, Mapping):
-                raise TypeError(f"properties must be a mapping of str to str, got {type(raw).__name__}")
-            props = dict(raw)
-            for k, v in props.items():
-                if type(k) is not str or type(v) is not str:
-                    raise TypeError(f"properties must map str to str, got {k!r}: {v!r}")
-        return item["body"], item.get("keys"), tags or None, props, item.get("queue_id")
+        return unpack_mapping(item)
 
     def _store_slices(
         self,
