@@ -4,14 +4,20 @@ sharing the queues."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-
 from helpers import Recorder, assert_offsets_increase, wait_until
+
 from lite_push import ConsumeMode, ConsumerConfig, LitePushConsumer, ManualClock
 from lite_push.sources import ConsumeFromWhere
 from lite_push.sources.redis_server import RedisServer
@@ -101,3 +107,120 @@ def test_two_members_share_the_queues_without_breaking_key_order(broker):
             assert len(b.stats().committed) > 0
     assert rec.overlaps == []
     assert_offsets_increase(rec.order, first_only=True)
+
+
+_MEMBER = textwrap.dedent(
+    """
+    import os, sys, time
+    sys.path.insert(0, {root!r})
+    from lite_push import ConsumerConfig, LitePushConsumer
+    from lite_push.sources import ConsumeFromWhere
+    from lite_push.sources.redis_streams import RedisBroker
+    broker = RedisBroker({url!r}, namespace={ns!r}, session_timeout=2.0, heartbeat_interval=0.3)
+    log = os.open({log!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    pid = os.getpid()
+    def listener(msgs):
+        for m in msgs:
+            start = time.time_ns()
+            time.sleep(0.002)
+            os.write(log, f"{{pid}} {{m.queue_id}} {{m.queue_offset}} {{m.keys}} {{start}} {{time.time_ns()}}\\n".encode())
+    consumer = LitePushConsumer(
+        ConsumerConfig(group="g", lanes=4, commit_interval=0.05, poll_timeout=0.02),
+        source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET, client_id={cid!r}),
+        listener=listener)
+    consumer.subscribe("T")
+    consumer.start()
+    time.sleep(600)
+    """
+)
+
+
+def _read_log(path: Path) -> list[tuple[int, int, int, str, int, int]]:
+    rows = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 6:
+                rows.append((int(parts[0]), int(parts[1]), int(parts[2]), parts[3], int(parts[4]), int(parts[5])))
+    return rows
+
+
+def test_three_processes_one_killed_its_queues_move_and_keys_stay_ordered(server, tmp_path):
+    ns = f"p-{uuid.uuid4().hex[:12]}"
+    broker = RedisBroker(server.url, namespace=ns)
+    broker.create_topic("T", queue_count=8)
+    total = 12_000
+    broker.send_batch("T", [(b"x", f"k{i % 300}") for i in range(total)])
+    log = tmp_path / "deliveries.log"
+    root = str(Path(__file__).resolve().parents[1])
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _MEMBER.format(root=root, url=server.url, ns=ns, log=str(log), cid=f"m{i}")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for i in range(3)
+    ]
+    try:
+        # all three members consuming (each has its share of the queues)
+        assert wait_until(
+            lambda: len({r[0] for r in _read_log(log)}) == 3 or any(p.poll() is not None for p in procs), timeout=60
+        )
+        assert all(p.poll() is None for p in procs), [p.stderr.read().decode()[-2000:] for p in procs if p.poll() is not None]
+        rows = _read_log(log)
+        assert len(rows) < total // 2  # killed mid-run
+        busiest = max({r[0] for r in rows}, key=lambda pid: sum(1 for r in rows if r[0] == pid))
+        victim = next(p for p in procs if p.pid == busiest)
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait(10)
+        killed_at = time.time_ns()
+        assert wait_until(lambda: len({(q, o) for _, q, o, _, _, _ in _read_log(log)}) == total, timeout=90)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+                p.wait(10)
+    rows = _read_log(log)
+    broker.close()
+    # every message processed at least once
+    assert {(q, o) for _, q, o, _, _, _ in rows} == {(q.queue_id, o) for q in broker.queues("T") for o in range(broker_max(server, ns, q))}
+    # each key's first deliveries in offset order, never overlapping, across processes
+    first: dict[tuple[int, int], tuple[int, str, int, int]] = {}
+    for pid, q, o, k, s, e in sorted(rows, key=lambda r: r[4]):
+        first.setdefault((q, o), (pid, k, s, e))
+    by_key: dict[str, list[tuple[int, int, int, int]]] = {}
+    for (q, o), (_pid, k, s, e) in first.items():
+        by_key.setdefault(k, []).append((q, o, s, e))
+    for k, items in by_key.items():
+        items.sort()
+        for (_, _, _s1, e1), (_, _, s2, _e2) in zip(items, items[1:]):
+            assert e1 <= s2, k
+    # duplicates only from the queues the killed process owned, after the kill
+    victim_queues = {q for pid, q, *_ in rows if pid == victim.pid}
+    assert victim_queues
+    seen: dict[tuple[int, int], int] = {}
+    for pid, q, o, *_rest in rows:
+        seen[(q, o)] = seen.get((q, o), 0) + 1
+    dups = {qo for qo, n in seen.items() if n > 1}
+    assert {q for q, _ in dups} <= victim_queues
+    assert all(s >= killed_at - 5_000_000_000 for pid, q, o, k, s, e in rows if (q, o) in dups and pid != victim.pid)
+    # its queues were consumed again within the session timeout (2 s) plus slack
+    # the queues it held at the kill (it delivered on them in its last 0.5 s)
+    # were consumed again by the others within the session timeout (2 s) plus slack
+    held = {q for pid, q, o, k, s, e in rows if pid == victim.pid and e > killed_at - 500_000_000}
+    assert held
+    for q in held:
+        if not any(pid != victim.pid and qq == q and s > killed_at for pid, qq, o, k, s, e in rows):
+            # nothing of q ran after the kill: the victim had finished all of it
+            assert all(any(r[0] == victim.pid and r[1] == q and r[2] == o for r in rows) for qq, o in seen if qq == q)
+            continue
+        resumed = min(s for pid, qq, o, k, s, e in rows if qq == q and pid != victim.pid and s > killed_at)
+        assert resumed - killed_at < 15_000_000_000, (q, (resumed - killed_at) / 1e9)
+
+
+def broker_max(server: RedisServer, ns: str, q) -> int:
+    b = RedisBroker(server.url, namespace=ns)
+    try:
+        return b.max_offset(q)
+    finally:
+        b.close()
