@@ -35,7 +35,14 @@ from ._errors import (
 )
 from ._offsets import OFFSETS_IMPL
 from ._router import ROUTER_IMPL
-from ._types import ConsumeResult, MessageExt, MessageQueue, OffsetAndMetadata, PollBatch, SendResult
+from ._types import (
+    ConsumeResult,
+    MessageExt,
+    MessageQueue,
+    OffsetAndMetadata,
+    PollBatch,
+    SendResult,
+)
 from .dlq import DeadLetter, dead_letters, resend
 from .sources import (
     ConsumeFromWhere,

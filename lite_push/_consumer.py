@@ -41,8 +41,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, replace
 from types import TracebackType
 
@@ -52,11 +51,17 @@ from ._errors import ConfigError, LitePushError, SourceClosedError
 from ._failures import Outbox, Parked, RetryTimer, SendItem, classify
 from ._lanes import Lane, Segment
 from ._offset_map import FinishedOffsets, OffsetMapError, decode
+from ._offsets import OFFSETS_IMPL
 from ._process_queue import ProcessQueue
 from ._queue_orderly import QueueOrderlyService
-from ._offsets import OFFSETS_IMPL
 from ._router import ROUTER_IMPL, lane_of, route
-from ._types import ConsumeResult, MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
+from ._types import (
+    ConsumeResult,
+    MessageExt,
+    MessageQueue,
+    OffsetAndMetadata,
+    PollBatch,
+)
 from .sources._base import PullSource, RebalanceListener, retry_topic
 
 __all__ = ["ConsumerStats", "LitePushConsumer", "Listener"]
@@ -89,6 +94,15 @@ SEND_RETRY_INTERVAL = 1.0
 
 #: Lane token: skip the parked messages of revoked queues.
 _PURGE = object()
+
+
+def _per_queue(pairs: list[tuple[ProcessQueue, MessageExt]]) -> dict[ProcessQueue, list[MessageExt]]:
+    """Messages grouped by their ProcessQueue, in order: one complete/skip
+    (one lock) per queue instead of per message."""
+    out: dict[ProcessQueue, list[MessageExt]] = {}
+    for pq, m in pairs:
+        out.setdefault(pq, []).append(m)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -660,12 +674,16 @@ class LitePushConsumer:
             # CONCURRENTLY messages whose send-back failed: run them again
             # here (their offsets are still unfinished), spread over lanes.
             n = len(self._lanes)
+            gone = [(pq, m) for pq, m in local if pq.dropped or pq.queue not in self._pqs]
+            for pq, ms in _per_queue(gone).items():
+                pq.skip(ms)
+            puts: dict[int, list[Segment]] = {}
             for pq, msg in local:
-                if pq.dropped or pq.queue not in self._pqs:
-                    pq.skip([msg])
-                    continue
-                self._rr = (self._rr + 1) % n
-                self._lanes[self._rr].put([(pq, [replace(msg, reconsume_times=msg.reconsume_times + 1)])], 1)
+                if not (pq.dropped or pq.queue not in self._pqs):
+                    self._rr = (self._rr + 1) % n
+                    puts.setdefault(self._rr, []).append((pq, [replace(msg, reconsume_times=msg.reconsume_times + 1)]))
+            for i, segs in puts.items():
+                self._lanes[i].put(segs, len(segs))
 
     def _hand_off(self, items: list[SendItem]) -> None:
         """From a lane (or the baseline's pool): messages for the pull thread
@@ -682,12 +700,11 @@ class LitePushConsumer:
         if self._unsent and (final or now >= self._unsent_at):
             items = self._unsent + items
             self._unsent = []
-        live = []
-        for it in items:
-            if it.pq.dropped:  # revoked: the next owner replays it
-                it.pq.skip([it.message])
-            else:
-                live.append(it)
+        live = [it for it in items if not it.pq.dropped]
+        # revoked: the next owner replays them
+        for pq, ms in _per_queue([(it.pq, it.message) for it in items if it.pq.dropped]).items():
+            pq.skip(ms)
+        stored: list[tuple[ProcessQueue, MessageExt]] = []
         dead = [it for it in live if it.dead_letter]
         back = [it for it in live if not it.dead_letter]
         group = self.config.group
@@ -695,7 +712,7 @@ class LitePushConsumer:
             errors = self._store(dead, lambda: self._source.send_to_dlq([(it.message, it.reason, it.exception) for it in dead]))
             for it, err in zip(dead, errors, strict=True):
                 if err is None:
-                    it.pq.complete([it.message])
+                    stored.append((it.pq, it.message))
                     self._dead_lettered += 1
                     logger.warning(
                         "consumer %r: %s offset %d sent to the dead-letter queue after %d attempt(s): %s",
@@ -714,19 +731,21 @@ class LitePushConsumer:
             delay = self.config.suspend_ms / 1000.0
             for it, err in zip(back, errors, strict=True):
                 if err is None:
-                    it.pq.complete([it.message])
+                    stored.append((it.pq, it.message))
                     self._sent_back += 1
                 elif final:
-                    it.pq.skip([it.message])  # stays unfinished: delivered again
+                    self._unsent.append(it)  # skipped below: stays unfinished, delivered again
                 else:
                     logger.warning(
                         "consumer %r: send-back of %s offset %d failed (%s); retrying it here in %d ms",
                         group, it.pq.queue, it.message.queue_offset, err, self.config.suspend_ms,
                     )
                     self._timer.add(now + delay, -1, (it.pq, it.message))
+        for pq, ms in _per_queue(stored).items():
+            pq.complete(ms)
         if final:
-            for it in self._unsent:
-                it.pq.skip([it.message])
+            for pq, ms in _per_queue([(it.pq, it.message) for it in self._unsent]).items():
+                pq.skip(ms)
             self._unsent = []
 
     @staticmethod
@@ -764,9 +783,8 @@ class LitePushConsumer:
         finally:
             # Stopping: parked messages stay unfinished (uncommitted; the
             # offset map keeps what finished above them).
-            for p in parked.values():
-                for pq, m in p.items:
-                    pq.skip([m])
+            for pq, ms in _per_queue([item for p in parked.values() for item in p.items]).items():
+                pq.skip(ms)
             self._parked[idx] = 0
 
     def _consume(self, idx: int, parked: dict[Hashable, Parked], pq: ProcessQueue, msgs: list[MessageExt]) -> None:
@@ -952,10 +970,7 @@ class LitePushConsumer:
                 again = (pq, replace(m, reconsume_times=m.reconsume_times + 1), reason, text)
                 break
             self._parked[idx] -= skipped + len(done) + len(out) + (1 if again else 0)
-            by_queue: dict[ProcessQueue, list[MessageExt]] = {}
-            for pq, m in done:
-                by_queue.setdefault(pq, []).append(m)
-            for pq, ms in by_queue.items():
+            for pq, ms in _per_queue(done).items():
                 pq.complete(ms)
             self._consumed[idx] += len(done)
             if out:
@@ -968,19 +983,18 @@ class LitePushConsumer:
 
     def _purge(self, idx: int, parked: dict[Hashable, Parked]) -> None:
         """Skip the parked messages of revoked queues."""
+        dropped: list[tuple[ProcessQueue, MessageExt]] = []
         for key in list(parked):
             p = parked[key]
-            keep = []
-            for pq, m in p.items:
-                if pq.dropped:
-                    pq.skip([m])
-                    self._parked[idx] -= 1
-                else:
-                    keep.append((pq, m))
+            keep = [(pq, m) for pq, m in p.items if not pq.dropped]
+            dropped += [(pq, m) for pq, m in p.items if pq.dropped]
             if keep:
                 p.items = keep
             else:
                 del parked[key]
+        self._parked[idx] -= len(dropped)
+        for pq, ms in _per_queue(dropped).items():
+            pq.skip(ms)
 
     @staticmethod
     def _safe_extractor(extract: Callable[[MessageExt], str | None]) -> Callable[[MessageExt], str | None]:

@@ -164,11 +164,6 @@ class ProcessQueue:
         with self._idle:
             return self._idle.wait_for(lambda: self._count == 0, timeout)
 
-    def committable(self) -> int:
-        """The lowest offset not finished: safe to commit."""
-        with self._lock:
-            return self._tracker.lowest_unfinished()
-
     def commit_point(self) -> tuple[int, str]:
         """``(offset, offset_map)``: the lowest offset not finished, and the
         encoded map of the finished offsets above it ("" when there are

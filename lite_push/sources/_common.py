@@ -1,18 +1,27 @@
-"""What the embedded and the Redis sources share: reading a ``send_batch``
-item, and the per-member queue state (assignment, pause/resume) behind the
+"""What the embedded and the Redis sources share: input checks (topic
+names, delay levels, messages handed to send_back/send_to_dlq, ``send_batch``
+items) and the per-member queue state (assignment, pause/resume) behind the
 PullSource contract."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
-from typing import Any, Protocol
+import math
+from collections.abc import Collection, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .._errors import NotSubscribedError
-from .._types import MessageQueue
+from .._errors import ConfigError, MessageTooLargeError, NotSubscribedError
+from .._types import MessageExt, MessageQueue
 from ._base import RebalanceListener
 
-__all__ = ["ITEM_FIELDS", "QueueStates", "unpack_mapping"]
+__all__ = [
+    "ITEM_FIELDS",
+    "QueueStates",
+    "check_delay_levels",
+    "check_message",
+    "unpack_mapping",
+    "validate_topic",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +51,44 @@ def unpack_mapping(item: Mapping[str, Any]) -> tuple[Any, str | None, str | None
     return item["body"], item.get("keys"), tags or None, props, item.get("queue_id")
 
 
+def validate_topic(topic: str) -> None:
+    """``ValueError`` unless ``topic`` is a usable topic name."""
+    if not isinstance(topic, str) or not topic or len(topic) > 255:
+        raise ValueError(f"topic must be a non-empty string of at most 255 characters, got {topic!r}")
+    if topic in (".", "..") or any(c in topic for c in "/\\\x00"):
+        raise ValueError(f"topic {topic!r} must not contain '/', '\\\\' or NUL, nor be '.' or '..'")
+
+
+def check_delay_levels(levels: object) -> tuple[float, ...]:
+    """``delay_levels`` as a tuple of floats, or ``ConfigError``."""
+    if isinstance(levels, (str, bytes)) or not isinstance(levels, Iterable):
+        raise ConfigError("delay_levels", f"must be a sequence of seconds, got {levels!r}")
+    out = tuple(levels)
+    if not out:
+        raise ConfigError("delay_levels", "must hold at least one level")
+    for x in out:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
+            raise ConfigError("delay_levels", f"every level must be a positive, finite number of seconds, got {x!r}")
+    return tuple(float(x) for x in out)
+
+
+def check_message(m: object, limit: int) -> MessageExt:
+    """A message handed to send_back/send_to_dlq, checked enough to be
+    stored: ``TypeError`` / ``MessageTooLargeError`` otherwise."""
+    if not isinstance(m, MessageExt):
+        raise TypeError(f"expected a MessageExt, got {type(m).__name__}")
+    if type(m.body) is not bytes:
+        raise TypeError(f"message body must be bytes, got {type(m.body).__name__}")
+    if len(m.body) > limit:
+        raise MessageTooLargeError(m.topic, len(m.body), limit)
+    if type(m.reconsume_times) is not int or m.reconsume_times < 0:
+        raise ValueError(f"reconsume_times must be an int >= 0, got {m.reconsume_times!r}")
+    for k, v in m.properties.items():
+        if type(k) is not str or type(v) is not str:
+            raise TypeError(f"properties must map str to str, got {k!r}: {v!r}")
+    return m
+
+
 class _State(Protocol):
     paused: bool
 
@@ -55,12 +102,12 @@ class QueueStates:
     _active: list[Any]
     _listener: RebalanceListener | None
 
-    @property
-    def client_id(self) -> str:
-        raise NotImplementedError
+    if TYPE_CHECKING:  # provided by the consumer class
 
-    def _check_open(self) -> None:
-        raise NotImplementedError
+        @property
+        def client_id(self) -> str: ...
+
+        def _check_open(self) -> None: ...
 
     def _notify(self, what: str, queues: list[MessageQueue]) -> None:
         """Call the rebalance listener's ``what``; log (never raise) its errors."""

@@ -150,7 +150,7 @@ from ._base import (
     reconsume_times_of,
     retry_topic,
 )
-from ._common import unpack_mapping
+from ._common import check_delay_levels, check_message, unpack_mapping, validate_topic
 from ._embedded_consumer import (
     SCHEDULE_GROUP,
     SCHEDULE_TOPIC,
@@ -200,28 +200,8 @@ _INF = math.inf
 _store_ts = attrgetter("store_timestamp")
 
 
-def _validate_topic(topic: str) -> None:
-    if not isinstance(topic, str) or not topic or len(topic) > 255:
-        raise ValueError(f"topic must be a non-empty string of at most 255 characters, got {topic!r}")
-    if topic in (".", "..") or any(c in topic for c in "/\\\x00"):
-        raise ValueError(f"topic {topic!r} must not contain '/', '\\\\' or NUL, nor be '.' or '..'")
-
-
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def _check_delay_levels(levels: object) -> tuple[float, ...]:
-    """``delay_levels`` as a tuple of floats, or ``ConfigError``."""
-    if isinstance(levels, (str, bytes)) or not isinstance(levels, Iterable):
-        raise ConfigError("delay_levels", f"must be a sequence of seconds, got {levels!r}")
-    out = tuple(levels)
-    if not out:
-        raise ConfigError("delay_levels", "must hold at least one level")
-    for x in out:
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
-            raise ConfigError("delay_levels", f"every level must be a positive, finite number of seconds, got {x!r}")
-    return tuple(float(x) for x in out)
 
 
 def _due_ms(m: MessageExt) -> int:
@@ -232,23 +212,6 @@ def _due_ms(m: MessageExt) -> int:
         return int(raw) if raw is not None else 0
     except ValueError:
         return 0
-
-
-def _check_message(m: object, limit: int) -> MessageExt:
-    """A message handed to send_back/send_to_dlq, checked enough to be
-    stored: ``TypeError`` / ``MessageTooLargeError`` otherwise."""
-    if not isinstance(m, MessageExt):
-        raise TypeError(f"expected a MessageExt, got {type(m).__name__}")
-    if type(m.body) is not bytes:
-        raise TypeError(f"message body must be bytes, got {type(m.body).__name__}")
-    if len(m.body) > limit:
-        raise MessageTooLargeError(m.topic, len(m.body), limit)
-    if type(m.reconsume_times) is not int or m.reconsume_times < 0:
-        raise ValueError(f"reconsume_times must be an int >= 0, got {m.reconsume_times!r}")
-    for k, v in m.properties.items():
-        if type(k) is not str or type(v) is not str:
-            raise TypeError(f"properties must map str to str, got {k!r}: {v!r}")
-    return m
 
 
 _Encoded = tuple[list[tuple[int, int, int]], list[list[MessageExt]], list[list[int]], list[list[bytes]]]
@@ -342,7 +305,7 @@ class EmbeddedBroker:
             raise ConfigError("session_timeout", f"must be positive, got {session_timeout!r}")
         if clock is not None and not all(callable(getattr(clock, f, None)) for f in ("monotonic", "time")):
             raise ConfigError("clock", f"must have monotonic() and time() (lite_push.Clock fits), got {clock!r}")
-        self._delay_levels = _check_delay_levels(delay_levels)
+        self._delay_levels = check_delay_levels(delay_levels)
         self.broker_name = broker_name
         self.max_message_size = max_message_size
         self.session_timeout = float(session_timeout)
@@ -429,7 +392,7 @@ class EmbeddedBroker:
         that is empty, longer than 255 or holds ``/``, ``\\`` or NUL.  Retry
         and dead-letter topics (``%RETRY%...``, ``%DLQ%...``) have exactly one
         queue; the internal ``SCHEDULE_TOPIC_XXXX`` cannot be created."""
-        _validate_topic(topic)
+        validate_topic(topic)
         if not isinstance(queue_count, int) or isinstance(queue_count, bool) or queue_count < 1:
             raise ConfigError("queue_count", f"must be an int >= 1, got {queue_count!r}")
         if topic == SCHEDULE_TOPIC:
@@ -452,7 +415,7 @@ class EmbeddedBroker:
         t = self._topics.get(topic)
         if t is not None:
             return t
-        _validate_topic(topic)
+        validate_topic(topic)
         t = _Topic(topic, self.broker_name, queue_count)
         if self._store is not None:
             counts = {name: len(x.queues) for name, x in self._topics.items()}
@@ -759,7 +722,7 @@ class EmbeddedBroker:
 
         def copy(item: tuple[MessageExt, int]) -> MessageExt:
             message, level = item
-            _check_message(message, self.max_message_size)
+            check_message(message, self.max_message_size)
             if isinstance(level, bool) or not isinstance(level, int):
                 raise TypeError(f"delay level must be an int, got {level!r}")
             if level < 1:
@@ -792,7 +755,7 @@ class EmbeddedBroker:
 
         def copy(item: tuple[MessageExt, str, str]) -> MessageExt:
             message, reason, text = item
-            _check_message(message, self.max_message_size)
+            check_message(message, self.max_message_size)
             if type(reason) is not str or type(text) is not str:
                 raise TypeError(f"reason and exception text must be str, got {reason!r}, {text!r}")
             props = origin_properties(message)
@@ -909,7 +872,7 @@ class EmbeddedBroker:
                 target = props.pop(REAL_TOPIC, "")
                 props.pop(TIMER_DELIVER_MS, None)
                 try:
-                    _validate_topic(target)
+                    validate_topic(target)
                 except ValueError:
                     logger.warning("scheduled message %s has no valid %s (%r); dropped", m.msg_id, REAL_TOPIC, target)
                     continue

@@ -131,9 +131,14 @@ from ._base import (
     reconsume_times_of,
     retry_topic,
 )
-from ._common import QueueStates, unpack_mapping
+from ._common import (
+    QueueStates,
+    check_delay_levels,
+    check_message,
+    unpack_mapping,
+    validate_topic,
+)
 from ._embedded_consumer import BrokerClock, parse_tag_expression
-from .embedded import _check_delay_levels, _check_message, _validate_topic
 
 __all__ = ["RedisBroker", "RedisPullConsumer"]
 
@@ -212,7 +217,7 @@ class RedisBroker:
             raise ConfigError("heartbeat_interval", "must be shorter than session_timeout")
         if clock is not None and not all(callable(getattr(clock, f, None)) for f in ("monotonic", "time")):
             raise ConfigError("clock", f"must have monotonic() and time(), got {clock!r}")
-        self._delay_levels = _check_delay_levels(delay_levels)
+        self._delay_levels = check_delay_levels(delay_levels)
         # Typed Any: redis-py types every command as "value or awaitable"
         # (one stub for its sync and asyncio clients); this one is sync.
         self._client: Any
@@ -288,7 +293,7 @@ class RedisBroker:
     def create_topic(self, topic: str, queue_count: int = 4) -> list[MessageQueue]:
         """Create ``topic`` with ``queue_count`` queues (idempotent for the
         same count; ``ConfigError`` naming ``queue_count`` otherwise)."""
-        _validate_topic(topic)
+        validate_topic(topic)
         if not isinstance(queue_count, int) or isinstance(queue_count, bool) or queue_count < 1:
             raise ConfigError("queue_count", f"must be an int >= 1, got {queue_count!r}")
         if queue_count != 1 and is_retry_or_dlq_topic(topic):
@@ -487,7 +492,7 @@ class RedisBroker:
         for i, item in enumerate(items):
             try:
                 message, level = item
-                _check_message(message, self.max_message_size)
+                check_message(message, self.max_message_size)
                 if isinstance(level, bool) or not isinstance(level, int):
                     raise TypeError(f"delay level must be an int, got {level!r}")
                 if level < 1:
@@ -528,7 +533,7 @@ class RedisBroker:
         for i, item in enumerate(items):
             try:
                 message, reason, text = item
-                _check_message(message, self.max_message_size)
+                check_message(message, self.max_message_size)
                 if type(reason) is not str or type(text) is not str:
                     raise TypeError(f"reason and exception text must be str, got {reason!r}, {text!r}")
                 props = origin_properties(message)
