@@ -96,6 +96,31 @@ SEND_RETRY_INTERVAL = 1.0
 _PURGE = object()
 
 
+class _Episode:
+    """Logs a source operation that keeps failing once per episode: the
+    first failure as a warning with its traceback, the next ones at debug,
+    and the first success after them at info (a Redis outage must not log
+    once per poll or per commit)."""
+
+    __slots__ = ("failing", "what")
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.failing = False
+
+    def failed(self, group: str, detail: str = "") -> None:
+        if self.failing:
+            logger.debug("%s failed again for consumer %r%s", self.what, group, detail, exc_info=True)
+        else:
+            self.failing = True
+            logger.warning("%s failed for consumer %r%s; retrying", self.what, group, detail, exc_info=True)
+
+    def ok(self, group: str) -> None:
+        if self.failing:
+            self.failing = False
+            logger.info("%s recovered for consumer %r", self.what, group)
+
+
 def _per_queue(pairs: list[tuple[ProcessQueue, MessageExt]]) -> dict[ProcessQueue, list[MessageExt]]:
     """Messages grouped by their ProcessQueue, in order: one complete/skip
     (one lock) per queue instead of per message."""
@@ -210,6 +235,8 @@ class LitePushConsumer:
         self._stopped = threading.Event()  # the pull thread finished shutdown
         self._deadline = 0.0
         self._subscriptions: list[tuple[str, str]] = []
+        # Failing source calls of the pull thread, each logged once per episode.
+        self._episodes = {what: _Episode(what) for what in ("poll", "commit", "lock")}
         if config.mode is ConsumeMode.QUEUE_ORDERLY:
             self._orderly = QueueOrderlyService(config, listener, self._abort, self._clock.monotonic, self._hand_off)
         source.set_rebalance_listener(_Rebalance(self))
@@ -308,7 +335,7 @@ class LitePushConsumer:
         next_commit = clock.monotonic() + cfg.commit_interval
         next_lock = clock.monotonic() + cfg.lock_renew_interval
         next_relock = clock.monotonic() + LOCK_RETRY_INTERVAL
-        failing = False
+        polling = self._episodes["poll"]
         try:
             while not self._stopping.is_set():
                 timeout = cfg.poll_timeout
@@ -321,14 +348,10 @@ class LitePushConsumer:
                     logger.error("source closed under consumer %r; stopping", cfg.group)
                     break
                 except Exception:
-                    if not failing:  # log once per episode, not per poll
-                        logger.exception("poll failed for consumer %r; retrying", cfg.group)
-                        failing = True
+                    polling.failed(cfg.group)  # logged once per episode, not per poll
                     clock.wait(self._stopping, POLL_ERROR_BACKOFF)
                     continue
-                if failing:
-                    logger.info("poll recovered for consumer %r", cfg.group)
-                    failing = False
+                polling.ok(cfg.group)
                 if batches:
                     self._gather(batches)
                 now = clock.monotonic()
@@ -547,8 +570,10 @@ class LitePushConsumer:
         try:
             self._source.commit(offsets)
         except Exception:
-            logger.exception("commit of %d queue(s) failed for consumer %r", len(offsets), self.config.group)
+            # the same offsets (or higher) are committed again next time
+            self._episodes["commit"].failed(self.config.group, f" ({len(offsets)} queue(s))")
             return
+        self._episodes["commit"].ok(self.config.group)
         for pq in pqs:
             c = offsets.get(pq.queue)
             if c is not None:
@@ -635,7 +660,13 @@ class LitePushConsumer:
             for pq in pqs:
                 self._orderly.remove_queue(pq)
             # Only now, drained and committed, may the next owner lock it.
-            self._source.unlock([pq.queue for pq in pqs])
+            try:
+                self._source.unlock([pq.queue for pq in pqs])
+            except Exception:  # the lease then runs out on its own
+                logger.warning(
+                    "consumer %r: unlocking %d revoked queue(s) failed; their locks expire with the lease",
+                    self.config.group, len(pqs), exc_info=True,
+                )
         logger.info("consumer %r revoked %s", self.config.group, [str(q) for q in queues])
 
     def _lock_queues(self, pqs: list[ProcessQueue]) -> None:
@@ -647,8 +678,10 @@ class LitePushConsumer:
         try:
             held = self._source.lock([pq.queue for pq in pqs], lease)
         except Exception:
-            logger.exception("consumer %r: locking %d queue(s) failed", self.config.group, len(pqs))
+            # consumption stops when the leases run out (set_locked below)
+            self._episodes["lock"].failed(self.config.group, f" ({len(pqs)} queue(s))")
             return
+        self._episodes["lock"].ok(self.config.group)
         until = self._clock.monotonic() + lease
         for pq in pqs:
             self._orderly.set_locked(pq, until if pq.queue in held else 0.0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.machinery
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -19,6 +20,7 @@ import pytest
 
 import lite_push
 from lite_push import _router_py
+from lite_push.sources.redis_server import RedisCluster
 
 PACKAGE_DIR = Path(lite_push.__file__).resolve().parent
 
@@ -58,3 +60,11 @@ def router(request: pytest.FixtureRequest) -> ModuleType:
     if request.param == "c":
         return compiled_twin("_router_c")
     return _router_py
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster]:
+    """Three redis-server masters on loopback ports, shared by the session
+    (tests use their own namespaces)."""
+    with RedisCluster() as cluster:
+        yield cluster

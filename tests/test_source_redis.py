@@ -18,7 +18,7 @@ from source_contract import SkewedClock, SourceContract, SourceHarness, offsets,
 from lite_push import ConfigError, MessageQueue, MessageTooLargeError, UnknownTopicError
 from lite_push._router import lane_of
 from lite_push.sources import ConsumeFromWhere, PullSource, RebalanceListener, redis_streams
-from lite_push.sources.redis_server import RedisCluster, RedisServer
+from lite_push.sources.redis_server import RedisServer
 from lite_push.sources.redis_streams import RedisBroker, RedisPullConsumer
 
 FIRST = ConsumeFromWhere.FIRST_OFFSET
@@ -70,12 +70,6 @@ def harness(redis_server: RedisServer) -> Iterator[RedisHarness]:
 
 class TestRedisContract(SourceContract):
     pass
-
-
-@pytest.fixture(scope="module")
-def redis_cluster() -> Iterator[RedisCluster]:
-    with RedisCluster() as cluster:
-        yield cluster
 
 
 class TestRedisClusterContract(SourceContract):
