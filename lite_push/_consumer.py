@@ -25,7 +25,8 @@ Commits happen every ``commit_interval`` seconds, when a queue is revoked,
 and at shutdown.  Delivery is at-least-once.
 
 Failures (``_failures``): a failed message is retried after ``suspend_ms``
-(orderly) or sent back to ``%RETRY%<group>`` (CONCURRENTLY), and after
+(orderly) or sent back to ``%RETRY%<group>`` (CONCURRENTLY; a BROADCASTING
+member, which has no retry topic, waits the delay level here), and after
 ``max_reconsume_times`` goes to ``%DLQ%<group>``.  In KEY_ORDERLY its key is
 *parked* in its lane: the lane goes on with other keys, later messages of the
 key queue up behind it, and one timer, run by the pull thread on the
@@ -62,7 +63,7 @@ from ._types import (
     OffsetAndMetadata,
     PollBatch,
 )
-from .sources._base import PullSource, RebalanceListener, retry_topic
+from .sources._base import MessageModel, PullSource, RebalanceListener, retry_topic
 
 __all__ = ["ConsumerStats", "LitePushConsumer", "Listener"]
 
@@ -235,6 +236,8 @@ class LitePushConsumer:
         self._stopped = threading.Event()  # the pull thread finished shutdown
         self._deadline = 0.0
         self._subscriptions: list[tuple[str, str]] = []
+        # BROADCASTING: no retry topic; CONCURRENTLY failures are retried here.
+        self._broadcasting = source.message_model is MessageModel.BROADCASTING
         # Failing source calls of the pull thread, each logged once per episode.
         self._episodes = {what: _Episode(what) for what in ("poll", "commit", "lock")}
         if config.mode is ConsumeMode.QUEUE_ORDERLY:
@@ -253,7 +256,12 @@ class LitePushConsumer:
         self._source.subscribe(topic, expression)
         self._subscriptions.append((topic, expression))
         retry = retry_topic(self.config.group)
-        if self.config.mode is ConsumeMode.CONCURRENTLY and topic != retry and all(t != retry for t, _ in self._subscriptions):
+        if (
+            self.config.mode is ConsumeMode.CONCURRENTLY
+            and not self._broadcasting  # a BROADCASTING member retries its failures itself
+            and topic != retry
+            and all(t != retry for t, _ in self._subscriptions)
+        ):
             self._source.subscribe(retry, "*")
             self._subscriptions.append((retry, "*"))
 
@@ -741,6 +749,14 @@ class LitePushConsumer:
         dead = [it for it in live if it.dead_letter]
         back = [it for it in live if not it.dead_letter]
         group = self.config.group
+        if back and self._broadcasting:
+            # no retry topic: wait the delay level's time here, then run again
+            # (the offsets stay unfinished meanwhile, so nothing is lost)
+            levels = self._source.delay_levels
+            for it in back:
+                delay = levels[min(max(it.delay_level, 1), len(levels)) - 1]
+                self._timer.add(now + delay, -1, (it.pq, it.message))
+            back = []
         if dead:
             errors = self._store(dead, lambda: self._source.send_to_dlq([(it.message, it.reason, it.exception) for it in dead]))
             for it, err in zip(dead, errors, strict=True):

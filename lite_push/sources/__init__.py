@@ -3,6 +3,7 @@
 from ._base import (
     DEFAULT_DELAY_LEVELS,
     ConsumeFromWhere,
+    MessageModel,
     PullSource,
     RebalanceListener,
     dlq_topic,
@@ -16,6 +17,7 @@ __all__ = [
     "ConsumeFromWhere",
     "EmbeddedBroker",
     "EmbeddedPullConsumer",
+    "MessageModel",
     "PullSource",
     "RebalanceListener",
     "dlq_topic",

@@ -55,6 +55,7 @@ __all__ = [
     "RETRY_TOPIC",
     "TIMER_DELIVER_MS",
     "ConsumeFromWhere",
+    "MessageModel",
     "PullSource",
     "RebalanceListener",
     "dlq_topic",
@@ -187,6 +188,19 @@ class ConsumeFromWhere(enum.Enum):
     TIMESTAMP = "TIMESTAMP"
 
 
+class MessageModel(enum.Enum):
+    """How a group's members share its queues (RocketMQ's ``MessageModel``)."""
+
+    #: Each queue is owned by one member at a time (allocated by the
+    #: strategy, moved on rebalance); the group's offsets live in the broker.
+    CLUSTERING = "CLUSTERING"
+    #: Every member reads every queue and keeps its own offsets in a local
+    #: file (:mod:`lite_push.sources.local_offsets`).  No rebalance, no queue
+    #: locks, no retry topic: a failed message is retried by the member that
+    #: failed it.
+    BROADCASTING = "BROADCASTING"
+
+
 class RebalanceListener:
     """Told when the queues a member owns change.  Both methods run inside
     :meth:`PullSource.poll` on the owning thread.  The default does nothing."""
@@ -203,6 +217,14 @@ class RebalanceListener:
 
 class PullSource(abc.ABC):
     """A member of a consumer group on a partitioned log."""
+
+    @property
+    def message_model(self) -> MessageModel:
+        """CLUSTERING (the default) or BROADCASTING.  A BROADCASTING member
+        owns every queue of its topics, commits to its own local file,
+        holds every lock it asks for, and refuses :meth:`send_back` (the
+        runtime retries its failures itself)."""
+        return MessageModel.CLUSTERING
 
     @abc.abstractmethod
     def subscribe(self, topic: str, expression: str = "*") -> None:

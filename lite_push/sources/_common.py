@@ -10,7 +10,7 @@ import math
 from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .._errors import ConfigError, MessageTooLargeError, NotSubscribedError
+from .._errors import ConfigError, LitePushError, MessageTooLargeError, NotSubscribedError
 from .._types import MessageExt, MessageQueue
 from ._base import RebalanceListener
 
@@ -19,6 +19,7 @@ __all__ = [
     "QueueStates",
     "check_delay_levels",
     "check_message",
+    "no_send_back",
     "unpack_mapping",
     "validate_topic",
 ]
@@ -49,6 +50,11 @@ def unpack_mapping(item: Mapping[str, Any]) -> tuple[Any, str | None, str | None
             if type(k) is not str or type(v) is not str:
                 raise TypeError(f"properties must map str to str, got {k!r}: {v!r}")
     return item["body"], item.get("keys"), tags or None, props, item.get("queue_id")
+
+
+def no_send_back(consumer: object) -> LitePushError:
+    """What ``send_back`` of a BROADCASTING member returns for each item."""
+    return LitePushError(f"{consumer!r} is BROADCASTING: failed messages are retried by the member, not sent back")
 
 
 def validate_topic(topic: str) -> None:

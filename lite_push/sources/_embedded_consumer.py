@@ -20,11 +20,13 @@ from .._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
 from ..rebalance.allocate import AVERAGELY, AllocateStrategy
 from ._base import (
     ConsumeFromWhere,
+    MessageModel,
     PullSource,
     RebalanceListener,
     is_retry_or_dlq_topic,
 )
-from ._common import QueueStates
+from ._common import QueueStates, no_send_back
+from .local_offsets import LocalOffsetStore, default_offset_file
 
 if TYPE_CHECKING:
     from .embedded import EmbeddedBroker
@@ -174,7 +176,13 @@ class EmbeddedPullConsumer(QueueStates, PullSource):
         client_id: str | None = None,
         allocate: AllocateStrategy = AVERAGELY,
         session_timeout: float | None = None,
+        message_model: MessageModel = MessageModel.CLUSTERING,
+        offset_file: str | os.PathLike[str] | None = None,
     ) -> None:
+        if not isinstance(message_model, MessageModel):
+            raise ConfigError("message_model", f"must be a MessageModel, got {message_model!r}")
+        if offset_file is not None and message_model is not MessageModel.BROADCASTING:
+            raise ConfigError("offset_file", "is only used with message_model=BROADCASTING")
         if not isinstance(group, str) or not group:
             raise ConfigError("group", f"must be a non-empty string, got {group!r}")
         if group == SCHEDULE_GROUP:
@@ -203,6 +211,10 @@ class EmbeddedPullConsumer(QueueStates, PullSource):
         self._seen_version = -1
         self._wakeup = False
         self._closed = False
+        # BROADCASTING: every queue, offsets in a local file; _pending: a
+        # topic was subscribed whose queues are not taken yet
+        self._store: LocalOffsetStore | None = None
+        self._pending = False
         with self._lock:
             broker._check_open()
             g = broker._group(group)
@@ -210,6 +222,9 @@ class EmbeddedPullConsumer(QueueStates, PullSource):
                 client_id = f"{broker.broker_name}@{os.getpid()}@{next(broker._client_seq):06d}"
             if client_id in g.clients:
                 raise ConfigError("client_id", f"{client_id!r} is already used by an open consumer of group {group!r}")
+            if message_model is MessageModel.BROADCASTING:  # last: it locks the file
+                path = offset_file if offset_file is not None else default_offset_file(broker.broker_name, group)
+                self._store = LocalOffsetStore(path, broker_name=broker.broker_name, group=group)
             g.clients.add(client_id)
             broker._consumers.add(self)
             self._group = g
@@ -225,6 +240,15 @@ class EmbeddedPullConsumer(QueueStates, PullSource):
     @property
     def client_id(self) -> str:
         return self._member.cid
+
+    @property
+    def message_model(self) -> MessageModel:
+        return MessageModel.BROADCASTING if self._store is not None else MessageModel.CLUSTERING
+
+    @property
+    def offset_store(self) -> LocalOffsetStore | None:
+        """The local offsets file of a BROADCASTING member (else None)."""
+        return self._store
 
     @property
     def closed(self) -> bool:
@@ -259,7 +283,11 @@ class EmbeddedPullConsumer(QueueStates, PullSource):
                 if st.mq.topic == topic:
                     st.tags = tags
             m = self._member
-            if topic not in m.topics:
+            if self._store is not None:  # BROADCASTING: not a group member
+                if topic not in m.topics:
+                    m.topics.add(topic)
+                    self._pending = True
+            elif topic not in m.topics:
                 m.topics.add(topic)
                 m.last_seen = self._clock.monotonic()
                 self._group.members[m.cid] = m
@@ -294,7 +322,15 @@ class EmbeddedPullConsumer(QueueStates, PullSource):
             due = broker._next_due_ms
             if due < _INF and due <= clock.time() * 1000.0:
                 broker._deliver_from_poll()
-            if self._subscribed:
+            if self._store is not None:
+                if self._pending:
+                    self._assign_all()
+                    self._check_open()
+                if self._active:
+                    batches = self._scan(max_per_queue)
+                    if batches:
+                        return batches
+            elif self._subscribed:
                 now = clock.monotonic()
                 member.last_seen = now
                 if now >= group.next_check:
@@ -322,7 +358,11 @@ class EmbeddedPullConsumer(QueueStates, PullSource):
                 if self._wakeup:
                     self._wakeup = False
                     return []
-                if group.version == self._seen_version and not member.expired and not self._ready():
+                if self._store is not None:
+                    changed = self._pending
+                else:
+                    changed = group.version != self._seen_version or member.expired
+                if not changed and not self._ready():
                     wait = min(remaining, self._wait_slice)
                     due = broker._next_due_ms
                     if due < _INF:  # wake when the next delayed retry is due
@@ -371,6 +411,41 @@ class EmbeddedPullConsumer(QueueStates, PullSource):
                 out.append(PollBatch(st.mq, picked, j))
                 st.pos = j
         return out
+
+    def _assign_all(self) -> None:
+        """BROADCASTING: own every queue of the subscribed topics, each from
+        its offset in the local file, else from ``consume_from`` (stored in
+        the file at once, so a restart before the first commit starts there
+        too)."""
+        broker = self._broker
+        store = self._store
+        assert store is not None
+        fresh: dict[MessageQueue, OffsetAndMetadata] = {}
+        with self._lock:
+            if self._closed:
+                return
+            new = sorted(
+                q for topic in self._member.topics for q in broker._topics[topic].queues if q not in self._states
+            )
+            for q in new:
+                log = broker._topics[q.topic].logs[q.queue_id]
+                om = store.get(q)
+                if om is None:
+                    pos = broker._initial_position(self._member, q)
+                    fresh[q] = OffsetAndMetadata(pos)
+                else:
+                    pos = min(max(om.offset, 0), len(log))
+                self._states[q] = _QState(q, log, pos, self._filters.get(q.topic))
+            self._pending = False
+            if new:
+                self._rebuild_active()
+        if fresh:
+            try:
+                store.commit(fresh)
+            except OSError as e:
+                logger.warning("%r: storing the start offsets in %s failed: %s", self, store.path, e)
+        if new:
+            self._notify("on_assigned", new)
 
     def _rebalance(self) -> None:
         """Bring the owned set to the target: release what left the target
@@ -457,6 +532,13 @@ class EmbeddedPullConsumer(QueueStates, PullSource):
             entries.append((q, om))
         if not entries:
             return
+        if self._store is not None:
+            owned = {q: om for q, om in entries if q in self._states}
+            if len(owned) < len(entries):
+                logger.debug("%r: %d commit(s) ignored: not its queues", self, len(entries) - len(owned))
+            if owned:
+                self._store.commit(owned)
+            return
         broker = self._broker
         cid = self._member.cid
         group = self._group
@@ -476,6 +558,8 @@ class EmbeddedPullConsumer(QueueStates, PullSource):
 
     def committed(self, queue: MessageQueue) -> OffsetAndMetadata | None:
         self._check_open()
+        if self._store is not None:
+            return self._store.get(queue)
         with self._lock:
             return self._group.committed.get(queue)
 
@@ -486,6 +570,8 @@ class EmbeddedPullConsumer(QueueStates, PullSource):
         self._check_open()
         if not lease > 0:
             raise ValueError(f"lease must be positive, got {lease!r}")
+        if self._store is not None:  # BROADCASTING: no other member reads "our" copy
+            return frozenset(queues)
         cid = self._member.cid
         with self._lock:
             self._check_open()
@@ -502,6 +588,8 @@ class EmbeddedPullConsumer(QueueStates, PullSource):
     def unlock(self, queues: Collection[MessageQueue]) -> None:
         """See :meth:`PullSource.unlock`."""
         self._check_open()
+        if self._store is not None:
+            return
         cid = self._member.cid
         with self._lock:
             locks = self._group.locks
@@ -522,6 +610,8 @@ class EmbeddedPullConsumer(QueueStates, PullSource):
         ``SCHEDULE_TOPIC_XXXX`` until due, then moves to ``%RETRY%<group>``
         when a consumer polls (or :meth:`EmbeddedBroker.deliver_due`)."""
         self._check_open()
+        if self._store is not None:
+            return [no_send_back(self)] * len(items)
         return self._broker._send_back(self._group.name, items)
 
     def send_to_dlq(self, items: Sequence[tuple[MessageExt, str, str]]) -> list[BaseException | None]:
@@ -557,6 +647,8 @@ class EmbeddedPullConsumer(QueueStates, PullSource):
             self._states.clear()
             self._active = []
             self._cond.notify_all()
+        if self._store is not None:
+            self._store.close()
         logger.debug("%r closed", self)
 
     def __enter__(self) -> EmbeddedPullConsumer:

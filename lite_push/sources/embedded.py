@@ -144,6 +144,7 @@ from ._base import (
     RECONSUME_TIME,
     TIMER_DELIVER_MS,
     ConsumeFromWhere,
+    MessageModel,
     dlq_topic,
     is_retry_or_dlq_topic,
     origin_properties,
@@ -946,6 +947,8 @@ class EmbeddedBroker:
         client_id: str | None = None,
         allocate: AllocateStrategy = AVERAGELY,
         session_timeout: float | None = None,
+        message_model: MessageModel = MessageModel.CLUSTERING,
+        offset_file: str | os.PathLike[str] | None = None,
     ) -> EmbeddedPullConsumer:
         """A new member of ``group`` (it joins at :meth:`subscribe`).
 
@@ -954,7 +957,12 @@ class EmbeddedBroker:
         the position is fixed when the group first owns the queue.
         ``client_id`` must be unique among the group's open consumers
         (default: generated, increasing with creation order).  Every member of
-        a group must use the same ``allocate`` strategy."""
+        a group must use the same ``allocate`` strategy.
+
+        ``message_model=BROADCASTING``: the consumer reads every queue of its
+        topics, outside the group's rebalance, from its own offsets in
+        ``offset_file`` (default
+        :func:`~lite_push.sources.local_offsets.default_offset_file`)."""
         return EmbeddedPullConsumer(
             self,
             group,
@@ -963,6 +971,8 @@ class EmbeddedBroker:
             client_id=client_id,
             allocate=allocate,
             session_timeout=session_timeout,
+            message_model=message_model,
+            offset_file=offset_file,
         )
 
     def _group(self, name: str) -> _Group:
@@ -1017,17 +1027,20 @@ class EmbeddedBroker:
             return min(max(om.offset, 0), len(log))
         pos = group.initial.get(q)
         if pos is None:
-            if member.consume_from is ConsumeFromWhere.FIRST_OFFSET:
-                pos = 0
-            elif member.consume_from is ConsumeFromWhere.TIMESTAMP:
-                ts = member.consume_timestamp
-                if ts is None:
-                    ts = _now_ms() - _DEFAULT_TIMESTAMP_LAG_MS
-                pos = bisect.bisect_left(log, ts, key=_store_ts)
-            else:
-                pos = len(log)
-            group.initial[q] = pos
+            pos = group.initial[q] = self._initial_position(member, q)
         return min(pos, len(log))
+
+    def _initial_position(self, member: _Member, q: MessageQueue) -> int:
+        """(lock held) Where ``member.consume_from`` starts on ``q``."""
+        log = self._topics[q.topic].logs[q.queue_id]
+        if member.consume_from is ConsumeFromWhere.FIRST_OFFSET:
+            return 0
+        if member.consume_from is ConsumeFromWhere.TIMESTAMP:
+            ts = member.consume_timestamp
+            if ts is None:
+                ts = _now_ms() - _DEFAULT_TIMESTAMP_LAG_MS
+            return bisect.bisect_left(log, ts, key=_store_ts)
+        return len(log)
 
     # -- lifecycle ----------------------------------------------------------
 

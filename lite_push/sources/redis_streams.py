@@ -123,6 +123,7 @@ from ._base import (
     DLQ_REASON,
     RECONSUME_TIME,
     ConsumeFromWhere,
+    MessageModel,
     PullSource,
     RebalanceListener,
     dlq_topic,
@@ -135,10 +136,12 @@ from ._common import (
     QueueStates,
     check_delay_levels,
     check_message,
+    no_send_back,
     unpack_mapping,
     validate_topic,
 )
 from ._embedded_consumer import BrokerClock, parse_tag_expression
+from .local_offsets import LocalOffsetStore, default_offset_file
 
 __all__ = ["RedisBroker", "RedisPullConsumer"]
 
@@ -589,8 +592,13 @@ class RedisBroker:
         consume_timestamp: int | None = None,
         client_id: str | None = None,
         allocate: AllocateStrategy = AVERAGELY,
+        message_model: MessageModel = MessageModel.CLUSTERING,
+        offset_file: str | os.PathLike[str] | None = None,
     ) -> RedisPullConsumer:
-        """A new member of ``group`` (it joins at subscribe)."""
+        """A new member of ``group`` (it joins at subscribe).  With
+        ``message_model=BROADCASTING`` it reads every queue and keeps its
+        offsets in ``offset_file`` (default
+        :func:`~lite_push.sources.local_offsets.default_offset_file`)."""
         return RedisPullConsumer(
             self,
             group,
@@ -598,6 +606,8 @@ class RedisBroker:
             consume_timestamp=consume_timestamp,
             client_id=client_id,
             allocate=allocate,
+            message_model=message_model,
+            offset_file=offset_file,
         )
 
     def committed(self, group: str, queue: MessageQueue) -> OffsetAndMetadata | None:
@@ -784,7 +794,13 @@ class RedisPullConsumer(QueueStates, PullSource):
         consume_timestamp: int | None = None,
         client_id: str | None = None,
         allocate: AllocateStrategy = AVERAGELY,
+        message_model: MessageModel = MessageModel.CLUSTERING,
+        offset_file: str | os.PathLike[str] | None = None,
     ) -> None:
+        if not isinstance(message_model, MessageModel):
+            raise ConfigError("message_model", f"must be a MessageModel, got {message_model!r}")
+        if offset_file is not None and message_model is not MessageModel.BROADCASTING:
+            raise ConfigError("offset_file", "is only used with message_model=BROADCASTING")
         if not isinstance(group, str) or not group:
             raise ConfigError("group", f"must be a non-empty string, got {group!r}")
         if not isinstance(consume_from, ConsumeFromWhere):
@@ -831,6 +847,12 @@ class RedisPullConsumer(QueueStates, PullSource):
         self._k_initial = broker._gkey(group, "initial")
         self._channel = broker._gkey(group, "events")
         self._notifier: _Notifier | None = None
+        # BROADCASTING: every queue, offsets in a local file (opened last:
+        # it locks the file, and nothing above may fail after that)
+        self._store: LocalOffsetStore | None = None
+        if message_model is MessageModel.BROADCASTING:
+            path = offset_file if offset_file is not None else default_offset_file(broker.broker_name, group)
+            self._store = LocalOffsetStore(path, broker_name=broker.broker_name, group=group)
         broker._consumers.add(self)
 
     # -- identity -------------------------------------------------------------
@@ -842,6 +864,15 @@ class RedisPullConsumer(QueueStates, PullSource):
     @property
     def client_id(self) -> str:
         return self._cid
+
+    @property
+    def message_model(self) -> MessageModel:
+        return MessageModel.BROADCASTING if self._store is not None else MessageModel.CLUSTERING
+
+    @property
+    def offset_store(self) -> LocalOffsetStore | None:
+        """The local offsets file of a BROADCASTING member (else None)."""
+        return self._store
 
     @property
     def closed(self) -> bool:
@@ -876,16 +907,20 @@ class RedisPullConsumer(QueueStates, PullSource):
         if new:
             if self._notifier is None:
                 self._notifier = _Notifier(self._client, self._event, f"lite-push-redis-notify-{self._cid}")
-                self._notifier.add(self._channel)
-                self._notifier.add(broker._notify_channel(retry_topic(self._group)))
+                if self._store is None:
+                    self._notifier.add(self._channel)
+                    self._notifier.add(broker._notify_channel(retry_topic(self._group)))
             self._notifier.add(broker._notify_channel(topic))
         self._filters[topic] = tags
         for st in self._states.values():
             if st.mq.topic == topic:
                 st.tags = tags
         if new:
-            self._heartbeat()  # join: bumps the group's version
-            self._seen_version = None
+            if self._store is not None:
+                self._pending = True  # the next poll takes the topic's queues
+            else:
+                self._heartbeat()  # join: bumps the group's version
+                self._seen_version = None
 
     def set_rebalance_listener(self, listener: RebalanceListener | None) -> None:
         self._check_open()
@@ -934,7 +969,10 @@ class RedisPullConsumer(QueueStates, PullSource):
 
     def _poll_once(self, max_per_queue: int) -> tuple[list[PollBatch] | None, float]:
         broker = self._broker
-        subscribed = bool(self._filters)
+        if self._store is not None and self._pending and self._assign_all():
+            self._check_open()
+            return None, 0.0
+        subscribed = bool(self._filters) and self._store is None
         pipe = broker._pipeline()
         if subscribed:
             pipe.get(self._k_version)
@@ -1070,6 +1108,50 @@ class RedisPullConsumer(QueueStates, PullSource):
             changed = True
         return changed
 
+    def _assign_all(self) -> bool:
+        """BROADCASTING: own every queue of the subscribed topics, each from
+        its offset in the local file, else from ``consume_from`` (stored in
+        the file at once, so a restart before the first commit starts there
+        too).  Return whether queues were added."""
+        broker = self._broker
+        new = sorted(q for topic in self._filters for q in broker._topic(topic).queues if q not in self._states)
+        store = self._store
+        assert store is not None
+        starts: dict[MessageQueue, int] = {}
+        fresh: dict[MessageQueue, OffsetAndMetadata] = {}
+        for q in new:
+            lo, hi = broker.min_offset(q), broker.max_offset(q)
+            om = store.get(q)
+            if om is None:
+                pos = self._initial_position(q, lo, hi)
+                fresh[q] = OffsetAndMetadata(pos)
+            else:
+                pos = om.offset
+            starts[q] = min(max(pos, lo), hi)
+        if fresh:
+            try:
+                store.commit(fresh)
+            except OSError as e:
+                logger.warning("%r: storing the start offsets in %s failed: %s", self, store.path, e)
+        for q, pos in starts.items():
+            self._states[q] = _QState(q, broker._qkey(q.topic, q.queue_id, "log"), pos, self._filters.get(q.topic))
+        self._pending = False
+        if new:
+            self._rebuild_active()
+            self._notify("on_assigned", new)
+        return bool(new)
+
+    def _initial_position(self, q: MessageQueue, lo: int, hi: int) -> int:
+        """Where ``consume_from`` starts on ``q`` (stored range ``[lo, hi)``)."""
+        if self._consume_from is ConsumeFromWhere.FIRST_OFFSET:
+            return lo
+        if self._consume_from is ConsumeFromWhere.TIMESTAMP:
+            ts = self._consume_timestamp
+            if ts is None:
+                ts = _now_ms() - _DEFAULT_TIMESTAMP_LAG_MS
+            return self._search_timestamp(q, lo, hi, ts)
+        return hi
+
     def _start_position(self, q: MessageQueue) -> int:
         broker = self._broker
         lo, hi = broker.min_offset(q), broker.max_offset(q)
@@ -1079,15 +1161,7 @@ class RedisPullConsumer(QueueStates, PullSource):
             return min(max(int(orjson.loads(raw)[0]), lo), hi)
         init = self._client.hget(self._k_initial, field)
         if init is None:
-            if self._consume_from is ConsumeFromWhere.FIRST_OFFSET:
-                pos = lo
-            elif self._consume_from is ConsumeFromWhere.TIMESTAMP:
-                ts = self._consume_timestamp
-                if ts is None:
-                    ts = _now_ms() - _DEFAULT_TIMESTAMP_LAG_MS
-                pos = self._search_timestamp(q, lo, hi, ts)
-            else:
-                pos = hi
+            pos = self._initial_position(q, lo, hi)
             self._client.hsetnx(self._k_initial, field, str(pos))
             init = self._client.hget(self._k_initial, field)
         return min(max(int(init), lo), hi)
@@ -1122,6 +1196,7 @@ class RedisPullConsumer(QueueStates, PullSource):
         self._check_open()
         keys: list[str] = []
         args: list[Any] = [self._cid]
+        entries: dict[MessageQueue, OffsetAndMetadata] = {}
         for q, value in offsets.items():
             if isinstance(value, OffsetAndMetadata):
                 om = value
@@ -1134,6 +1209,14 @@ class RedisPullConsumer(QueueStates, PullSource):
             keys.append(self._owner_key(q))
             args.append(_qfield(q))
             args.append(orjson.dumps([om.offset, om.metadata]))
+            entries[q] = om
+        if self._store is not None:
+            owned = {q: om for q, om in entries.items() if q in self._states}
+            if len(owned) < len(entries):
+                logger.debug("%r: %d commit(s) ignored: not its queues", self, len(entries) - len(owned))
+            if owned:
+                self._store.commit(owned)
+            return
         if not keys:
             return
         stored = self._broker._s_commit(keys=[self._k_offsets, *keys], args=args)
@@ -1142,6 +1225,8 @@ class RedisPullConsumer(QueueStates, PullSource):
 
     def committed(self, queue: MessageQueue) -> OffsetAndMetadata | None:
         self._check_open()
+        if self._store is not None:
+            return self._store.get(queue)
         return self._broker.committed(self._group, queue)
 
     # -- broker-side queue locks ----------------------------------------------
@@ -1153,6 +1238,8 @@ class RedisPullConsumer(QueueStates, PullSource):
         qs = list(dict.fromkeys(queues))
         if not qs:
             return frozenset()
+        if self._store is not None:  # BROADCASTING: no other member reads "our" copy
+            return frozenset(qs)
         flags = self._broker._s_lock(
             keys=[self._lock_key(q) for q in qs], args=[self._cid, max(1, round(lease * 1000))]
         )
@@ -1163,7 +1250,7 @@ class RedisPullConsumer(QueueStates, PullSource):
     def unlock(self, queues: Collection[MessageQueue]) -> None:
         self._check_open()
         qs = list(dict.fromkeys(queues))
-        if not qs:
+        if not qs or self._store is not None:
             return
         self._broker._s_unlock(keys=[self._lock_key(q) for q in qs], args=[self._cid])
         self._locks.difference_update(qs)
@@ -1178,6 +1265,8 @@ class RedisPullConsumer(QueueStates, PullSource):
         """See :meth:`PullSource.send_back`: the copies wait in the group's
         schedule until due, then a poll moves them to ``%RETRY%<group>``."""
         self._check_open()
+        if self._store is not None:
+            return [no_send_back(self)] * len(items)
         return self._broker._send_back(self._group, items)
 
     def send_to_dlq(self, items: Sequence[tuple[MessageExt, str, str]]) -> list[BaseException | None]:
@@ -1202,8 +1291,11 @@ class RedisPullConsumer(QueueStates, PullSource):
             self._notifier.stop()
         keys = [self._owner_key(q) for q in (*self._states, *self._unreleased)]
         keys += [self._lock_key(q) for q in self._locks]
+        if self._store is not None:
+            self._store.close()
+            keys = []
         try:
-            if self._filters:
+            if self._filters and self._store is None:
                 self._broker._s_leave(
                     keys=[self._k_members, self._k_subs, self._k_version, *keys], args=[self._cid, self._channel]
                 )
