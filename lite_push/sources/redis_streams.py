@@ -89,6 +89,7 @@ Code: this module (the broker, sending, the consumer), ``_redis_scripts.py``
 from __future__ import annotations
 
 import bisect
+import gc
 import itertools
 import logging
 import math
@@ -164,6 +165,9 @@ _DEFAULT_TIMESTAMP_LAG_MS = 30 * 60 * 1000
 #: to this size (a bigger one is split, so one call does not block the
 #: server for long, and another sender's messages may then interleave).
 _CHUNK = 65536
+#: A poll that may read at least this many entries runs with the cyclic GC
+#: paused while it parses and decodes them.
+_GC_PAUSE_MIN = 256
 
 
 def _now_ms() -> int:
@@ -256,12 +260,22 @@ class RedisBroker:
         self._s_schedule = c.register_script(scripts.SCHEDULE)
         # Redis Cluster clients cannot pipeline scripts: they run one by one
         self._cluster = isinstance(c, redis.RedisCluster)
+        # Polls read through a second client on the same connection pool
+        # whose XRANGE replies stay hiredis' nested lists: redis-py would make
+        # a dict of every entry's fields, which costs more than the rest of
+        # decoding (a caller's own client is left as it is).
+        self._reader: Any = c
+        if not self._cluster:
+            self._reader = redis.Redis(connection_pool=c.connection_pool)
+            self._reader.set_response_callback("XRANGE", _raw_entries)
 
-    def _pipeline(self) -> Any:
-        """A non-transactional pipeline (a sequential stand-in on a cluster)."""
+    def _pipeline(self, reader: bool = False) -> Any:
+        """A non-transactional pipeline (a sequential stand-in on a cluster);
+        ``reader``: on the reader client, whose XRANGE replies are not
+        parsed into dicts."""
         if self._cluster:
             return _Sequential(self._client)
-        return self._client.pipeline(transaction=False)
+        return (self._reader if reader else self._client).pipeline(transaction=False)
 
     def _script(self, script: Any, keys: list[str], args: list[Any], pipe: Any = None) -> Any:
         """Run ``script`` now (``pipe`` None) or queue it on ``pipe``."""
@@ -366,31 +380,53 @@ class RedisBroker:
         if stop is not None and stop <= start:
             return []
         entries = self._client.xrange(self._qkey(queue.topic, queue.queue_id, "log"), f"{start + 1}-0", hi)
-        return [self._decode(queue, e) for e in entries]
+        return self._decode(queue, entries)
 
-    def _decode(self, q: MessageQueue, entry: tuple[bytes, dict[bytes, bytes]]) -> MessageExt:
-        eid, fields = entry
-        off = _offset_of(eid)
-        meta = orjson.loads(fields[b"m"])
-        props = meta.get("p") or {}
-        try:
-            rt = reconsume_times_of(props) if props else 0
-        except ValueError:
+    def _decode(self, q: MessageQueue, entries: Sequence[Any]) -> list[MessageExt]:
+        """Stream entries of ``q`` as messages.  An entry's fields come as
+        the flat list ``[b"b", body, b"m", meta, b"s", stored]`` (the
+        reader's raw XRANGE, see ``_raw_entries``) or as a dict (a cluster
+        client's parsed reply).  Offsets are parsed from the ids only when
+        the entries are not consecutive (never, unless a stream was edited)."""
+        n = len(entries)
+        if not n:
+            return []
+        first = _offset_of(entries[0][0])
+        consecutive = n == 1 or _offset_of(entries[-1][0]) - first == n - 1
+        topic = q.topic
+        qid = q.queue_id
+        bname = self.broker_name
+        prefix = f"{self.namespace}-{topic}-{qid}-"
+        loads = orjson.loads
+        out = []
+        off = first
+        for eid, f in entries:
+            if not consecutive:
+                off = _offset_of(eid)
+            if type(f) is list and len(f) == 6 and f[0] == b"b" and f[2] == b"m":
+                body, raw, stored = f[1], f[3], f[5]
+            else:
+                if type(f) is list:
+                    f = dict(zip(f[::2], f[1::2], strict=True))
+                body, raw, stored = f[b"b"], f[b"m"], f[b"s"]
+            meta = loads(raw)
+            props = meta.get("p")
             rt = 0
-        return MessageExt(
-            q.topic,
-            q.queue_id,
-            off,
-            fields[b"b"],
-            meta.get("k"),
-            meta.get("t"),
-            props,
-            meta.get("bt", 0),
-            int(fields[b"s"]),
-            rt,
-            f"{self.namespace}-{q.topic}-{q.queue_id}-{off}",
-            self.broker_name,
-        )
+            if props:
+                try:
+                    rt = reconsume_times_of(props)
+                except ValueError:
+                    rt = 0
+            else:
+                props = {}
+            out.append(
+                MessageExt(
+                    topic, qid, off, body, meta.get("k"), meta.get("t"), props, meta.get("bt", 0), int(stored), rt,
+                    prefix + str(off), bname,
+                )  # fmt: skip
+            )
+            off += 1
+        return out
 
     # -- sending --------------------------------------------------------------
 
@@ -650,6 +686,10 @@ class RedisBroker:
 
     def __repr__(self) -> str:
         return f"<RedisBroker {self.namespace!r}{' closed' if self._closed else ''}>"
+
+
+def _raw_entries(response: Any, **options: Any) -> Any:
+    return response
 
 
 def _offset_of(eid: bytes | str) -> int:
@@ -973,7 +1013,7 @@ class RedisPullConsumer(QueueStates, PullSource):
             self._check_open()
             return None, 0.0
         subscribed = bool(self._filters) and self._store is None
-        pipe = broker._pipeline()
+        pipe = broker._pipeline(reader=True)
         if subscribed:
             pipe.get(self._k_version)
         broker._move_due(pipe, self._group)
@@ -988,7 +1028,17 @@ class RedisPullConsumer(QueueStates, PullSource):
         for st in order:
             count = max_per_queue if st.tags is None else 4 * max_per_queue + _SCAN_EXTRA
             pipe.xrange(st.log_key, f"{st.pos + 1}-0", "+", count=count)
-        res = pipe.execute()
+        # Parsing and decoding a big read only creates live objects: the
+        # cyclic GC is paused meanwhile (else it runs a collection every
+        # few hundred entries and costs a third of the read).
+        pause = n * max_per_queue >= _GC_PAUSE_MIN and gc.isenabled()
+        if pause:
+            gc.disable()
+        try:
+            res = pipe.execute()
+        finally:
+            if pause:
+                gc.enable()
         i = 0
         if subscribed:
             version = res[0]
@@ -1009,20 +1059,32 @@ class RedisPullConsumer(QueueStates, PullSource):
         if nxt >= 0:
             wait_hint = max(_MIN_WAIT, nxt / 1000.0 - broker._clock.time())
         out: list[PollBatch] = []
-        for st, entries in zip(order, res[i + 1 :]):
+        if pause:
+            gc.disable()
+        try:
+            self._decode_into(out, order, res[i + 1 :], max_per_queue)
+        finally:
+            if pause:
+                gc.enable()
+        return out, wait_hint
+
+    def _decode_into(
+        self, out: list[PollBatch], order: list[_QState], replies: list[Any], max_per_queue: int
+    ) -> None:
+        broker = self._broker
+        for st, entries in zip(order, replies):
             if not entries or self._states.get(st.mq) is not st or st.paused:
                 continue
             mq = st.mq
             if st.tags is None:
-                msgs = [broker._decode(mq, e) for e in entries]
+                msgs = broker._decode(mq, entries)
                 st.pos = msgs[-1].queue_offset + 1
                 out.append(PollBatch(mq, msgs, st.pos))
             else:
                 tags = st.tags
                 picked: list[MessageExt] = []
                 nxt_off = st.pos
-                for e in entries:
-                    m = broker._decode(mq, e)
+                for m in broker._decode(mq, entries):
                     nxt_off = m.queue_offset + 1
                     if m.tags in tags:
                         picked.append(m)
@@ -1030,7 +1092,6 @@ class RedisPullConsumer(QueueStates, PullSource):
                             break
                 st.pos = nxt_off
                 out.append(PollBatch(mq, picked, nxt_off))
-        return out, wait_hint
 
     # -- rebalance ------------------------------------------------------------
 
