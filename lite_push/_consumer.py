@@ -40,6 +40,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping
@@ -95,6 +96,15 @@ SEND_RETRY_INTERVAL = 1.0
 
 #: Lane token: skip the parked messages of revoked queues.
 _PURGE = object()
+
+
+def _coprime_near(lanes: int, queues: int) -> int:
+    """The lane count nearest ``lanes`` (above first) coprime with ``queues``."""
+    for d in range(lanes):
+        for n in (lanes + d, lanes - d):
+            if n >= 1 and math.gcd(n, queues) == 1:
+                return n
+    return 1
 
 
 class _Episode:
@@ -609,6 +619,35 @@ class LitePushConsumer:
                 self._orderly.add_queue(pq)
             self._lock_queues(new)  # lock 1: consumed only while held
         logger.info("consumer %r assigned %s", self.config.group, [str(q) for q in queues])
+        if cfg.mode is ConsumeMode.KEY_ORDERLY and cfg.key_extractor is None:
+            self._check_lane_reach({q.topic for q in queues})
+
+    def _check_lane_reach(self, topics: set[str]) -> None:
+        """Warn when the owned queues' keys cannot reach every lane.  A
+        producer's hash selector puts key k in queue ``h(k) mod Q`` and the
+        lane is ``h(k) mod L`` with the same Java hash, so queue q's keys
+        only reach the lanes ``l = q (mod gcd(L, Q))``: L/g lanes per queue.
+        A member owning a few of the queues then leaves lanes idle unless L
+        is coprime with Q."""
+        lanes = len(self._lanes)
+        for topic in sorted(topics):
+            try:
+                total = self._source.queue_count(topic)
+            except Exception:  # only a hint
+                continue
+            if not total:
+                continue
+            g = math.gcd(lanes, total)
+            owned = {q.queue_id % g for q in self._pqs if q.topic == topic}
+            reach = len(owned) * (lanes // g)
+            if reach < lanes:
+                logger.warning(
+                    "consumer %r: the keys of its %d queue(s) of %r (of %d) can reach only %d of its %d lanes: "
+                    "the producers' hash selector and the lane hash are the same Java hash and %d lanes share "
+                    "the factor %d with %d queues; a lane count coprime with %d (e.g. %d) uses every lane",
+                    self.config.group, sum(1 for q in self._pqs if q.topic == topic), topic, total, reach, lanes,
+                    lanes, g, total, total, _coprime_near(lanes, total),
+                )
 
     def _finished_map(self, q: MessageQueue, position: int) -> FinishedOffsets | None:
         """The offset map committed with ``q``'s offset, when polling starts

@@ -200,3 +200,38 @@ def test_kill_9_loses_nothing_committed_and_skips_nothing_uncommitted(tmp_path):
         offs = sorted(o for q, o in second if q == qid)
         assert (offs and offs[0] == off) or (not offs and off == ends[qid]), (qid, off, offs[:3])
     assert len(done | set(second)) == total
+
+
+def _lanes_used(lanes: int, warn: bool, caplog) -> set[int]:  # type: ignore[no-untyped-def]
+    import logging
+
+    caplog.clear()
+    broker = EmbeddedBroker()
+    broker.create_topic("T", queue_count=8)
+    broker.send_batch("T", [(b"x", f"key-{i}") for i in range(4000)])  # the hash selector picks the queue
+    used: set[int] = set()
+    lock = threading.Lock()
+
+    def listener(msgs):  # type: ignore[no-untyped-def]
+        with lock:
+            used.add(int(threading.current_thread().name.rsplit("-", 1)[1]))
+
+    other = broker.pull_consumer("g", client_id="c0")  # owns q0-q3 (Averagely), consumes nothing
+    other.subscribe("T")
+    with caplog.at_level(logging.WARNING, logger="lite_push._consumer"):
+        with _consumer(broker, listener, "c1", lanes=lanes) as c:  # owns q4-q7
+            mine = sum(broker.max_offset(q) for q in broker.queues("T")[4:])
+            assert wait_until(lambda: c.stats().consumed == mine, timeout=30)
+            assert set(c.stats().committed) == set(broker.queues("T")[4:])
+    other.close()
+    warned = [r.getMessage() for r in caplog.records if "can reach only" in r.getMessage()]
+    assert bool(warned) == warn, warned
+    return used
+
+
+def test_lanes_sharing_a_factor_with_the_queue_count_are_left_idle_and_the_runtime_says_so(caplog):
+    # 16 lanes, 8 queues, 4 of them owned: queue q's keys reach lanes q and q+8 only
+    used = _lanes_used(16, True, caplog)
+    assert used == {4, 5, 6, 7, 12, 13, 14, 15}
+    # 17 lanes (coprime with 8): every lane gets keys, no warning
+    assert _lanes_used(17, False, caplog) == set(range(17))

@@ -218,6 +218,12 @@ class RebalanceListener:
 class PullSource(abc.ABC):
     """A member of a consumer group on a partitioned log."""
 
+    def queue_count(self, topic: str) -> int | None:
+        """How many queues ``topic`` has, if the source can tell cheaply
+        (None otherwise).  The runtime uses it to warn when its lanes and
+        the producers' hash queue selector leave lanes idle."""
+        return None
+
     @property
     def message_model(self) -> MessageModel:
         """CLUSTERING (the default) or BROADCASTING.  A BROADCASTING member

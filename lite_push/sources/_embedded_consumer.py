@@ -241,6 +241,10 @@ class EmbeddedPullConsumer(QueueStates, PullSource):
     def client_id(self) -> str:
         return self._member.cid
 
+    def queue_count(self, topic: str) -> int | None:
+        t = self._broker._topics.get(topic)
+        return len(t.queues) if t is not None else None
+
     @property
     def message_model(self) -> MessageModel:
         return MessageModel.BROADCASTING if self._store is not None else MessageModel.CLUSTERING

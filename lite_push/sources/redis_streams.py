@@ -905,6 +905,10 @@ class RedisPullConsumer(QueueStates, PullSource):
     def client_id(self) -> str:
         return self._cid
 
+    def queue_count(self, topic: str) -> int | None:
+        t = self._broker._topics.get(topic)  # cached by subscribe; no Redis call
+        return len(t.queues) if t is not None else None
+
     @property
     def message_model(self) -> MessageModel:
         return MessageModel.BROADCASTING if self._store is not None else MessageModel.CLUSTERING
