@@ -6,6 +6,7 @@ Layout (one concern per module; underscored modules are implementation):
 * ``_config``         ConsumerConfig (validated, frozen) and ConsumeMode
 * ``_errors``         LitePushError and its subclasses
 * ``_consumer``       LitePushConsumer: pull thread, dispatch, flow control, commit
+* ``_async_consumer`` AsyncLitePushConsumer: the asyncio executor (lanes as coroutines)
 * ``_lanes``          the bounded per-lane FIFOs
 * ``_process_queue``  per-queue in-flight state (RocketMQ's ProcessQueue)
 * ``_router``         key-hash router selector (``_router_c`` compiled from
@@ -43,6 +44,7 @@ from ._types import (
     PollBatch,
     SendResult,
 )
+from ._async_consumer import AsyncLitePushConsumer
 from .dlq import DeadLetter, dead_letters, resend
 from .sources import (
     ConsumeFromWhere,
@@ -58,6 +60,7 @@ from .sources import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncLitePushConsumer",
     "OFFSETS_IMPL",
     "ROUTER_IMPL",
     "Clock",

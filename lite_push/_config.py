@@ -22,6 +22,8 @@ __all__ = ["ConsumeMode", "ConsumerConfig", "KeyExtractor"]
 KeyExtractor = Callable[[MessageExt], "str | None"]
 
 MIB = 1024 * 1024
+#: The values of :attr:`ConsumerConfig.executor`.
+EXECUTORS = ("thread", "asyncio")
 
 
 class ConsumeMode(enum.Enum):
@@ -126,6 +128,14 @@ class ConsumerConfig:
     lock_renew_interval: float = 20.0
     #: QUEUE_ORDERLY: seconds a consume request may run before it yields.
     max_continuous_consume: float = 60.0
+    #: How lanes run: ``"thread"`` (a thread per lane, a plain listener; at
+    #: most 1024 lanes) or ``"asyncio"`` (a coroutine per lane on one event
+    #: loop, uvloop when installed, an ``async def`` listener; up to 65536
+    #: lanes; see :class:`~lite_push.AsyncLitePushConsumer`).
+    executor: str = "thread"
+    #: asyncio executor: a listener that keeps the event loop busy (does not
+    #: await) for longer than this many seconds is logged with its duration.
+    loop_block_threshold: float = 0.1
 
     def __post_init__(self) -> None:
         if not isinstance(self.group, str) or not self.group.strip():
@@ -133,7 +143,12 @@ class ConsumerConfig:
         if not isinstance(self.mode, ConsumeMode):
             allowed = ", ".join(m.name for m in ConsumeMode)
             raise ConfigError("mode", f"must be a ConsumeMode ({allowed}), got {self.mode!r}")
-        _check_int("lanes", self.lanes, 1, 1024)
+        if self.executor not in EXECUTORS:
+            raise ConfigError("executor", f"must be one of {', '.join(map(repr, EXECUTORS))}, got {self.executor!r}")
+        if self.executor == "asyncio" and self.mode is ConsumeMode.QUEUE_ORDERLY:
+            raise ConfigError("executor", "QUEUE_ORDERLY (the baseline) runs on threads only: use executor='thread'")
+        _check_int("lanes", self.lanes, 1, 65536 if self.executor == "asyncio" else 1024)
+        _check_float("loop_block_threshold", self.loop_block_threshold, 0.0, 3600.0, low_open=True)
         _check_int("lane_capacity", self.lane_capacity, 1, 1_000_000)
         _check_int("batch_size", self.batch_size, 1, 1024)
         _check_int("pull_batch_size", self.pull_batch_size, 1, 1024)

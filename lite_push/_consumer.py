@@ -46,12 +46,13 @@ import time
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, replace
 from types import TracebackType
+from typing import Any, cast
 
 from ._clock import SYSTEM_CLOCK, Clock
 from ._config import ConsumeMode, ConsumerConfig
 from ._errors import ConfigError, LitePushError, SourceClosedError
 from ._failures import Outbox, Parked, RetryTimer, SendItem, classify
-from ._lanes import Lane, Segment
+from ._lanes import AsyncLane, Lane, LoopWaker, Segment
 from ._offset_map import FinishedOffsets, OffsetMapError, decode
 from ._offsets import OFFSETS_IMPL
 from ._process_queue import ProcessQueue
@@ -96,6 +97,13 @@ SEND_RETRY_INTERVAL = 1.0
 
 #: Lane token: skip the parked messages of revoked queues.
 _PURGE = object()
+
+
+def is_async_callable(fn: object) -> bool:
+    """Whether calling ``fn`` returns a coroutine: an ``async def``
+    function, a partial of one, or an object with an ``async def
+    __call__``."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
 
 
 def _coprime_near(lanes: int, queues: int) -> int:
@@ -190,6 +198,14 @@ class LitePushConsumer:
     ``config.suspend_ms`` (their ``reconsume_times`` incremented).
     """
 
+    def __new__(cls, config: ConsumerConfig, *args: Any, **kwargs: Any) -> LitePushConsumer:
+        # executor="asyncio" makes the asyncio flavour (same constructor)
+        if cls is LitePushConsumer and isinstance(config, ConsumerConfig) and config.executor == "asyncio":
+            from ._async_consumer import AsyncLitePushConsumer
+
+            return object.__new__(AsyncLitePushConsumer)
+        return object.__new__(cls)
+
     def __init__(
         self,
         config: ConsumerConfig,
@@ -204,14 +220,33 @@ class LitePushConsumer:
             raise ConfigError("source", f"must be a PullSource, got {type(source).__name__}")
         if not callable(listener):
             raise ConfigError("listener", f"must be callable, got {listener!r}")
-        if inspect.iscoroutinefunction(listener):
-            raise ConfigError("listener", "is an async function; the thread executor needs a plain function")
+        if config.executor == "asyncio" and not is_async_callable(listener):
+            raise ConfigError(
+                "listener",
+                "is a plain function; executor='asyncio' needs an `async def` listener "
+                "(or use executor='thread' for a plain one)",
+            )
+        if config.executor == "thread" and is_async_callable(listener):
+            raise ConfigError(
+                "listener",
+                "is an async function; the thread executor needs a plain function "
+                "(or use ConsumerConfig(executor='asyncio') for an `async def` listener)",
+            )
         self.config = config
         self._source = source
         self._listener = listener
         self._clock: Clock = clock or SYSTEM_CLOCK
         n = config.lanes
-        self._lanes = [Lane(i, source.wakeup) for i in range(n)]
+        # The pull thread hands work to the lanes with put/put_due and then
+        # calls _flush once: for async lanes that is the one call into the
+        # event loop per dispatch; threads are woken by the put itself.
+        self._waker = LoopWaker()
+        self._lanes: list[Lane] = (
+            [cast(Lane, AsyncLane(i, source.wakeup, self._waker)) for i in range(n)]
+            if config.executor == "asyncio"
+            else [Lane(i, source.wakeup) for i in range(n)]
+        )
+        self._flush: Callable[[], None] = self._waker.flush
         self._threads: list[threading.Thread] = []
         self._pull_thread: threading.Thread | None = None
         # Per-lane counters: each is written by its lane thread only.
@@ -408,18 +443,14 @@ class LitePushConsumer:
                 self._orderly.close(self._deadline)
             for lane in self._lanes:
                 lane.close()
-            for t in self._threads:
-                t.join(max(0.0, self._deadline - time.monotonic()))
-            if any(t.is_alive() for t in self._threads):
+            if not self._join_lanes(self._deadline):
                 self._abort.set()
                 left = 0
                 for lane in self._lanes:
                     for pq, msgs in lane.drain():
                         left += len(msgs)
                         pq.skip(msgs)
-                grace = time.monotonic() + ABORT_GRACE
-                for t in self._threads:
-                    t.join(max(0.0, grace - time.monotonic()))
+                self._join_lanes(time.monotonic() + ABORT_GRACE, final=True)
                 logger.warning(
                     "consumer %r: shutdown deadline passed with %d queued messages unprocessed; "
                     "they stay uncommitted and will be delivered again",
@@ -437,6 +468,14 @@ class LitePushConsumer:
             finally:
                 self._stopped.set()
                 logger.info("lite_push consumer %r stopped", self.config.group)
+
+    def _join_lanes(self, deadline: float, final: bool = False) -> bool:
+        """Wait (until ``deadline``, ``time.monotonic``) for the lane tasks
+        to exit; return whether they all did.  ``final``: the last wait
+        (the asyncio executor then cancels what still runs)."""
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
 
     def _gather(self, batches: list[PollBatch]) -> None:
         """Track a poll's batches, keep polling without waiting while more is
@@ -517,6 +556,7 @@ class LitePushConsumer:
                     lane.blocked = True
                     for pq, _ in segs:
                         pq.lane_blocked.add(i)
+        self._flush()
 
     def _round_robin(
         self, groups: list[tuple[ProcessQueue, list[MessageExt], int]], n: int
@@ -688,6 +728,7 @@ class LitePushConsumer:
         if pqs and any(self._parked):
             for lane in self._lanes:  # parked messages of these queues are left to the next owner
                 lane.put_due([_PURGE])
+            self._flush()
         if pqs and (self._outbox or self._unsent):
             self._send_failed(self._clock.monotonic())
         deadline = time.monotonic() + self.config.revoke_timeout
@@ -764,6 +805,7 @@ class LitePushConsumer:
                     puts.setdefault(self._rr, []).append((pq, [replace(msg, reconsume_times=msg.reconsume_times + 1)]))
             for i, segs in puts.items():
                 self._lanes[i].put(segs, len(segs))
+        self._flush()
 
     def _hand_off(self, items: list[SendItem]) -> None:
         """From a lane (or the baseline's pool): messages for the pull thread

@@ -14,13 +14,14 @@ thread when it has taken the backlog, and the queues resume.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
 
 from ._process_queue import ProcessQueue
 from ._types import MessageExt
 
-__all__ = ["Lane", "Segment"]
+__all__ = ["AsyncLane", "Lane", "LoopWaker", "Segment"]
 
 #: The messages of one queue routed to one lane by one poll.
 Segment = tuple[ProcessQueue, list[MessageExt]]
@@ -120,3 +121,136 @@ class Lane:
             if self._waiting:
                 self._waiting = False
                 self._signal.release()
+
+
+class AsyncLane:
+    """A lane drained by a coroutine on an event loop (the asyncio executor).
+
+    Same interface as :class:`Lane` for the pull thread (``put``,
+    ``put_due``, ``drain``, ``close``, ``depth``, ``blocked``), but waking
+    the coroutine is deferred: a put to a waiting lane only records the lane
+    in ``waker``, and the pull thread then calls :meth:`LoopWaker.flush`
+    once per dispatch, which makes a single ``call_soon_threadsafe`` into
+    the loop for all the lanes it woke.  ``_lock`` (a thread lock: the pull
+    thread and the loop thread both take it, briefly) guards the queue,
+    ``depth``, ``_waiting``, ``_future`` and ``_closed``.
+    """
+
+    __slots__ = ("_closed", "_due", "_future", "_lock", "_segments", "_waiting", "_wake", "blocked", "depth", "index", "waker")
+
+    def __init__(self, index: int, wake: Callable[[], None], waker: LoopWaker) -> None:
+        self.index = index
+        self.depth = 0
+        self.blocked = False
+        self.waker = waker
+        self._lock = threading.Lock()
+        self._waiting = False
+        self._future: asyncio.Future[None] | None = None
+        self._segments: list[Segment] = []
+        self._due: list[object] = []
+        self._closed = False
+        self._wake = wake
+
+    def put(self, segments: list[Segment], count: int) -> int:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"lane {self.index} is closed")
+            self._segments += segments
+            self.depth += count
+            depth = self.depth
+            waiting = self._waiting
+            self._waiting = False
+        if waiting:
+            self.waker.add(self)
+        return depth
+
+    def put_due(self, keys: list[object]) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._due += keys
+            waiting = self._waiting
+            self._waiting = False
+        if waiting:
+            self.waker.add(self)
+
+    async def take(self) -> tuple[list[Segment], list[object]] | None:
+        """Wait until something is queued; take all of it (loop thread)."""
+        while True:
+            with self._lock:
+                if self._segments or self._due:
+                    segments = self._segments
+                    due = self._due
+                    self._segments = []
+                    self._due = []
+                    self.depth = 0
+                    wake = self.blocked
+                    self.blocked = False
+                    break
+                if self._closed:
+                    return None
+                fut = self._future = asyncio.get_running_loop().create_future()
+                self._waiting = True
+            await fut
+        if wake:
+            self._wake()
+        return segments, due
+
+    def _resolve(self) -> None:
+        # loop thread: a put saw this lane waiting
+        fut = self._future
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    def drain(self) -> list[Segment]:
+        with self._lock:
+            segments = self._segments
+            self._segments = []
+            self._due = []
+            self.depth = 0
+            return segments
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            waiting = self._waiting
+            self._waiting = False
+        if waiting:
+            self.waker.add(self)
+        self.waker.flush()
+
+
+class LoopWaker:
+    """Collects the async lanes a dispatch woke and resolves them with one
+    ``call_soon_threadsafe`` per :meth:`flush` (the pull thread's hand-off
+    into the loop: one call per dispatch, not per lane or message)."""
+
+    __slots__ = ("_lock", "_pending", "loop")
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+        self._pending: list[AsyncLane] = []
+
+    def add(self, lane: AsyncLane) -> None:
+        with self._lock:
+            self._pending.append(lane)
+
+    def flush(self) -> None:
+        with self._lock:
+            lanes = self._pending
+            if not lanes:
+                return
+            self._pending = []
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(_resolve_all, lanes)
+        except RuntimeError:  # the loop closed meanwhile: nobody waits any more
+            pass
+
+
+def _resolve_all(lanes: list[AsyncLane]) -> None:
+    for lane in lanes:
+        lane._resolve()

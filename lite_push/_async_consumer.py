@@ -1,0 +1,398 @@
+"""The asyncio executor: lanes as coroutines on one event loop.
+
+``ConsumerConfig(executor="asyncio")`` with an ``async def`` listener.  What
+differs from the thread executor is only who drains the lanes:
+
+* The **pull thread** is the same thread as before (poll, track, route,
+  flow control, timers, commits), off the event loop.  It hands work over in
+  batches: a dispatch puts segments into the lanes it routed to, and the
+  lanes that were waiting are woken with **one** ``call_soon_threadsafe`` per
+  dispatch (``LoopWaker``), not one per lane or message.
+* One **lane coroutine** per lane (``AsyncLane``) takes everything queued in
+  its lane and awaits the listener message by message (``batch_size`` at a
+  time), exactly as a lane thread does: the same routing, the same parking of
+  failed keys on the same retry timer, the same hand-off of dead letters and
+  send-backs to the pull thread, the same completion of offsets.  So a key's
+  messages never run concurrently and run in offset order, and commits never
+  pass an unfinished message.
+* A **watchdog thread** notices when the loop stops turning (a listener that
+  blocks instead of awaiting) for longer than ``loop_block_threshold`` and,
+  when it turns again, logs how long it was blocked and where (the loop
+  thread's stack, sampled while it was blocked, and the message the lane was
+  on).  Nothing is added to the hot path: the loop only re-arms a timer every
+  quarter threshold.
+
+Use ``await consumer.start()`` / ``await consumer.shutdown()`` (or ``async
+with consumer:``) inside an application's loop, or ``consumer.run()`` to run
+stand-alone on uvloop (when installed) until SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Awaitable, Hashable
+from dataclasses import replace
+from types import FrameType, TracebackType
+from typing import Any, cast
+
+from ._config import ConsumerConfig
+from ._consumer import _PURGE, ABORT_GRACE, LitePushConsumer, Listener, _per_queue
+from ._errors import ConfigError, LitePushError
+from ._failures import Parked, SendItem, classify
+from ._lanes import AsyncLane
+from ._process_queue import ProcessQueue
+from ._types import ConsumeResult, MessageExt
+
+__all__ = ["AsyncLitePushConsumer", "uvloop_available"]
+
+logger = logging.getLogger("lite_push._consumer")
+
+
+def uvloop_available() -> bool:
+    """Whether uvloop is installed (``pip install 'lite-push[uvloop]'``)."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class AsyncLitePushConsumer(LitePushConsumer):
+    """A :class:`LitePushConsumer` whose lanes are coroutines.
+
+    ``LitePushConsumer(ConsumerConfig(executor="asyncio"), ...)`` returns one
+    of these.  The listener is an ``async def`` taking a list of up to
+    ``batch_size`` messages; returning ``None`` or ``SUCCESS`` marks them
+    done, raising or returning ``RETRY_LATER`` retries them, exactly as with
+    the thread executor.  A listener should await its I/O: one that blocks
+    the loop blocks every lane (and is logged, see ``loop_block_threshold``).
+    """
+
+    def __init__(self, config: ConsumerConfig, source: Any, listener: Listener, *, clock: Any = None) -> None:
+        if isinstance(config, ConsumerConfig) and config.executor != "asyncio":
+            raise ConfigError("executor", f"AsyncLitePushConsumer needs executor='asyncio', got {config.executor!r}")
+        super().__init__(config, source, listener, clock=clock)
+        self._alisteners = cast(Any, listener)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._lanes_done = threading.Event()
+        self._tick = 0.0
+        self._tick_handle: asyncio.TimerHandle | None = None
+        self._loop_thread_id = 0
+        self._watch_stop = threading.Event()
+        self._watchdog: threading.Thread | None = None
+        #: Longest loop block seen, in seconds (tests, diagnostics).
+        self.longest_block = 0.0
+
+    # -- lifecycle --------------------------------------------------------------
+
+    async def start(self) -> None:  # type: ignore[override]
+        """Start the lane coroutines on the running loop, the watchdog and
+        the pull thread.  Only once."""
+        if self._started:
+            raise LitePushError("consumer already started")
+        if not self._subscriptions:
+            raise LitePushError("subscribe() to at least one topic before start()")
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._waker.loop = loop
+        self._loop_thread_id = threading.get_ident()
+        self._started = True
+        group = self.config.group
+        self._tasks = [
+            loop.create_task(self._alane_loop(cast(AsyncLane, lane)), name=f"lite-push-lane-{group}-{lane.index}")
+            for lane in self._lanes
+        ]
+        done = asyncio.gather(*self._tasks, return_exceptions=True)
+        done.add_done_callback(lambda _f: self._lanes_done.set())
+        self._arm_tick()
+        self._watchdog = threading.Thread(target=self._watch, name=f"lite-push-loop-watch-{group}", daemon=True)
+        self._watchdog.start()
+        self._pull_thread = threading.Thread(target=self._pull_loop, name=f"lite-push-pull-{group}", daemon=True)
+        self._pull_thread.start()
+        logger.info(
+            "lite_push consumer %r started: mode=%s executor=asyncio lanes=%d loop=%s",
+            group, self.config.mode.name, self.config.lanes, type(loop).__module__,
+        )  # fmt: skip
+
+    async def shutdown(self, timeout: float = 10.0) -> bool:  # type: ignore[override]
+        """Stop polling, let the lanes finish what they hold (at most
+        ``timeout`` seconds; the loop keeps running them meanwhile), commit,
+        close the source.  Returns whether everything queued was processed
+        in time.  Idempotent."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(None, LitePushConsumer.shutdown, self, timeout)
+        finally:
+            self._watch_stop.set()
+            if self._tick_handle is not None:
+                self._tick_handle.cancel()
+                self._tick_handle = None
+
+    def run(self, until: Awaitable[object] | None = None, *, use_uvloop: bool = True) -> None:
+        """Run stand-alone: a new event loop (uvloop when installed and
+        ``use_uvloop``), :meth:`start`, then wait for ``until`` or, without
+        it, for SIGINT/SIGTERM; then :meth:`shutdown` (drain, commit)."""
+
+        async def main() -> None:
+            await self.start()
+            try:
+                if until is not None:
+                    await until
+                else:
+                    stop = asyncio.Event()
+                    loop = asyncio.get_running_loop()
+                    for sig in (signal.SIGINT, signal.SIGTERM):
+                        loop.add_signal_handler(sig, stop.set)
+                    await stop.wait()
+            finally:
+                await self.shutdown()
+
+        if use_uvloop and uvloop_available():
+            import uvloop
+
+            uvloop.run(main())
+        else:
+            asyncio.run(main())
+
+    async def __aenter__(self) -> AsyncLitePushConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.shutdown()
+
+    def __enter__(self) -> AsyncLitePushConsumer:
+        raise LitePushError("the asyncio executor runs on an event loop: use `async with consumer:` or consumer.run()")
+
+    def _join_lanes(self, deadline: float, final: bool = False) -> bool:
+        # pull thread (shutdown): wait for the lane coroutines to exit
+        done = self._lanes_done.wait(max(0.0, deadline - time.monotonic()))
+        if not done and final and self._loop is not None and not self._loop.is_closed():
+            # past the grace: cancel the listener calls still running; their
+            # messages stay unfinished (uncommitted) and are delivered again
+            try:
+                self._loop.call_soon_threadsafe(lambda: [t.cancel() for t in self._tasks])
+            except RuntimeError:
+                pass
+            self._lanes_done.wait(ABORT_GRACE)
+        return done
+
+    # -- loop-block watchdog ----------------------------------------------------
+
+    def _arm_tick(self) -> None:
+        assert self._loop is not None
+        self._tick = time.monotonic()
+        self._tick_handle = self._loop.call_later(self.config.loop_block_threshold / 4, self._arm_tick)
+
+    def _watch(self) -> None:
+        threshold = self.config.loop_block_threshold
+        interval = threshold / 4
+        since: float | None = None
+        where = ""
+        while not self._watch_stop.wait(interval):
+            tick = self._tick
+            if time.monotonic() - tick > threshold + interval:
+                if since is None:  # blocked now: see where, while it still is
+                    since = tick
+                    where = self._where()
+            elif since is not None:
+                blocked = max(0.0, tick - since - interval)
+                self.longest_block = max(self.longest_block, blocked)
+                if blocked > threshold:
+                    logger.warning(
+                        "consumer %r: a listener blocked the event loop for %.0f ms (threshold %.0f ms)%s",
+                        self.config.group, blocked * 1000, threshold * 1000, where,
+                    )  # fmt: skip
+                since = None
+
+    def _where(self) -> str:
+        frame: FrameType | None = sys._current_frames().get(self._loop_thread_id)
+        if frame is None:
+            return ""
+        msg = None
+        f: FrameType | None = frame
+        while f is not None:  # the message the lane was on, from its frame
+            if f.f_code.co_name in ("_aconsume", "_aconsume_slow", "_arun_due"):
+                msg = f.f_locals.get("msg") or (f.f_locals.get("chunk") or [None])[0]
+                break
+            f = f.f_back
+        stack = traceback.extract_stack(frame)
+        own = [s for s in stack if "lite_push" not in s.filename and "asyncio" not in s.filename]
+        inner = own[-3:] if own else stack[-3:]
+        text = "; ".join(f"{s.name} ({s.filename}:{s.lineno})" for s in reversed(inner))
+        on = ""
+        if isinstance(msg, MessageExt):
+            on = f" on {msg.topic}#{msg.queue_id} offset {msg.queue_offset} key {msg.keys!r}"
+        return f"{on}, in {text}"
+
+    # -- lanes ------------------------------------------------------------------
+
+    async def _alane_loop(self, lane: AsyncLane) -> None:
+        idx = lane.index
+        abort = self._abort
+        batch_size = self.config.batch_size
+        parked: dict[Hashable, Parked] = {}
+        try:
+            while True:
+                taken = await lane.take()
+                if taken is None:
+                    return
+                segments, due = taken
+                if due:
+                    await self._arun_due(idx, parked, due)
+                for pq, msgs in segments:
+                    if pq.dropped or abort.is_set():
+                        pq.skip(msgs)
+                    elif parked or batch_size != 1:
+                        await self._aconsume_slow(idx, parked, pq, msgs)
+                    else:
+                        await self._aconsume(idx, parked, pq, msgs)
+        except Exception:  # a bug in the lane itself: its messages stay unfinished
+            logger.exception("consumer %r: lane %d failed", self.config.group, idx)
+        finally:
+            for pq, ms in _per_queue([item for p in parked.values() for item in p.items]).items():
+                pq.skip(ms)
+            self._parked[idx] = 0
+
+    async def _aconsume(
+        self, idx: int, parked: dict[Hashable, Parked], pq: ProcessQueue, msgs: list[MessageExt]
+    ) -> None:
+        """The hot path (see ``LitePushConsumer._consume``)."""
+        listener = self._alisteners
+        success = ConsumeResult.SUCCESS
+        j = 0
+        exc: BaseException | None = None
+        result: object = None
+        try:
+            for msg in msgs:
+                result = await listener([msg])
+                if result is not None and result is not success:
+                    break
+                j += 1
+            else:
+                pq.complete(msgs)
+                self._consumed[idx] += len(msgs)
+                return
+        except Exception as e:
+            exc = e
+        if j:
+            pq.complete(msgs[:j])
+            self._consumed[idx] += j
+        self._failed(idx, parked, pq, [msgs[j]], exc, result)
+        if j + 1 < len(msgs):
+            await self._aconsume_slow(idx, parked, pq, msgs[j + 1 :])
+
+    async def _aconsume_slow(
+        self, idx: int, parked: dict[Hashable, Parked], pq: ProcessQueue, msgs: list[MessageExt]
+    ) -> None:
+        """See ``LitePushConsumer._consume_slow``."""
+        listener = self._alisteners
+        success = ConsumeResult.SUCCESS
+        size = self.config.batch_size
+        park_key = self._park_key
+        done: list[MessageExt] = []
+        chunk: list[MessageExt] = []
+        last = len(msgs) - 1
+        for i, m in enumerate(msgs):
+            if parked:
+                p = parked.get(park_key(pq, m))
+                if p is not None:
+                    p.items.append((pq, m))
+                    self._parked[idx] += 1
+                    if i < last or not chunk:
+                        continue
+                else:
+                    chunk.append(m)
+            else:
+                chunk.append(m)
+            if len(chunk) < size and i < last:
+                continue
+            if not chunk:
+                continue
+            if self._abort.is_set():
+                pq.skip(chunk)
+                chunk = []
+                continue
+            exc: BaseException | None = None
+            result: object = None
+            try:
+                result = await listener(chunk)
+            except Exception as e:
+                exc = e
+            if exc is None and (result is None or result is success):
+                done += chunk
+            else:
+                self._failed(idx, parked, pq, chunk, exc, result)
+            chunk = []
+        if done:
+            pq.complete(done)
+            self._consumed[idx] += len(done)
+
+    async def _arun_due(self, idx: int, parked: dict[Hashable, Parked], due: list[object]) -> None:
+        """See ``LitePushConsumer._run_due``."""
+        listener = self._alisteners
+        success = ConsumeResult.SUCCESS
+        limit = self.config.max_reconsume_times
+        for token in due:
+            if token is _PURGE:
+                self._purge(idx, parked)
+                continue
+            key: Hashable
+            gen: int
+            key, gen = token  # type: ignore[misc]
+            p = parked.get(key)
+            if p is None or p.gen != gen:
+                continue
+            items = p.items
+            done: list[tuple[ProcessQueue, MessageExt]] = []
+            out: list[SendItem] = []
+            again = None
+            skipped = 0
+            while items:
+                pq, msg = items[0]
+                if pq.dropped or self._abort.is_set():
+                    pq.skip([msg])
+                    items.pop(0)
+                    skipped += 1
+                    continue
+                exc: BaseException | None = None
+                result: object = None
+                try:
+                    result = await listener([msg])
+                except Exception as e:
+                    exc = e
+                items.pop(0)
+                if exc is None and (result is None or result is success):
+                    done.append((pq, msg))
+                    continue
+                dead_now, reason, text = classify(exc, result)
+                self._retried[idx] += 1
+                logger.warning(
+                    "consumer %r: %s for %s offset %d (attempt %d)",
+                    self.config.group, reason, pq.queue, msg.queue_offset, msg.reconsume_times + 1,
+                )  # fmt: skip
+                if dead_now or 0 <= limit <= msg.reconsume_times:
+                    out.append(SendItem(pq, msg, True, reason, text))
+                    continue
+                again = (pq, replace(msg, reconsume_times=msg.reconsume_times + 1), reason, text)
+                break
+            self._parked[idx] -= skipped + len(done) + len(out) + (1 if again else 0)
+            for pq, ms in _per_queue(done).items():
+                pq.complete(ms)
+            self._consumed[idx] += len(done)
+            if out:
+                self._hand_off(out)
+            del parked[key]
+            if again is not None:
+                pq, retry, reason, text = again
+                self._park(idx, parked, pq, retry, reason, text)
+                parked[key].items += items
