@@ -443,6 +443,7 @@ class LitePushConsumer:
                 self._orderly.close(self._deadline)
             for lane in self._lanes:
                 lane.close()
+            self._flush()
             if not self._join_lanes(self._deadline):
                 self._abort.set()
                 left = 0

@@ -216,8 +216,7 @@ class AsyncLane:
             waiting = self._waiting
             self._waiting = False
         if waiting:
-            self.waker.add(self)
-        self.waker.flush()
+            self.waker.add(self)  # the closer flushes once for all lanes
 
 
 class LoopWaker:

@@ -1,5 +1,6 @@
 """The key-affinity runtime on the embedded broker: ordering, concurrency,
-commit safety, retries and shutdown."""
+commit safety, retries and shutdown; every test on each executor (threads,
+asyncio, asyncio on uvloop: see ``executors.py``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 
 import pytest
 
+from executors import EXECUTORS, Executor
 from helpers import Recorder, assert_offsets_increase, wait_consumed, wait_until
 from lite_push import (
     ConfigError,
@@ -24,10 +26,21 @@ from lite_push import (
 from lite_push._router import lane_of
 
 
+EX: Executor
+
+
+@pytest.fixture(params=EXECUTORS, autouse=True)
+def executor(request):
+    global EX
+    EX = Executor(request.param)
+    yield EX
+    EX.close()
+
+
 def make(broker, listener, group="g", topic="T", **cfg):
     cfg.setdefault("commit_interval", 0.05)
     cfg.setdefault("poll_timeout", 0.02)
-    consumer = LitePushConsumer(
+    consumer = EX.consumer(
         ConsumerConfig(group=group, **cfg),
         source=broker.pull_consumer(group, consume_from=ConsumeFromWhere.FIRST_OFFSET),
         listener=listener,
@@ -205,7 +218,7 @@ def test_retry_waits_suspend_ms_on_the_injected_clock():
         if len(times) < 3:
             raise ValueError("not yet")
 
-    consumer = LitePushConsumer(
+    consumer = EX.consumer(
         ConsumerConfig(group="g", suspend_ms=1500, poll_timeout=0.02),
         source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET),
         listener=listener,
@@ -300,6 +313,8 @@ def test_shutdown_deadline_leaves_stuck_work_uncommitted():
 def test_lane_tasks_block_without_polling_when_idle():
     broker = EmbeddedBroker()
     broker.create_topic("T", queue_count=1)
+    if EX.is_async:
+        pytest.skip("lane threads only; idle lane coroutines await a future (test_async_executor)")
     consumer = make(broker, lambda msgs: None, lanes=4)
     with consumer:
         time.sleep(0.2)
@@ -316,7 +331,7 @@ def test_lane_tasks_block_without_polling_when_idle():
 def test_start_and_subscribe_errors():
     broker = EmbeddedBroker()
     broker.create_topic("T", queue_count=1)
-    consumer = LitePushConsumer(ConsumerConfig(group="g"), source=broker.pull_consumer("g"), listener=lambda m: None)
+    consumer = EX.consumer(ConsumerConfig(group="g"), source=broker.pull_consumer("g"), listener=lambda m: None)
     with pytest.raises(LitePushError, match="subscribe"):
         consumer.start()
     consumer.subscribe("T")
@@ -329,6 +344,9 @@ def test_start_and_subscribe_errors():
 
 
 def test_listener_must_be_sync_for_thread_executor():
+    if EX.is_async:
+        pytest.skip("thread executor check (the asyncio one is in test_async_executor)")
+
     async def handler(msgs):
         return None
 

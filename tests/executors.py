@@ -1,0 +1,133 @@
+"""Run the same consumer tests on each executor: threads, asyncio on the
+default event loop, asyncio on uvloop.
+
+A test builds its consumer with :meth:`Executor.consumer` and uses the
+returned handle as it would a ``LitePushConsumer`` (``with``, ``start``,
+``shutdown``, ``stats``, ``subscribe``).  For the asyncio executors the handle
+drives an :class:`~lite_push.AsyncLitePushConsumer` on an event loop running
+in a background thread, and a plain test listener is wrapped into an ``async
+def`` that awaits it on a thread pool: a listener that blocks (on an event, a
+barrier, a sleep) then waits the way awaited I/O does, without freezing the
+loop, so the tests' blocking listeners keep their meaning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
+
+import pytest
+
+from lite_push import ConsumerConfig, LitePushConsumer
+from lite_push._consumer import is_async_callable
+
+#: pytest ids of the executors.
+EXECUTORS = ["thread", "asyncio", "uvloop"]
+
+
+class LoopThread:
+    """An event loop running forever in a daemon thread."""
+
+    def __init__(self, kind: str) -> None:
+        if kind == "uvloop":
+            import uvloop
+
+            self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        else:
+            self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name=f"test-loop-{kind}", daemon=True)
+        self.thread.start()
+
+    def call(self, coro: Coroutine[Any, Any, Any], timeout: float = 60.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+class AsyncHandle:
+    """A synchronous face for an AsyncLitePushConsumer on a LoopThread."""
+
+    def __init__(self, consumer: Any, loop: LoopThread) -> None:
+        self.consumer = consumer
+        self._loop = loop
+
+    def start(self) -> None:
+        self._loop.call(self.consumer.start())
+
+    def shutdown(self, timeout: float = 10.0) -> bool:
+        return bool(self._loop.call(self.consumer.shutdown(timeout), timeout + 30.0))
+
+    def __enter__(self) -> AsyncHandle:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.consumer, name)
+
+
+class Executor:
+    """One executor under test."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.loop: LoopThread | None = None
+        self.pool: concurrent.futures.ThreadPoolExecutor | None = None
+        if name != "thread":
+            self.loop = LoopThread(name)
+            self.pool = concurrent.futures.ThreadPoolExecutor(64, thread_name_prefix="test-listener")
+
+    @property
+    def is_async(self) -> bool:
+        return self.loop is not None
+
+    def listener(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` as this executor's listener (async executors: awaited on
+        the pool unless it is already ``async def``)."""
+        if self.pool is None or is_async_callable(fn):
+            return fn
+        pool = self.pool
+
+        async def listener(msgs: list[Any]) -> Any:
+            return await asyncio.get_running_loop().run_in_executor(pool, fn, msgs)
+
+        return listener
+
+    def config(self, **cfg: Any) -> ConsumerConfig:
+        if self.is_async:
+            cfg.setdefault("executor", "asyncio")
+        return ConsumerConfig(**cfg)
+
+    def consumer(self, config: ConsumerConfig, source: Any, listener: Callable[..., Any], **kw: Any) -> Any:
+        """A consumer (or its handle) running ``listener`` on this executor;
+        ``config`` gets ``executor='asyncio'`` when this one is async."""
+        if self.is_async and config.mode.name == "QUEUE_ORDERLY":
+            pytest.skip("QUEUE_ORDERLY (the baseline) runs on threads only")
+        if self.is_async and config.executor != "asyncio":
+            import dataclasses
+
+            config = dataclasses.replace(config, executor="asyncio")
+        consumer = LitePushConsumer(config, source=source, listener=self.listener(listener), **kw)
+        if self.loop is None:
+            return consumer
+        return AsyncHandle(consumer, self.loop)
+
+    def close(self) -> None:
+        if self.loop is not None:
+            self.loop.close()
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def executor_fixture(request: pytest.FixtureRequest) -> Iterator[Executor]:
+    ex = Executor(request.param)
+    yield ex
+    ex.close()

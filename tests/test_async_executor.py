@@ -1,0 +1,232 @@
+"""The asyncio executor's own behaviour: async listeners over a thousand
+lanes keep key order, the hand-off into the loop is batched, a blocking
+listener is detected and logged, embedding in an application's loop and
+``run()`` stand-alone, and clear errors for a listener of the wrong kind.
+(The runtime's shared semantics run on every executor in test_consumer.py
+and test_failures.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+import time
+from collections import defaultdict
+
+import pytest
+from helpers import wait_until
+
+from lite_push import (
+    AsyncLitePushConsumer,
+    ConfigError,
+    ConsumeFromWhere,
+    ConsumeMode,
+    ConsumerConfig,
+    EmbeddedBroker,
+    LitePushConsumer,
+    LitePushError,
+    MessageExt,
+)
+
+LOOPS = ["asyncio", "uvloop"]
+
+
+def _run(kind: str, coro) -> object:  # type: ignore[no-untyped-def]
+    if kind == "uvloop":
+        import uvloop
+
+        return uvloop.run(coro)
+    return asyncio.run(coro)
+
+
+def _consumer(broker: EmbeddedBroker, listener, **cfg) -> AsyncLitePushConsumer:  # type: ignore[no-untyped-def]
+    cfg.setdefault("poll_timeout", 0.02)
+    cfg.setdefault("commit_interval", 0.05)
+    c = LitePushConsumer(
+        ConsumerConfig(group="g", executor="asyncio", **cfg),
+        source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET),
+        listener=listener,
+    )
+    assert isinstance(c, AsyncLitePushConsumer)
+    c.subscribe("T")
+    return c
+
+
+class AsyncRecorder:
+    """Records deliveries and keys that were ever in the listener twice."""
+
+    def __init__(self, seed: int = 7, delay: float = 0.001) -> None:
+        self.active: set[str | None] = set()
+        self.overlaps: list[str | None] = []
+        self.order: dict[str | None, list[tuple[int, int]]] = defaultdict(list)
+        self.count = 0
+        self.rng = random.Random(seed)
+        self.delay = delay
+
+    async def __call__(self, msgs: list[MessageExt]) -> None:
+        for m in msgs:  # one loop thread: no lock needed
+            if m.keys in self.active:
+                self.overlaps.append(m.keys)
+            self.active.add(m.keys)
+            self.order[m.keys].append((m.queue_id, m.queue_offset))
+        await asyncio.sleep(self.rng.random() * self.delay)
+        for m in msgs:
+            self.active.discard(m.keys)
+        self.count += len(msgs)
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+@pytest.mark.parametrize("lanes", [1, 64, 1024])
+def test_async_lanes_keep_key_order_with_random_delays(kind: str, lanes: int) -> None:
+    broker = EmbeddedBroker()
+    broker.create_topic("T", queue_count=8)
+    total = 6000
+    broker.send_batch("T", [(b"x", f"k{i % 500}") for i in range(total)])
+    rec = AsyncRecorder()
+
+    async def main() -> None:
+        async with _consumer(broker, rec, lanes=lanes) as c:
+            while c.stats().consumed < total:
+                await asyncio.sleep(0.01)
+            queues = broker.queues("T")
+            while sum(c.stats().committed.get(q, 0) for q in queues) < total:
+                await asyncio.sleep(0.01)
+
+    _run(kind, asyncio.wait_for(main(), 60))
+    assert rec.overlaps == []
+    assert rec.count == total
+    for key, seq in rec.order.items():
+        for qid in {q for q, _ in seq}:
+            offs = [o for q, o in seq if q == qid]
+            assert offs == sorted(offs) and len(set(offs)) == len(offs), key
+
+
+def test_the_hand_off_is_one_call_into_the_loop_per_dispatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    broker = EmbeddedBroker()
+    broker.create_topic("T", queue_count=4)
+    total = 4000
+    broker.send_batch("T", [(b"x", f"k{i}") for i in range(total)])
+    calls = []
+
+    async def listener(msgs: list[MessageExt]) -> None:
+        await asyncio.sleep(0)
+
+    async def main() -> None:
+        c = _consumer(broker, listener, lanes=1024)
+        loop = asyncio.get_running_loop()
+        real = loop.call_soon_threadsafe
+
+        def counting(cb, *args, **kw):  # type: ignore[no-untyped-def]
+            if threading.current_thread().name.startswith("lite-push-pull"):
+                calls.append(len(args[0]) if args and isinstance(args[0], list) else 0)
+            return real(cb, *args, **kw)
+
+        monkeypatch.setattr(loop, "call_soon_threadsafe", counting)
+        async with c:
+            while c.stats().consumed < total:
+                await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    woken = sum(calls)
+    # thousands of messages over 1024 lanes, but far fewer calls than wake-ups:
+    # each call resolved every lane its dispatch woke
+    assert calls and woken >= len(calls)
+    assert len(calls) <= total // 8, (len(calls), woken)
+    assert max(calls) > 1
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_a_listener_blocking_the_loop_is_logged_with_its_duration(kind: str, caplog: pytest.LogCaptureFixture) -> None:
+    broker = EmbeddedBroker()
+    broker.create_topic("T", queue_count=1)
+    broker.send_batch("T", [(b"x", f"k{i}") for i in range(20)])
+
+    async def listener(msgs: list[MessageExt]) -> None:
+        if msgs[0].queue_offset == 10:
+            time.sleep(0.4)  # the mistake: a blocking call in an async listener
+        await asyncio.sleep(0)
+
+    async def main() -> AsyncLitePushConsumer:
+        async with _consumer(broker, listener, lanes=4, loop_block_threshold=0.1) as c:
+            while c.stats().consumed < 20:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.2)  # the watchdog sees the loop turn again
+        return c
+
+    with caplog.at_level(logging.WARNING, logger="lite_push._consumer"):
+        c = _run(kind, main())
+    blocked = [r.getMessage() for r in caplog.records if "blocked the event loop" in r.getMessage()]
+    assert len(blocked) == 1, blocked
+    assert "offset 10" in blocked[0] and "listener" in blocked[0], blocked[0]
+    assert 0.3 <= c.longest_block <= 1.0  # type: ignore[attr-defined]
+    ms = int(blocked[0].split("for ")[1].split(" ms")[0])
+    assert 300 <= ms <= 1000
+
+
+def test_a_listener_that_awaits_is_not_reported(caplog: pytest.LogCaptureFixture) -> None:
+    broker = EmbeddedBroker()
+    broker.create_topic("T", queue_count=1)
+    broker.send_batch("T", [(b"x", "k") for _ in range(5)])
+
+    async def listener(msgs: list[MessageExt]) -> None:
+        await asyncio.sleep(0.3)  # long, but awaiting: the loop keeps turning
+
+    async def main() -> None:
+        async with _consumer(broker, listener, lanes=2, loop_block_threshold=0.1) as c:
+            while c.stats().consumed < 5:
+                await asyncio.sleep(0.01)
+
+    with caplog.at_level(logging.WARNING, logger="lite_push._consumer"):
+        asyncio.run(main())
+    assert not [r for r in caplog.records if "blocked the event loop" in r.getMessage()]
+
+
+def test_run_stand_alone_until_an_awaitable_then_drains_and_commits() -> None:
+    broker = EmbeddedBroker()
+    broker.create_topic("T", queue_count=2)
+    broker.send_batch("T", [(b"x", f"k{i % 10}") for i in range(500)])
+    rec = AsyncRecorder(delay=0.0005)
+    c = _consumer(broker, rec, lanes=32)
+
+    async def until_done() -> None:
+        while c.stats().consumed < 500:
+            await asyncio.sleep(0.01)
+
+    c.run(until_done())  # uvloop when installed
+    assert rec.count == 500 and rec.overlaps == []
+    check = broker.pull_consumer("g")
+    assert sum(check.committed(q).offset for q in broker.queues("T")) == 500  # type: ignore[union-attr]
+    check.close()
+
+
+def test_the_wrong_kind_of_listener_or_consumer_is_a_clear_error() -> None:
+    broker = EmbeddedBroker()
+    broker.create_topic("T", queue_count=1)
+
+    def plain(msgs: list[MessageExt]) -> None:
+        return None
+
+    async def coro(msgs: list[MessageExt]) -> None:
+        return None
+
+    with pytest.raises(ConfigError, match="async def") as info:
+        LitePushConsumer(ConsumerConfig(group="g", executor="asyncio"), source=broker.pull_consumer("g"), listener=plain)
+    assert info.value.field == "listener"
+    with pytest.raises(ConfigError, match="executor='asyncio'") as info:
+        LitePushConsumer(ConsumerConfig(group="g"), source=broker.pull_consumer("g"), listener=coro)
+    assert info.value.field == "listener"
+    with pytest.raises(ConfigError, match="executor"):
+        AsyncLitePushConsumer(ConsumerConfig(group="g"), source=broker.pull_consumer("g"), listener=coro)
+    with pytest.raises(ConfigError, match="executor"):
+        ConsumerConfig(group="g", executor="fibers")
+    with pytest.raises(ConfigError, match="threads only"):
+        ConsumerConfig(group="g", executor="asyncio", mode=ConsumeMode.QUEUE_ORDERLY)
+    with pytest.raises(ConfigError, match="lanes"):
+        ConsumerConfig(group="g", lanes=2048)  # threads: at most 1024
+    ConsumerConfig(group="g", executor="asyncio", lanes=4096)
+    c = _consumer(broker, coro)
+    with pytest.raises(LitePushError, match="async with"):
+        with c:
+            pass
+    asyncio.run(c.shutdown())  # never started: closes the source
