@@ -64,6 +64,13 @@ Code: this module (the broker, sending, the consumer), ``_redis_scripts.py``
 #   slice.  Sessions expire on the server's clock (TIME in the scripts), so
 #   members on different machines agree on them.
 #
+# BROADCASTING members (message_model=BROADCASTING) touch none of the group
+#   keys above: no registry entry, no owner keys, no locks.  A member owns
+#   every queue of its topics from its first poll after subscribe, starting
+#   at its offset in its local file (lite_push.sources.local_offsets), else
+#   at consume_from (written to the file at once); commit() writes the file.
+#   send_back is refused (the runtime retries failures in the member).
+#
 # Blocking: a poll with nothing to read waits on a threading.Event, at most
 #   a short slice (0.25 s, and never past the timeout or the next due retry),
 #   then reads again.  The event is set by wakeup() and by a per-consumer
@@ -78,9 +85,15 @@ Code: this module (the broker, sending, the consumer), ``_redis_scripts.py``
 #   pipeline scripts, so on a cluster the pipelined steps (batch send, the
 #   poll's reads) run one by one (_Sequential).
 #
+# Reading: polls go through a second client on the broker's connection pool
+#   whose XRANGE replies are left as hiredis' lists (redis-py would build a
+#   dict per entry); offsets come from the first id while the entries are
+#   consecutive; the cyclic GC is paused while a big read is parsed and
+#   decoded (it only creates live objects).
+#
 # Errors: a dropped connection is logged once per episode; the poll returns
-#   [] after a back-off, and the next one resumes at the positions it had (nothing is lost: positions move only after a
-#   successful read).  A rebalance that fails half way keeps the revoked
+#   [] after a back-off, and the next one resumes at the positions it had
+#   (nothing is lost: positions move only after a successful read).  A rebalance that fails half way keeps the revoked
 #   queues' owner keys in _unreleased and deletes them on the next attempt
 #   (their on_revoked is not called twice).
 # ---------------------------------------------------------------------------
