@@ -42,21 +42,35 @@ HEALTHY_TARGET = 0.90
 
 
 def parse_runs(text: str) -> list[tuple[str, int]]:
-    """``"MODE:N,MODE:N"`` -> ``[(mode, n), ...]``, with clear errors."""
+    """``"MODE:N,MODE:N:EXECUTOR"`` -> ``[(mode, n), ...]`` (``mode`` keeps
+    a ``:asyncio`` / ``:uvloop`` suffix), with clear errors."""
     runs = []
     for part in text.split(","):
-        mode, _, n = part.strip().partition(":")
-        if mode not in ("QUEUE_ORDERLY", "KEY_ORDERLY", "CONCURRENTLY") or not n.isdigit() or int(n) < 1:
-            raise SystemExit(f"--runs: bad entry {part!r}; expected MODE:N with MODE one of QUEUE_ORDERLY, KEY_ORDERLY, CONCURRENTLY")
-        runs.append((mode, int(n)))
+        mode, _, rest = part.strip().partition(":")
+        n, _, executor = rest.partition(":")
+        if (
+            mode not in ("QUEUE_ORDERLY", "KEY_ORDERLY", "CONCURRENTLY")
+            or not n.isdigit()
+            or int(n) < 1
+            or executor not in ("", "thread", "asyncio", "uvloop")
+            or (executor not in ("", "thread") and mode == "QUEUE_ORDERLY")
+        ):
+            raise SystemExit(
+                f"--runs: bad entry {part!r}; expected MODE:N or MODE:N:EXECUTOR with MODE one of QUEUE_ORDERLY, "
+                "KEY_ORDERLY, CONCURRENTLY and EXECUTOR one of thread, asyncio, uvloop (not for QUEUE_ORDERLY)"
+            )
+        runs.append((mode if executor in ("", "thread") else f"{mode}:{executor}", int(n)))
     return runs
 
 
 def run_harness(workload_dir: Path, mode: str, n: int, log_dir: Path, no_failures: bool = False) -> dict[str, object]:
-    """Run ``harness.py`` in its own process; its JSON line as a dict."""
+    """Run ``harness.py`` in its own process; its JSON line as a dict.
+    ``mode`` may carry an executor suffix (``KEY_ORDERLY:uvloop``)."""
+    mode, _, executor = mode.partition(":")
     cmd = [
         sys.executable, str(HERE / "harness.py"), "--workload", str(workload_dir),
         "--mode", mode, "--lanes", str(n), "--log", str(log_dir), "--progress",
+        "--executor", executor or "thread",
     ]
     if no_failures:
         cmd.append("--no-failures")
@@ -95,11 +109,18 @@ def chart(results: list[dict[str, object]], title: str, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for mode, marker in (("KEY_ORDERLY", "o"), ("CONCURRENTLY", "s")):
-        pts = sorted((int(r["lanes"]), float(r["rate"])) for r in results if r["mode"] == mode)  # type: ignore[arg-type]
+    series = sorted({(str(r["mode"]), str(r.get("executor", "thread"))) for r in results if r["mode"] != "QUEUE_ORDERLY"})
+    for mode, ex in series:
+        marker = "o" if mode == "KEY_ORDERLY" else "s"
+        pts = sorted(
+            (int(r["lanes"]), float(r["rate"]))  # type: ignore[call-overload, arg-type]
+            for r in results
+            if r["mode"] == mode and r.get("executor", "thread") == ex
+        )
         if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=f"lite_push {mode}")
-    bounds = sorted((int(r["lanes"]), float(r["bound_rate"])) for r in results if r["mode"] == "KEY_ORDERLY" and r.get("bound_rate"))  # type: ignore[arg-type]
+            label = f"lite_push {mode}" + ("" if ex == "thread" else f" ({ex})")
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=label)
+    bounds = sorted({(int(r["lanes"]), float(r["bound_rate"])) for r in results if r["mode"] == "KEY_ORDERLY" and r.get("bound_rate")})  # type: ignore[arg-type]
     if bounds:
         ax.plot([b[0] for b in bounds], [b[1] for b in bounds], linestyle=":", color="C0", label="KEY_ORDERLY bound (busiest lane)")
     for r in results:
@@ -236,8 +257,9 @@ def table(name: str, results: list[dict[str, object]], checks: dict[str, dict[st
         rate = f"{float(r['rate']):,.0f}"  # type: ignore[arg-type]
         if r.get("rates"):
             rate += f" ({min(r['rates']):,.0f}–{max(r['rates']):,.0f})"  # type: ignore[type-var, call-overload]
+        ex = r.get("executor", "thread")
         lines.append(
-            f"| {r['mode']} | {r['lanes']} | {rate} | {ratio} | {bound_cells} | "
+            f"| {r['mode']}{'' if ex == 'thread' else f' ({ex})'} | {r['lanes']} | {rate} | {ratio} | {bound_cells} | "
             f"{float(r['latency_ms_p50']):,.0f} / {float(r['latency_ms_p95']):,.0f} / {float(r['latency_ms_p99']):,.0f} | "  # type: ignore[arg-type]
             f"{float(r['cpu_seconds']):.1f} | {float(r['peak_rss_mib']):,.0f} | {check} |"  # type: ignore[arg-type]
         )

@@ -93,6 +93,55 @@ def load(broker: EmbeddedBroker, workload_dir: Path, queues: int) -> tuple[list[
     return keys, costs, fails
 
 
+class AsyncRecorder:
+    """The asyncio executor's listener: awaits ``asyncio.sleep`` for each
+    message's cost (simulated async I/O) and records the delivery as
+    :class:`Recorder` does (one list: every lane runs on the loop thread;
+    the lane is logged as -1)."""
+
+    def __init__(self, costs: list[int], fail_times: list[int] | None = None) -> None:
+        self._costs = costs
+        self._fails = fail_times if fail_times is not None and any(fail_times) else None
+        self._rows: list[tuple[int, int, int, int, int, int, int]] = []
+
+    async def __call__(self, msgs: list[MessageExt]) -> None:
+        import asyncio
+
+        fails = self._fails
+        if fails is not None:
+            for m in msgs:
+                if m.reconsume_times < fails[int.from_bytes(m.body[:8], "big")]:
+                    raise RuntimeError("poisoned")
+        lane = -1  # (asyncio.current_task() per call would cost more than the rest of this listener)
+        rows = self._rows
+        costs = self._costs
+        clock = time.perf_counter_ns
+        sleep = asyncio.sleep
+        for m in msgs:
+            seq = int.from_bytes(m.body[:8], "big")
+            start = clock()
+            cost = costs[seq]
+            if cost:
+                await sleep(cost / 1e6)
+            rows.append((seq, m.queue_id, m.queue_offset, start, clock(), m.reconsume_times, lane))
+
+    def table(self, run: str, keys: list[str]) -> pa.Table:
+        rows = self._rows
+        return pa.table(
+            {
+                "run": pa.array([run] * len(rows), pa.string()),
+                "seq": pa.array([r[0] for r in rows], pa.int64()),
+                "key": pa.array([keys[r[0]] for r in rows], pa.string()),
+                "queue": pa.array([r[1] for r in rows], pa.int32()),
+                "offset": pa.array([r[2] for r in rows], pa.int64()),
+                "lane": pa.array([r[6] for r in rows], pa.int32()),
+                "start_ns": pa.array([r[3] for r in rows], pa.int64()),
+                "end_ns": pa.array([r[4] for r in rows], pa.int64()),
+                "attempt": pa.array([r[5] for r in rows], pa.int32()),
+            }
+        )
+
+
 class Recorder:
     """The listener: sleeps each message's cost and records the delivery in
     a per-thread list (no lock on the hot path).
@@ -171,19 +220,25 @@ def run_one(
     log_dir: Path | None,
     progress: bool,
     no_failures: bool = False,
+    executor: str = "thread",
 ) -> dict[str, object]:
     """Consume the workload once with ``mode`` and ``lanes`` (pool threads
-    for QUEUE_ORDERLY); the result dict is the harness's JSON line."""
+    for QUEUE_ORDERLY) on ``executor`` (``thread``, or ``asyncio`` /
+    ``uvloop``: lanes as coroutines on that loop); the result dict is the
+    harness's JSON line."""
     broker = EmbeddedBroker()
     keys, costs, fails = load(broker, workload_dir, queues)
     total = len(keys)
-    rec = Recorder(costs, None if no_failures else fails)
+    is_async = executor != "thread"
+    rec: Recorder | AsyncRecorder = (AsyncRecorder if is_async else Recorder)(costs, None if no_failures else fails)
     if mode is ConsumeMode.QUEUE_ORDERLY:
         config = ConsumerConfig(group="bench", mode=mode, consume_thread_min=lanes, consume_thread_max=lanes)
         label = f"QUEUE_ORDERLY-{lanes}"
     else:
-        config = ConsumerConfig(group="bench", mode=mode, lanes=lanes)
-        label = f"{mode.name}-{lanes}"
+        config = ConsumerConfig(
+            group="bench", mode=mode, lanes=lanes, executor="asyncio" if is_async else "thread"
+        )
+        label = f"{mode.name}-{lanes}" + (f"-{executor}" if is_async else "")
     if no_failures:
         label += "-nofail"
     consumer = LitePushConsumer(
@@ -197,23 +252,47 @@ def run_one(
         bar = tqdm(total=total, desc=label, unit="msg", file=sys.stderr, leave=False, mininterval=0.5)
     cpu0 = time.process_time()
     t0_ns = time.perf_counter_ns()
-    consumer.start()
-    shown = 0
     parked_max = 0
-    while True:
+
+    def progress_done() -> bool:
+        nonlocal shown, parked_max
         stats = consumer.stats()
         parked_max = max(parked_max, stats.parked)
         done = stats.consumed + stats.dead_lettered  # a dead letter is finished too
         if bar is not None and done > shown:
             bar.update(done - shown)
             shown = done
-        if done >= total:
-            break
-        time.sleep(0.01)
-    seconds = (time.perf_counter_ns() - t0_ns) / 1e9
-    cpu = time.process_time() - cpu0
-    final = consumer.stats()
-    consumer.shutdown(timeout=30)
+        return done >= total
+
+    shown = 0
+    if is_async:
+        import asyncio
+
+        async def main() -> tuple[float, float, object]:
+            await consumer.start()  # type: ignore[misc]
+            while not progress_done():
+                await asyncio.sleep(0.01)
+            seconds = (time.perf_counter_ns() - t0_ns) / 1e9
+            cpu = time.process_time() - cpu0
+            final = consumer.stats()
+            await consumer.shutdown(timeout=30)  # type: ignore[misc]
+            return seconds, cpu, final
+
+        if executor == "uvloop":
+            import uvloop
+
+            seconds, cpu, final_any = uvloop.run(main())
+        else:
+            seconds, cpu, final_any = asyncio.run(main())
+        final = final_any  # type: ignore[assignment]
+    else:
+        consumer.start()
+        while not progress_done():
+            time.sleep(0.01)
+        seconds = (time.perf_counter_ns() - t0_ns) / 1e9
+        cpu = time.process_time() - cpu0
+        final = consumer.stats()
+        consumer.shutdown(timeout=30)
     if bar is not None:
         bar.close()
     table = rec.table(label, keys)
@@ -236,6 +315,7 @@ def run_one(
     return {
         "run": label,
         "mode": mode.name,
+        "executor": executor if mode is not ConsumeMode.QUEUE_ORDERLY else "thread",
         "lanes": lanes,
         "messages": total,
         "seconds": seconds,
@@ -265,6 +345,12 @@ def main() -> int:
     parser.add_argument("--log", type=Path, help="directory for the consumption log (Parquet)")
     parser.add_argument("--progress", action="store_true", help="show a progress bar on stderr")
     parser.add_argument(
+        "--executor",
+        default="thread",
+        choices=["thread", "asyncio", "uvloop"],
+        help="lane threads, or lane coroutines on asyncio's default loop or on uvloop",
+    )
+    parser.add_argument(
         "--no-failures", action="store_true", help="ignore the workload's fail_times (label suffix -nofail)"
     )
     parser.add_argument(
@@ -280,7 +366,8 @@ def main() -> int:
         meta = json.loads((args.workload / "_workload.json").read_text())
         queues = int(meta["queues"])
     result = run_one(
-        args.workload, ConsumeMode[args.mode], args.lanes, queues, args.log, args.progress, args.no_failures
+        args.workload, ConsumeMode[args.mode], args.lanes, queues, args.log, args.progress, args.no_failures,
+        args.executor,
     )
     print(json.dumps(result))
     return 0

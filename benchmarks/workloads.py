@@ -242,6 +242,8 @@ WORKLOADS: dict[str, Workload] = {
         _PC_BENCH,
         _POISON,
         _SMS.replace(name="sms-small", messages=20_000),
+        #: ``sms`` ten times longer, for runs at 100,000+ msg/s (issue 7)
+        _SMS.replace(name="sms-1m", messages=1_000_000),
         _NOOP.replace(name="noop-small", messages=100_000),
         _HOTKEY.replace(name="hotkey-small", messages=20_000),
         _ZIPF11.replace(name="zipf11-small", messages=20_000),

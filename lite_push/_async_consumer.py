@@ -197,27 +197,37 @@ class AsyncLitePushConsumer(LitePushConsumer):
         threshold = self.config.loop_block_threshold
         interval = threshold / 4
         since: float | None = None
-        where = ""
+        where: str | None = None
         while not self._watch_stop.wait(interval):
             tick = self._tick
             if time.monotonic() - tick > threshold + interval:
-                if since is None:  # blocked now: see where, while it still is
+                if since is None:
                     since = tick
+                if where is None:  # blocked now: see where, while it still is
                     where = self._where()
             elif since is not None:
                 blocked = max(0.0, tick - since - interval)
-                self.longest_block = max(self.longest_block, blocked)
                 if blocked > threshold:
-                    logger.warning(
-                        "consumer %r: a listener blocked the event loop for %.0f ms (threshold %.0f ms)%s",
-                        self.config.group, blocked * 1000, threshold * 1000, where,
-                    )  # fmt: skip
+                    if where is not None:
+                        self.longest_block = max(self.longest_block, blocked)
+                        logger.warning(
+                            "consumer %r: a listener blocked the event loop for %.0f ms (threshold %.0f ms)%s",
+                            self.config.group, blocked * 1000, threshold * 1000, where,
+                        )  # fmt: skip
+                    else:  # not in a listener (GIL contention, another callback, start-up)
+                        logger.debug(
+                            "consumer %r: the event loop did not turn for %.0f ms, not in a listener",
+                            self.config.group, blocked * 1000,
+                        )  # fmt: skip
                 since = None
+                where = None
 
-    def _where(self) -> str:
+    def _where(self) -> str | None:
+        """Where the loop thread is, if it is in a listener call (None
+        otherwise): the innermost frames and the message."""
         frame: FrameType | None = sys._current_frames().get(self._loop_thread_id)
         if frame is None:
-            return ""
+            return None
         msg = None
         f: FrameType | None = frame
         while f is not None:  # the message the lane was on, from its frame
@@ -225,6 +235,8 @@ class AsyncLitePushConsumer(LitePushConsumer):
                 msg = f.f_locals.get("msg") or (f.f_locals.get("chunk") or [None])[0]
                 break
             f = f.f_back
+        if f is None:
+            return None
         stack = traceback.extract_stack(frame)
         own = [s for s in stack if "lite_push" not in s.filename and "asyncio" not in s.filename]
         inner = own[-3:] if own else stack[-3:]

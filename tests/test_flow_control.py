@@ -8,12 +8,24 @@ import time
 import psutil
 import pytest
 
+from executors import EXECUTORS, Executor
 from helpers import wait_until
 from lite_push import ConsumeFromWhere, ConsumerConfig, EmbeddedBroker, LitePushConsumer
 
 
+EX: Executor
+
+
+@pytest.fixture(params=EXECUTORS, autouse=True)
+def executor(request):
+    global EX
+    EX = Executor(request.param)
+    yield EX
+    EX.close()
+
+
 def _consumer(broker, listener, **cfg):
-    consumer = LitePushConsumer(
+    consumer = EX.consumer(
         ConsumerConfig(group="g", poll_timeout=0.02, commit_interval=0.2, **cfg),
         source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET),
         listener=listener,
@@ -114,7 +126,7 @@ def test_queue_paused_by_span_is_woken_not_left_to_the_poll_timeout():
         if msgs[0].queue_offset == 0:
             release.wait(20)
 
-    consumer = LitePushConsumer(
+    consumer = EX.consumer(
         ConsumerConfig(group="g", poll_timeout=60.0, lanes=8, pull_batch_size=10, max_span=100),
         source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET),
         listener=listener,
