@@ -36,15 +36,14 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Awaitable, Hashable
-from dataclasses import replace
+from collections.abc import Awaitable, Generator, Hashable
 from types import FrameType, TracebackType
 from typing import Any, cast
 
 from ._config import ConsumerConfig
-from ._consumer import _PURGE, ABORT_GRACE, LitePushConsumer, Listener, _per_queue
+from ._consumer import ABORT_GRACE, LitePushConsumer, Listener
 from ._errors import ConfigError, LitePushError
-from ._failures import Parked, SendItem, classify
+from ._failures import Parked
 from ._lanes import AsyncLane
 from ._process_queue import ProcessQueue
 from ._types import ConsumeResult, MessageExt
@@ -231,7 +230,7 @@ class AsyncLitePushConsumer(LitePushConsumer):
         msg = None
         f: FrameType | None = frame
         while f is not None:  # the message the lane was on, from its frame
-            if f.f_code.co_name in ("_aconsume", "_aconsume_slow", "_arun_due"):
+            if f.f_code.co_name in ("_aconsume", "_adrive"):
                 msg = f.f_locals.get("msg") or (f.f_locals.get("chunk") or [None])[0]
                 break
             f = f.f_back
@@ -249,6 +248,7 @@ class AsyncLitePushConsumer(LitePushConsumer):
     # -- lanes ------------------------------------------------------------------
 
     async def _alane_loop(self, lane: AsyncLane) -> None:
+        """``LitePushConsumer._lane_loop``, awaiting the listener."""
         idx = lane.index
         abort = self._abort
         batch_size = self.config.batch_size
@@ -271,14 +271,12 @@ class AsyncLitePushConsumer(LitePushConsumer):
         except Exception:  # a bug in the lane itself: its messages stay unfinished
             logger.exception("consumer %r: lane %d failed", self.config.group, idx)
         finally:
-            for pq, ms in _per_queue([item for p in parked.values() for item in p.items]).items():
-                pq.skip(ms)
-            self._parked[idx] = 0
+            self._leave_parked(idx, parked)
 
     async def _aconsume(
         self, idx: int, parked: dict[Hashable, Parked], pq: ProcessQueue, msgs: list[MessageExt]
     ) -> None:
-        """The hot path (see ``LitePushConsumer._consume``)."""
+        """The hot path (``LitePushConsumer._consume``), awaiting the listener."""
         listener = self._alisteners
         success = ConsumeResult.SUCCESS
         j = 0
@@ -296,115 +294,31 @@ class AsyncLitePushConsumer(LitePushConsumer):
                 return
         except Exception as e:
             exc = e
-        if j:
-            pq.complete(msgs[:j])
-            self._consumed[idx] += j
-        self._failed(idx, parked, pq, [msgs[j]], exc, result)
-        if j + 1 < len(msgs):
-            await self._aconsume_slow(idx, parked, pq, msgs[j + 1 :])
+        rest = self._consume_failed(idx, parked, pq, msgs, j, exc, result)
+        if rest:
+            await self._aconsume_slow(idx, parked, pq, rest)
 
     async def _aconsume_slow(
         self, idx: int, parked: dict[Hashable, Parked], pq: ProcessQueue, msgs: list[MessageExt]
     ) -> None:
-        """See ``LitePushConsumer._consume_slow``."""
-        listener = self._alisteners
-        success = ConsumeResult.SUCCESS
-        size = self.config.batch_size
-        park_key = self._park_key
-        done: list[MessageExt] = []
-        chunk: list[MessageExt] = []
-        last = len(msgs) - 1
-        for i, m in enumerate(msgs):
-            if parked:
-                p = parked.get(park_key(pq, m))
-                if p is not None:
-                    p.items.append((pq, m))
-                    self._parked[idx] += 1
-                    if i < last or not chunk:
-                        continue
-                else:
-                    chunk.append(m)
-            else:
-                chunk.append(m)
-            if len(chunk) < size and i < last:
-                continue
-            if not chunk:
-                continue
-            if self._abort.is_set():
-                pq.skip(chunk)
-                chunk = []
-                continue
-            exc: BaseException | None = None
-            result: object = None
-            try:
-                result = await listener(chunk)
-            except Exception as e:
-                exc = e
-            if exc is None and (result is None or result is success):
-                done += chunk
-            else:
-                self._failed(idx, parked, pq, chunk, exc, result)
-            chunk = []
-        if done:
-            pq.complete(done)
-            self._consumed[idx] += len(done)
+        """``LitePushConsumer._consume_slow``, awaiting the listener."""
+        await self._adrive(self._slow_steps(idx, parked, pq, msgs))
 
     async def _arun_due(self, idx: int, parked: dict[Hashable, Parked], due: list[object]) -> None:
-        """See ``LitePushConsumer._run_due``."""
+        """``LitePushConsumer._run_due``, awaiting the listener."""
+        await self._adrive(self._due_steps(idx, parked, due))
+
+    async def _adrive(self, steps: Generator[list[MessageExt], tuple[BaseException | None, object], None]) -> None:
+        """Await the listener for each list of messages ``steps`` yields
+        and send it the outcome (see ``LitePushConsumer._slow_steps``)."""
         listener = self._alisteners
-        success = ConsumeResult.SUCCESS
-        limit = self.config.max_reconsume_times
-        for token in due:
-            if token is _PURGE:
-                self._purge(idx, parked)
-                continue
-            key: Hashable
-            gen: int
-            key, gen = token  # type: ignore[misc]
-            p = parked.get(key)
-            if p is None or p.gen != gen:
-                continue
-            items = p.items
-            done: list[tuple[ProcessQueue, MessageExt]] = []
-            out: list[SendItem] = []
-            again = None
-            skipped = 0
-            while items:
-                pq, msg = items[0]
-                if pq.dropped or self._abort.is_set():
-                    pq.skip([msg])
-                    items.pop(0)
-                    skipped += 1
-                    continue
-                exc: BaseException | None = None
-                result: object = None
+        try:
+            chunk = next(steps)
+            while True:
                 try:
-                    result = await listener([msg])
+                    outcome: tuple[BaseException | None, object] = (None, await listener(chunk))
                 except Exception as e:
-                    exc = e
-                items.pop(0)
-                if exc is None and (result is None or result is success):
-                    done.append((pq, msg))
-                    continue
-                dead_now, reason, text = classify(exc, result)
-                self._retried[idx] += 1
-                logger.warning(
-                    "consumer %r: %s for %s offset %d (attempt %d)",
-                    self.config.group, reason, pq.queue, msg.queue_offset, msg.reconsume_times + 1,
-                )  # fmt: skip
-                if dead_now or 0 <= limit <= msg.reconsume_times:
-                    out.append(SendItem(pq, msg, True, reason, text))
-                    continue
-                again = (pq, replace(msg, reconsume_times=msg.reconsume_times + 1), reason, text)
-                break
-            self._parked[idx] -= skipped + len(done) + len(out) + (1 if again else 0)
-            for pq, ms in _per_queue(done).items():
-                pq.complete(ms)
-            self._consumed[idx] += len(done)
-            if out:
-                self._hand_off(out)
-            del parked[key]
-            if again is not None:
-                pq, retry, reason, text = again
-                self._park(idx, parked, pq, retry, reason, text)
-                parked[key].items += items
+                    outcome = (e, None)
+                chunk = steps.send(outcome)
+        except StopIteration:
+            pass

@@ -43,10 +43,10 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Generator, Hashable, Mapping
 from dataclasses import dataclass, replace
 from types import TracebackType
-from typing import Any, cast
+from typing import Any
 
 from ._clock import SYSTEM_CLOCK, Clock
 from ._config import ConsumeMode, ConsumerConfig
@@ -242,7 +242,7 @@ class LitePushConsumer:
         # event loop per dispatch; threads are woken by the put itself.
         self._waker = LoopWaker()
         self._lanes: list[Lane] = (
-            [cast(Lane, AsyncLane(i, source.wakeup, self._waker)) for i in range(n)]
+            [AsyncLane(i, source.wakeup, self._waker) for i in range(n)]
             if config.executor == "asyncio"
             else [Lane(i, source.wakeup) for i in range(n)]
         )
@@ -912,11 +912,22 @@ class LitePushConsumer:
                     else:
                         self._consume(idx, parked, pq, msgs)
         finally:
-            # Stopping: parked messages stay unfinished (uncommitted; the
-            # offset map keeps what finished above them).
-            for pq, ms in _per_queue([item for p in parked.values() for item in p.items]).items():
-                pq.skip(ms)
-            self._parked[idx] = 0
+            self._leave_parked(idx, parked)
+
+    def _leave_parked(self, idx: int, parked: dict[Hashable, Parked]) -> None:
+        """A lane stops: its parked messages stay unfinished (uncommitted;
+        the offset map keeps what finished above them)."""
+        for pq, ms in _per_queue([item for p in parked.values() for item in p.items]).items():
+            pq.skip(ms)
+        self._parked[idx] = 0
+
+    # The lane logic that does not depend on how the listener is called is
+    # written once, for both executors: ``_consume_failed`` (the end of the
+    # hot path) and the generators ``_slow_steps`` and ``_due_steps``, which
+    # yield each list of messages to hand to the listener and are sent back
+    # ``(exception, result)``.  ``_consume``, ``_consume_slow`` and
+    # ``_run_due`` drive them with plain calls; the asyncio executor's twins
+    # with ``await``.
 
     def _consume(self, idx: int, parked: dict[Hashable, Parked], pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         """The hot path: one listener call per message, nothing parked in
@@ -938,19 +949,53 @@ class LitePushConsumer:
                 return
         except Exception as e:
             exc = e
+        rest = self._consume_failed(idx, parked, pq, msgs, j, exc, result)
+        if rest:
+            self._consume_slow(idx, parked, pq, rest)
+
+    def _consume_failed(
+        self,
+        idx: int,
+        parked: dict[Hashable, Parked],
+        pq: ProcessQueue,
+        msgs: list[MessageExt],
+        j: int,
+        exc: BaseException | None,
+        result: object,
+    ) -> list[MessageExt]:
+        """The hot path failed at ``msgs[j]``: complete what came before,
+        handle the failure; return what is left for the slow path."""
         if j:
             pq.complete(msgs[:j])
             self._consumed[idx] += j
         self._failed(idx, parked, pq, [msgs[j]], exc, result)
-        if j + 1 < len(msgs):
-            self._consume_slow(idx, parked, pq, msgs[j + 1 :])
+        return msgs[j + 1 :]
 
     def _consume_slow(
         self, idx: int, parked: dict[Hashable, Parked], pq: ProcessQueue, msgs: list[MessageExt]
     ) -> None:
-        """A segment while keys are parked in this lane (a message of a
-        parked key queues up behind it) or with ``batch_size`` > 1."""
+        """A segment while keys are parked in this lane, or with
+        ``batch_size`` > 1 (see :meth:`_slow_steps`)."""
         listener = self._listener
+        steps = self._slow_steps(idx, parked, pq, msgs)
+        try:
+            chunk = next(steps)
+            while True:
+                try:
+                    outcome: tuple[BaseException | None, object] = (None, listener(chunk))
+                except Exception as e:
+                    outcome = (e, None)
+                chunk = steps.send(outcome)
+        except StopIteration:
+            pass
+
+    def _slow_steps(
+        self, idx: int, parked: dict[Hashable, Parked], pq: ProcessQueue, msgs: list[MessageExt]
+    ) -> Generator[list[MessageExt], tuple[BaseException | None, object], None]:
+        """Yield the chunks (up to ``batch_size``) of a segment to process:
+        a message of a parked key queues up behind it instead.  Failed
+        chunks are parked, sent back or dead-lettered; the rest is
+        completed at the end, at once."""
         success = ConsumeResult.SUCCESS
         size = self.config.batch_size
         park_key = self._park_key
@@ -977,12 +1022,7 @@ class LitePushConsumer:
                 pq.skip(chunk)
                 chunk = []
                 continue
-            exc: BaseException | None = None
-            result: object = None
-            try:
-                result = listener(chunk)
-            except Exception as e:
-                exc = e
+            exc, result = yield chunk
             if exc is None and (result is None or result is success):
                 done += chunk
             else:
@@ -1052,9 +1092,27 @@ class LitePushConsumer:
         self._source.wakeup()  # the pull thread may be waiting past the new due time
 
     def _run_due(self, idx: int, parked: dict[Hashable, Parked], due: list[object]) -> None:
-        """Retry the parked keys whose time came: the head first, then the
-        messages that queued behind it, in order, until one fails again."""
+        """Retry the parked keys whose time came (see :meth:`_due_steps`)."""
         listener = self._listener
+        steps = self._due_steps(idx, parked, due)
+        try:
+            msgs = next(steps)
+            while True:
+                try:
+                    outcome: tuple[BaseException | None, object] = (None, listener(msgs))
+                except Exception as e:
+                    outcome = (e, None)
+                msgs = steps.send(outcome)
+        except StopIteration:
+            pass
+
+    def _due_steps(
+        self, idx: int, parked: dict[Hashable, Parked], due: list[object]
+    ) -> Generator[list[MessageExt], tuple[BaseException | None, object], None]:
+        """Yield, one at a time, the messages of the parked keys whose time
+        came: the head first, then the messages that queued behind it, in
+        order, until one fails again (then the key is parked again with what
+        still waits behind it)."""
         success = ConsumeResult.SUCCESS
         limit = self.config.max_reconsume_times
         for token in due:
@@ -1079,12 +1137,7 @@ class LitePushConsumer:
                     items.pop(0)
                     skipped += 1
                     continue
-                exc: BaseException | None = None
-                result: object = None
-                try:
-                    result = listener([m])
-                except Exception as e:
-                    exc = e
+                exc, result = yield [m]
                 items.pop(0)
                 if exc is None and (result is None or result is success):
                     done.append((pq, m))

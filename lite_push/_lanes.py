@@ -67,9 +67,10 @@ class Lane:
             self._segments += segments
             self.depth += count
             depth = self.depth
-            if self._waiting:
-                self._waiting = False
-                self._signal.release()
+            waiting = self._waiting
+            self._waiting = False
+        if waiting:
+            self._notify()
         return depth
 
     def put_due(self, keys: list[object]) -> None:
@@ -78,9 +79,14 @@ class Lane:
             if self._closed:
                 return  # shutting down: parked work is left unfinished
             self._due += keys
-            if self._waiting:
-                self._waiting = False
-                self._signal.release()
+            waiting = self._waiting
+            self._waiting = False
+        if waiting:
+            self._notify()
+
+    def _notify(self) -> None:
+        """Wake the task, which said it is waiting (once per wait)."""
+        self._signal.release()
 
     def take(self) -> tuple[list[Segment], list[object]] | None:
         """Block until something is queued; take all of it: ``(segments,
@@ -89,13 +95,7 @@ class Lane:
         while True:
             with self._lock:
                 if self._segments or self._due:
-                    segments = self._segments
-                    due = self._due
-                    self._segments = []
-                    self._due = []
-                    self.depth = 0
-                    wake = self.blocked
-                    self.blocked = False
+                    segments, due, wake = self._grab()
                     break
                 if self._closed:
                     return None
@@ -104,6 +104,19 @@ class Lane:
         if wake:
             self._wake()
         return segments, due
+
+    def _grab(self) -> tuple[list[Segment], list[object], bool]:
+        """(lock held, something queued) Take everything; also say whether
+        a put had overfilled the lane, so the taker wakes the pull thread
+        (after releasing the lock)."""
+        segments = self._segments
+        due = self._due
+        self._segments = []
+        self._due = []
+        self.depth = 0
+        wake = self.blocked
+        self.blocked = False
+        return segments, due, wake
 
     def drain(self) -> list[Segment]:
         """Remove and return everything queued (used when aborting)."""
@@ -118,74 +131,38 @@ class Lane:
         """No more puts; the task exits once it took what is queued."""
         with self._lock:
             self._closed = True
-            if self._waiting:
-                self._waiting = False
-                self._signal.release()
+            waiting = self._waiting
+            self._waiting = False
+        if waiting:
+            self._notify()
 
 
-class AsyncLane:
+class AsyncLane(Lane):
     """A lane drained by a coroutine on an event loop (the asyncio executor).
 
-    Same interface as :class:`Lane` for the pull thread (``put``,
-    ``put_due``, ``drain``, ``close``, ``depth``, ``blocked``), but waking
-    the coroutine is deferred: a put to a waiting lane only records the lane
-    in ``waker``, and the pull thread then calls :meth:`LoopWaker.flush`
-    once per dispatch, which makes a single ``call_soon_threadsafe`` into
-    the loop for all the lanes it woke.  ``_lock`` (a thread lock: the pull
-    thread and the loop thread both take it, briefly) guards the queue,
-    ``depth``, ``_waiting``, ``_future`` and ``_closed``.
+    The pull thread's side is :class:`Lane`'s; only waking differs: a put to
+    a waiting lane records it in ``waker``, and the pull thread then calls
+    :meth:`LoopWaker.flush` once per dispatch, which makes a single
+    ``call_soon_threadsafe`` into the loop for all the lanes it woke.
+    ``_future`` (under ``_lock``) is what the waiting coroutine awaits.
     """
 
-    __slots__ = ("_closed", "_due", "_future", "_lock", "_segments", "_waiting", "_wake", "blocked", "depth", "index", "waker")
+    __slots__ = ("_future", "waker")
 
     def __init__(self, index: int, wake: Callable[[], None], waker: LoopWaker) -> None:
-        self.index = index
-        self.depth = 0
-        self.blocked = False
+        super().__init__(index, wake)
         self.waker = waker
-        self._lock = threading.Lock()
-        self._waiting = False
         self._future: asyncio.Future[None] | None = None
-        self._segments: list[Segment] = []
-        self._due: list[object] = []
-        self._closed = False
-        self._wake = wake
 
-    def put(self, segments: list[Segment], count: int) -> int:
-        with self._lock:
-            if self._closed:
-                raise RuntimeError(f"lane {self.index} is closed")
-            self._segments += segments
-            self.depth += count
-            depth = self.depth
-            waiting = self._waiting
-            self._waiting = False
-        if waiting:
-            self.waker.add(self)
-        return depth
+    def _notify(self) -> None:
+        self.waker.add(self)  # resolved by the pull thread's next flush
 
-    def put_due(self, keys: list[object]) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._due += keys
-            waiting = self._waiting
-            self._waiting = False
-        if waiting:
-            self.waker.add(self)
-
-    async def take(self) -> tuple[list[Segment], list[object]] | None:
+    async def take(self) -> tuple[list[Segment], list[object]] | None:  # type: ignore[override]
         """Wait until something is queued; take all of it (loop thread)."""
         while True:
             with self._lock:
                 if self._segments or self._due:
-                    segments = self._segments
-                    due = self._due
-                    self._segments = []
-                    self._due = []
-                    self.depth = 0
-                    wake = self.blocked
-                    self.blocked = False
+                    segments, due, wake = self._grab()
                     break
                 if self._closed:
                     return None
@@ -201,22 +178,6 @@ class AsyncLane:
         fut = self._future
         if fut is not None and not fut.done():
             fut.set_result(None)
-
-    def drain(self) -> list[Segment]:
-        with self._lock:
-            segments = self._segments
-            self._segments = []
-            self._due = []
-            self.depth = 0
-            return segments
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            waiting = self._waiting
-            self._waiting = False
-        if waiting:
-            self.waker.add(self)  # the closer flushes once for all lanes
 
 
 class LoopWaker:

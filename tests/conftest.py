@@ -22,6 +22,8 @@ import lite_push
 from lite_push import _router_py
 from lite_push.sources.redis_server import RedisCluster
 
+from executors import EXECUTORS, Executor, executor_fixture
+
 PACKAGE_DIR = Path(lite_push.__file__).resolve().parent
 
 #: ``LITE_PUSH_NO_EXTENSIONS`` set: the selectors use the Python twins.
@@ -60,6 +62,13 @@ def router(request: pytest.FixtureRequest) -> ModuleType:
     if request.param == "c":
         return compiled_twin("_router_c")
     return _router_py
+
+
+@pytest.fixture(params=EXECUTORS)
+def executor(request: pytest.FixtureRequest) -> Iterator[Executor]:
+    """Each executor in turn (threads, asyncio, uvloop); modules that use
+    ``executors.EX`` take it with ``pytestmark = pytest.mark.usefixtures("executor")``."""
+    yield from executor_fixture(request)
 
 
 @pytest.fixture(scope="session")

@@ -127,7 +127,25 @@ class Executor:
             self.pool.shutdown(wait=False, cancel_futures=True)
 
 
+class _Current:
+    """``EX``: the executor of the running test (set by the ``executor``
+    fixture in conftest.py), so module helpers can build consumers with it."""
+
+    executor: Executor | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self.executor is None:
+            raise RuntimeError("no executor: mark the module with pytest.mark.usefixtures('executor')")
+        return getattr(self.executor, name)
+
+
+EX: Any = _Current()
+
+
 def executor_fixture(request: pytest.FixtureRequest) -> Iterator[Executor]:
-    ex = Executor(request.param)
-    yield ex
-    ex.close()
+    ex = EX.executor = Executor(request.param)
+    try:
+        yield ex
+    finally:
+        EX.executor = None
+        ex.close()

@@ -305,13 +305,19 @@ def test_a_broadcasting_concurrently_failure_is_retried_by_the_member_not_sent_b
         if any(m.queue_offset == 7 and m.reconsume_times < 2 for m in msgs):
             raise RuntimeError("try again")
 
+    def scheduled(c) -> bool:  # type: ignore[no-untyped-def]
+        due = c._timer.next_due()  # the local retry is on the timer, due after now
+        return due is not None and due > clock.monotonic()
+
     with _runtime(broker, listener, tmp_path / "m.json", clock, lanes=4, mode=ConsumeMode.CONCURRENTLY) as c:
         assert wait_until(lambda: len(attempts) == 20)
         assert wait_until(lambda: c.stats().retried == 1 and c.stats().consumed == 19)
         clock.advance(0.1)  # a commit, not the retry
         assert wait_until(lambda: c.stats().committed.get(q, 0) == 7)  # the failed message holds it back
+        assert wait_until(lambda: scheduled(c))
         clock.advance(10.0)  # retry_start_level 3 = 10 s on the default levels
-        assert wait_until(lambda: attempts[7] == 2)
+        assert wait_until(lambda: attempts[7] == 2 and c.stats().retried == 2)
+        assert wait_until(lambda: scheduled(c))  # the pull thread took the failure (else the advance comes first)
         clock.advance(30.0)  # level 4
         assert wait_until(lambda: attempts[7] == 3)
         clock.advance(0.1)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from executors import EXECUTORS, Executor
+from executors import EX
 from helpers import Recorder, assert_offsets_increase, wait_consumed, wait_until
 from lite_push import (
     ConfigError,
@@ -26,15 +26,7 @@ from lite_push import (
 from lite_push._router import lane_of
 
 
-EX: Executor
-
-
-@pytest.fixture(params=EXECUTORS, autouse=True)
-def executor(request):
-    global EX
-    EX = Executor(request.param)
-    yield EX
-    EX.close()
+pytestmark = pytest.mark.usefixtures("executor")
 
 
 def make(broker, listener, group="g", topic="T", **cfg):

@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from executors import EXECUTORS, Executor
+from executors import EX
 from helpers import read_offset_log, wait_until
 
 from lite_push import (
@@ -75,15 +75,7 @@ class Log:
             return sum(1 for a in self.attempts if a[3] and pred(a))
 
 
-EX: Executor
-
-
-@pytest.fixture(params=EXECUTORS, autouse=True)
-def executor(request):
-    global EX
-    EX = Executor(request.param)
-    yield EX
-    EX.close()
+pytestmark = pytest.mark.usefixtures("executor")
 
 
 def _consumer(broker, listener, clock=None, topic="T", **cfg):

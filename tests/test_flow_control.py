@@ -8,20 +8,12 @@ import time
 import psutil
 import pytest
 
-from executors import EXECUTORS, Executor
+from executors import EX
 from helpers import wait_until
 from lite_push import ConsumeFromWhere, ConsumerConfig, EmbeddedBroker, LitePushConsumer
 
 
-EX: Executor
-
-
-@pytest.fixture(params=EXECUTORS, autouse=True)
-def executor(request):
-    global EX
-    EX = Executor(request.param)
-    yield EX
-    EX.close()
+pytestmark = pytest.mark.usefixtures("executor")
 
 
 def _consumer(broker, listener, **cfg):

@@ -10,15 +10,21 @@ import math
 from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+import os
+
 from .._errors import ConfigError, LitePushError, MessageTooLargeError, NotSubscribedError
-from .._types import MessageExt, MessageQueue
-from ._base import RebalanceListener
+from .._types import MessageExt, MessageQueue, OffsetAndMetadata
+from ._base import MessageModel, RebalanceListener
+from .local_offsets import LocalOffsetStore, default_offset_file
 
 __all__ = [
     "ITEM_FIELDS",
     "QueueStates",
     "check_delay_levels",
     "check_message",
+    "check_message_model",
+    "commit_entries",
+    "open_offset_store",
     "no_send_back",
     "unpack_mapping",
     "validate_topic",
@@ -50,6 +56,47 @@ def unpack_mapping(item: Mapping[str, Any]) -> tuple[Any, str | None, str | None
             if type(k) is not str or type(v) is not str:
                 raise TypeError(f"properties must map str to str, got {k!r}: {v!r}")
     return item["body"], item.get("keys"), tags or None, props, item.get("queue_id")
+
+
+def commit_entries(offsets: Mapping[MessageQueue, OffsetAndMetadata | int]) -> dict[MessageQueue, OffsetAndMetadata]:
+    """The values of a ``commit()`` as OffsetAndMetadata; ``ValueError``
+    for a negative offset or a value that is neither ``int`` nor
+    ``OffsetAndMetadata``."""
+    entries: dict[MessageQueue, OffsetAndMetadata] = {}
+    for q, value in offsets.items():
+        if isinstance(value, OffsetAndMetadata):
+            om = value
+        elif isinstance(value, int) and not isinstance(value, bool):
+            om = OffsetAndMetadata(value)
+        else:
+            raise ValueError(f"commit of {q}: expected int or OffsetAndMetadata, got {value!r}")
+        if om.offset < 0:
+            raise ValueError(f"commit of {q}: negative offset {om.offset}")
+        entries[q] = om
+    return entries
+
+
+def check_message_model(message_model: object, offset_file: object) -> None:
+    """``ConfigError`` naming the field for a bad ``message_model`` or an
+    ``offset_file`` given to a CLUSTERING member."""
+    if not isinstance(message_model, MessageModel):
+        raise ConfigError("message_model", f"must be a MessageModel, got {message_model!r}")
+    if offset_file is not None and message_model is not MessageModel.BROADCASTING:
+        raise ConfigError("offset_file", "is only used with message_model=BROADCASTING")
+
+
+def open_offset_store(
+    message_model: MessageModel,
+    offset_file: str | os.PathLike[str] | None,
+    broker_name: str,
+    group: str,
+) -> LocalOffsetStore | None:
+    """A BROADCASTING member's offsets file (opened and locked; default
+    :func:`default_offset_file`), or None for CLUSTERING."""
+    if message_model is not MessageModel.BROADCASTING:
+        return None
+    path = offset_file if offset_file is not None else default_offset_file(broker_name, group)
+    return LocalOffsetStore(path, broker_name=broker_name, group=group)
 
 
 def no_send_back(consumer: object) -> LitePushError:
@@ -107,6 +154,8 @@ class QueueStates:
     _states: dict[MessageQueue, Any]
     _active: list[Any]
     _listener: RebalanceListener | None
+    #: BROADCASTING: the member's offsets file (None: CLUSTERING).
+    _store: LocalOffsetStore | None
 
     if TYPE_CHECKING:  # provided by the consumer class
 
@@ -114,6 +163,24 @@ class QueueStates:
         def client_id(self) -> str: ...
 
         def _check_open(self) -> None: ...
+
+    @property
+    def message_model(self) -> MessageModel:
+        return MessageModel.BROADCASTING if self._store is not None else MessageModel.CLUSTERING
+
+    @property
+    def offset_store(self) -> LocalOffsetStore | None:
+        """The local offsets file of a BROADCASTING member (else None)."""
+        return self._store
+
+    def _commit_local(self, entries: Mapping[MessageQueue, OffsetAndMetadata]) -> None:
+        """BROADCASTING: write the owned queues' offsets to the file."""
+        assert self._store is not None
+        owned = {q: om for q, om in entries.items() if q in self._states}
+        if len(owned) < len(entries):
+            logger.debug("%r: %d commit(s) ignored: not its queues", self, len(entries) - len(owned))
+        if owned:
+            self._store.commit(owned)
 
     def _notify(self, what: str, queues: list[MessageQueue]) -> None:
         """Call the rebalance listener's ``what``; log (never raise) its errors."""

@@ -25,8 +25,8 @@ from ._base import (
     RebalanceListener,
     is_retry_or_dlq_topic,
 )
-from ._common import QueueStates, no_send_back
-from .local_offsets import LocalOffsetStore, default_offset_file
+from ._common import QueueStates, check_message_model, commit_entries, no_send_back, open_offset_store
+from .local_offsets import LocalOffsetStore
 
 if TYPE_CHECKING:
     from .embedded import EmbeddedBroker
@@ -179,10 +179,7 @@ class EmbeddedPullConsumer(QueueStates, PullSource):
         message_model: MessageModel = MessageModel.CLUSTERING,
         offset_file: str | os.PathLike[str] | None = None,
     ) -> None:
-        if not isinstance(message_model, MessageModel):
-            raise ConfigError("message_model", f"must be a MessageModel, got {message_model!r}")
-        if offset_file is not None and message_model is not MessageModel.BROADCASTING:
-            raise ConfigError("offset_file", "is only used with message_model=BROADCASTING")
+        check_message_model(message_model, offset_file)
         if not isinstance(group, str) or not group:
             raise ConfigError("group", f"must be a non-empty string, got {group!r}")
         if group == SCHEDULE_GROUP:
@@ -222,9 +219,8 @@ class EmbeddedPullConsumer(QueueStates, PullSource):
                 client_id = f"{broker.broker_name}@{os.getpid()}@{next(broker._client_seq):06d}"
             if client_id in g.clients:
                 raise ConfigError("client_id", f"{client_id!r} is already used by an open consumer of group {group!r}")
-            if message_model is MessageModel.BROADCASTING:  # last: it locks the file
-                path = offset_file if offset_file is not None else default_offset_file(broker.broker_name, group)
-                self._store = LocalOffsetStore(path, broker_name=broker.broker_name, group=group)
+            # last: it locks the file, and nothing above may fail after that
+            self._store = open_offset_store(message_model, offset_file, broker.broker_name, group)
             g.clients.add(client_id)
             broker._consumers.add(self)
             self._group = g
@@ -244,15 +240,6 @@ class EmbeddedPullConsumer(QueueStates, PullSource):
     def queue_count(self, topic: str) -> int | None:
         t = self._broker._topics.get(topic)
         return len(t.queues) if t is not None else None
-
-    @property
-    def message_model(self) -> MessageModel:
-        return MessageModel.BROADCASTING if self._store is not None else MessageModel.CLUSTERING
-
-    @property
-    def offset_store(self) -> LocalOffsetStore | None:
-        """The local offsets file of a BROADCASTING member (else None)."""
-        return self._store
 
     @property
     def closed(self) -> bool:
@@ -523,25 +510,11 @@ class EmbeddedPullConsumer(QueueStates, PullSource):
         commit it).  Raises ``ValueError`` for a negative offset or a value
         that is neither ``int`` nor ``OffsetAndMetadata``."""
         self._check_open()
-        entries: list[tuple[MessageQueue, OffsetAndMetadata]] = []
-        for q, value in offsets.items():
-            if isinstance(value, OffsetAndMetadata):
-                om = value
-            elif isinstance(value, int) and not isinstance(value, bool):
-                om = OffsetAndMetadata(value)
-            else:
-                raise ValueError(f"commit of {q}: expected int or OffsetAndMetadata, got {value!r}")
-            if om.offset < 0:
-                raise ValueError(f"commit of {q}: negative offset {om.offset}")
-            entries.append((q, om))
+        entries = commit_entries(offsets)
         if not entries:
             return
         if self._store is not None:
-            owned = {q: om for q, om in entries if q in self._states}
-            if len(owned) < len(entries):
-                logger.debug("%r: %d commit(s) ignored: not its queues", self, len(entries) - len(owned))
-            if owned:
-                self._store.commit(owned)
+            self._commit_local(entries)
             return
         broker = self._broker
         cid = self._member.cid
@@ -549,7 +522,7 @@ class EmbeddedPullConsumer(QueueStates, PullSource):
         with self._lock:
             self._check_open()
             stored = 0
-            for q, om in entries:
+            for q, om in entries.items():
                 if group.owner.get(q) == cid:
                     group.committed[q] = om
                     stored += 1

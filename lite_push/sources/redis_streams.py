@@ -150,12 +150,14 @@ from ._common import (
     QueueStates,
     check_delay_levels,
     check_message,
+    check_message_model,
+    commit_entries,
     no_send_back,
+    open_offset_store,
     unpack_mapping,
     validate_topic,
 )
 from ._embedded_consumer import BrokerClock, parse_tag_expression
-from .local_offsets import LocalOffsetStore, default_offset_file
 
 __all__ = ["RedisBroker", "RedisPullConsumer"]
 
@@ -850,10 +852,7 @@ class RedisPullConsumer(QueueStates, PullSource):
         message_model: MessageModel = MessageModel.CLUSTERING,
         offset_file: str | os.PathLike[str] | None = None,
     ) -> None:
-        if not isinstance(message_model, MessageModel):
-            raise ConfigError("message_model", f"must be a MessageModel, got {message_model!r}")
-        if offset_file is not None and message_model is not MessageModel.BROADCASTING:
-            raise ConfigError("offset_file", "is only used with message_model=BROADCASTING")
+        check_message_model(message_model, offset_file)
         if not isinstance(group, str) or not group:
             raise ConfigError("group", f"must be a non-empty string, got {group!r}")
         if not isinstance(consume_from, ConsumeFromWhere):
@@ -902,10 +901,7 @@ class RedisPullConsumer(QueueStates, PullSource):
         self._notifier: _Notifier | None = None
         # BROADCASTING: every queue, offsets in a local file (opened last:
         # it locks the file, and nothing above may fail after that)
-        self._store: LocalOffsetStore | None = None
-        if message_model is MessageModel.BROADCASTING:
-            path = offset_file if offset_file is not None else default_offset_file(broker.broker_name, group)
-            self._store = LocalOffsetStore(path, broker_name=broker.broker_name, group=group)
+        self._store = open_offset_store(message_model, offset_file, broker.broker_name, group)
         broker._consumers.add(self)
 
     # -- identity -------------------------------------------------------------
@@ -921,15 +917,6 @@ class RedisPullConsumer(QueueStates, PullSource):
     def queue_count(self, topic: str) -> int | None:
         t = self._broker._topics.get(topic)  # cached by subscribe; no Redis call
         return len(t.queues) if t is not None else None
-
-    @property
-    def message_model(self) -> MessageModel:
-        return MessageModel.BROADCASTING if self._store is not None else MessageModel.CLUSTERING
-
-    @property
-    def offset_store(self) -> LocalOffsetStore | None:
-        """The local offsets file of a BROADCASTING member (else None)."""
-        return self._store
 
     @property
     def closed(self) -> bool:
@@ -1272,31 +1259,16 @@ class RedisPullConsumer(QueueStates, PullSource):
     def commit(self, offsets: Mapping[MessageQueue, OffsetAndMetadata | int]) -> None:
         """Store offsets of the queues whose owner key holds this member."""
         self._check_open()
-        keys: list[str] = []
-        args: list[Any] = [self._cid]
-        entries: dict[MessageQueue, OffsetAndMetadata] = {}
-        for q, value in offsets.items():
-            if isinstance(value, OffsetAndMetadata):
-                om = value
-            elif isinstance(value, int) and not isinstance(value, bool):
-                om = OffsetAndMetadata(value)
-            else:
-                raise ValueError(f"commit of {q}: expected int or OffsetAndMetadata, got {value!r}")
-            if om.offset < 0:
-                raise ValueError(f"commit of {q}: negative offset {om.offset}")
-            keys.append(self._owner_key(q))
-            args.append(_qfield(q))
-            args.append(orjson.dumps([om.offset, om.metadata]))
-            entries[q] = om
+        entries = commit_entries(offsets)
         if self._store is not None:
-            owned = {q: om for q, om in entries.items() if q in self._states}
-            if len(owned) < len(entries):
-                logger.debug("%r: %d commit(s) ignored: not its queues", self, len(entries) - len(owned))
-            if owned:
-                self._store.commit(owned)
+            self._commit_local(entries)
             return
-        if not keys:
+        if not entries:
             return
+        keys = [self._owner_key(q) for q in entries]
+        args: list[Any] = [self._cid]
+        for q, om in entries.items():
+            args += (_qfield(q), orjson.dumps([om.offset, om.metadata]))
         stored = self._broker._s_commit(keys=[self._k_offsets, *keys], args=args)
         if int(stored) < len(keys):
             logger.debug("%r: %d commit(s) ignored: not its queues", self, len(keys) - int(stored))
