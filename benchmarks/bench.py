@@ -43,21 +43,25 @@ HEALTHY_TARGET = 0.90
 
 def parse_runs(text: str) -> list[tuple[str, int]]:
     """``"MODE:N,MODE:N:EXECUTOR"`` -> ``[(mode, n), ...]`` (``mode`` keeps
-    a ``:asyncio`` / ``:uvloop`` suffix), with clear errors."""
+    a ``:asyncio`` / ``:uvloop`` suffix), with clear errors.  ``LOOP:N:EXECUTOR``
+    is no consumer: the event loop's ceiling for the same listener over
+    KEY_ORDERLY's partitioning into N lanes (``harness.py --bare``)."""
     runs = []
     for part in text.split(","):
         mode, _, rest = part.strip().partition(":")
         n, _, executor = rest.partition(":")
         if (
-            mode not in ("QUEUE_ORDERLY", "KEY_ORDERLY", "CONCURRENTLY")
+            mode not in ("QUEUE_ORDERLY", "KEY_ORDERLY", "CONCURRENTLY", "LOOP")
             or not n.isdigit()
             or int(n) < 1
             or executor not in ("", "thread", "asyncio", "uvloop")
             or (executor not in ("", "thread") and mode == "QUEUE_ORDERLY")
+            or (executor in ("", "thread") and mode == "LOOP")
         ):
             raise SystemExit(
                 f"--runs: bad entry {part!r}; expected MODE:N or MODE:N:EXECUTOR with MODE one of QUEUE_ORDERLY, "
-                "KEY_ORDERLY, CONCURRENTLY and EXECUTOR one of thread, asyncio, uvloop (not for QUEUE_ORDERLY)"
+                "KEY_ORDERLY, CONCURRENTLY, LOOP and EXECUTOR one of thread, asyncio, uvloop (not for "
+                "QUEUE_ORDERLY; LOOP needs asyncio or uvloop)"
             )
         runs.append((mode if executor in ("", "thread") else f"{mode}:{executor}", int(n)))
     return runs
@@ -69,9 +73,11 @@ def run_harness(workload_dir: Path, mode: str, n: int, log_dir: Path, no_failure
     mode, _, executor = mode.partition(":")
     cmd = [
         sys.executable, str(HERE / "harness.py"), "--workload", str(workload_dir),
-        "--mode", mode, "--lanes", str(n), "--log", str(log_dir), "--progress",
+        "--mode", "KEY_ORDERLY" if mode == "LOOP" else mode, "--lanes", str(n), "--log", str(log_dir), "--progress",
         "--executor", executor or "thread",
     ]
+    if mode == "LOOP":
+        cmd.append("--bare")
     if no_failures:
         cmd.append("--no-failures")
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
@@ -118,7 +124,9 @@ def chart(results: list[dict[str, object]], title: str, path: Path) -> None:
             if r["mode"] == mode and r.get("executor", "thread") == ex
         )
         if pts:
-            label = f"lite_push {mode}" + ("" if ex == "thread" else f" ({ex})")
+            label = (f"lite_push {mode}" if mode != "LOOP" else "no consumer: loop ceiling") + (
+                "" if ex == "thread" else f" ({ex})"
+            )
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=label)
     bounds = sorted({(int(r["lanes"]), float(r["bound_rate"])) for r in results if r["mode"] == "KEY_ORDERLY" and r.get("bound_rate")})  # type: ignore[arg-type]
     if bounds:
@@ -274,6 +282,11 @@ def _skew_table(workload: Workload, results: list[dict[str, object]], checks: di
         f"hottest key {sb.top_share:.1%} of messages -> no key-ordered consumer can beat the baseline by more "
         f"than {sb.ceiling_ratio:.1f}x on this workload (its best rate is {sb.key_ordered_max_rate:,.0f} msg/s)."
     )
+    if any(r["mode"] == "LOOP" for r in results):
+        bound_text += (
+            " LOOP rows run no consumer: the same listener awaited by N coroutines over the messages partitioned"
+            " as KEY_ORDERLY's N lanes, read up front -- what the event loop can do with this listener at all."
+        )
     bound_text += (
         " \"bound\" is the best rate the run's own partitioning allows on this data: the busiest lane's total"
         " cost for KEY_ORDERLY (Java-hash lanes), the busiest queue's for QUEUE_ORDERLY, the total over the lanes"

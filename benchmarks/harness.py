@@ -10,7 +10,7 @@ RocketMQ producer with the hash selector would; then one consumer consumes it
 to the end.  Every message's body starts with its ``seq`` (8 bytes, big
 endian), so a delivery maps back to the workload row.  The listener sleeps
 ``cost_us`` per message (simulated I/O) and records ``(seq, start_ns,
-end_ns, attempt)`` in a per-thread list.
+end_ns, attempt)`` in per-thread columns.
 
 Poisoned messages: while a message's ``reconsume_times`` is below its
 ``fail_times``, the listener raises ``RuntimeError("poisoned")`` at once (no
@@ -33,6 +33,11 @@ seconds from the run's start to the end of the last of them; ``retried``,
 consumption log as Parquet (``run``, ``seq``, ``key``, ``queue``,
 ``offset``, ``lane``, ``start_ns``, ``end_ns``, ``attempt``).  Run it as its
 own process per configuration, so RSS and CPU belong to that run alone.
+
+``--bare`` (asyncio executors, KEY_ORDERLY) runs no consumer: the same
+listener awaited by ``--lanes`` coroutines over the messages partitioned as
+KEY_ORDERLY would (:func:`bare_loop`), which is what the event loop can do
+with this listener at all -- the ceiling for the asyncio executor's runs.
 """
 
 from __future__ import annotations
@@ -44,7 +49,9 @@ import resource
 import sys
 import threading
 import time
+from array import array
 from pathlib import Path
+from typing import cast
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -58,10 +65,12 @@ from lite_push import (
     ConsumeFromWhere,
     ConsumeMode,
     ConsumerConfig,
+    ConsumerStats,
     EmbeddedBroker,
     LitePushConsumer,
     MessageExt,
 )
+from lite_push._router import lane_of
 
 TOPIC = "BENCH"
 
@@ -93,16 +102,50 @@ def load(broker: EmbeddedBroker, workload_dir: Path, queues: int) -> tuple[list[
     return keys, costs, fails
 
 
+#: The recorders' columns, in order (one ``array('q')`` each: appending an
+#: int allocates no object the cyclic GC tracks, where a tuple per delivery
+#: made the collector a visible share of a 100,000 msg/s run).
+_COLUMNS = ("seq", "queue", "offset", "start_ns", "end_ns", "attempt")
+
+
+def _columns() -> list[array[int]]:
+    return [array("q") for _ in _COLUMNS]
+
+
+def _table(run: str, keys: list[str], parts: list[tuple[int, list[array[int]]]]) -> pa.Table:
+    """The consumption log from ``(lane, columns)`` parts."""
+    cols: dict[str, list[int]] = {c: [] for c in _COLUMNS}
+    lanes: list[int] = []
+    for lane, part in parts:
+        for name, col in zip(_COLUMNS, part, strict=True):
+            cols[name].extend(col)
+        lanes.extend([lane] * len(part[0]))
+    n = len(lanes)
+    return pa.table(
+        {
+            "run": pa.array([run] * n, pa.string()),
+            "seq": pa.array(cols["seq"], pa.int64()),
+            "key": pa.array([keys[s] for s in cols["seq"]], pa.string()),
+            "queue": pa.array(cols["queue"], pa.int32()),
+            "offset": pa.array(cols["offset"], pa.int64()),
+            "lane": pa.array(lanes, pa.int32()),
+            "start_ns": pa.array(cols["start_ns"], pa.int64()),
+            "end_ns": pa.array(cols["end_ns"], pa.int64()),
+            "attempt": pa.array(cols["attempt"], pa.int32()),
+        }
+    )
+
+
 class AsyncRecorder:
     """The asyncio executor's listener: awaits ``asyncio.sleep`` for each
     message's cost (simulated async I/O) and records the delivery as
-    :class:`Recorder` does (one list: every lane runs on the loop thread;
-    the lane is logged as -1)."""
+    :class:`Recorder` does (one set of columns: every lane runs on the loop
+    thread; the lane is logged as -1)."""
 
     def __init__(self, costs: list[int], fail_times: list[int] | None = None) -> None:
         self._costs = costs
         self._fails = fail_times if fail_times is not None and any(fail_times) else None
-        self._rows: list[tuple[int, int, int, int, int, int, int]] = []
+        self._cols = _columns()
 
     async def __call__(self, msgs: list[MessageExt]) -> None:
         import asyncio
@@ -112,8 +155,8 @@ class AsyncRecorder:
             for m in msgs:
                 if m.reconsume_times < fails[int.from_bytes(m.body[:8], "big")]:
                     raise RuntimeError("poisoned")
-        lane = -1  # (asyncio.current_task() per call would cost more than the rest of this listener)
-        rows = self._rows
+        # (asyncio.current_task() per call, to log the lane, would cost more than the rest of this listener)
+        seqs, queues, offsets, starts, ends, attempts = self._cols
         costs = self._costs
         clock = time.perf_counter_ns
         sleep = asyncio.sleep
@@ -123,28 +166,20 @@ class AsyncRecorder:
             cost = costs[seq]
             if cost:
                 await sleep(cost / 1e6)
-            rows.append((seq, m.queue_id, m.queue_offset, start, clock(), m.reconsume_times, lane))
+            ends.append(clock())
+            seqs.append(seq)
+            queues.append(m.queue_id)
+            offsets.append(m.queue_offset)
+            starts.append(start)
+            attempts.append(m.reconsume_times)
 
     def table(self, run: str, keys: list[str]) -> pa.Table:
-        rows = self._rows
-        return pa.table(
-            {
-                "run": pa.array([run] * len(rows), pa.string()),
-                "seq": pa.array([r[0] for r in rows], pa.int64()),
-                "key": pa.array([keys[r[0]] for r in rows], pa.string()),
-                "queue": pa.array([r[1] for r in rows], pa.int32()),
-                "offset": pa.array([r[2] for r in rows], pa.int64()),
-                "lane": pa.array([r[6] for r in rows], pa.int32()),
-                "start_ns": pa.array([r[3] for r in rows], pa.int64()),
-                "end_ns": pa.array([r[4] for r in rows], pa.int64()),
-                "attempt": pa.array([r[5] for r in rows], pa.int32()),
-            }
-        )
+        return _table(run, keys, [(-1, self._cols)])
 
 
 class Recorder:
     """The listener: sleeps each message's cost and records the delivery in
-    a per-thread list (no lock on the hot path).
+    per-thread columns (no lock on the hot path).
 
     ``fail_times[seq]`` (default: none fail) is how many attempts of a
     message fail: while ``reconsume_times`` is below it the call raises
@@ -155,19 +190,18 @@ class Recorder:
         self._costs = costs
         self._fails = fail_times if fail_times is not None and any(fail_times) else None
         self._local = threading.local()
-        self._all: list[tuple[str, list[tuple[int, int, int, int, int, int]]]] = []
+        self._all: list[tuple[str, list[array[int]]]] = []
         self._lock = threading.Lock()
-        self.done = 0
 
-    def _rows(self) -> list[tuple[int, int, int, int, int, int]]:
+    def _cols(self) -> list[array[int]]:
         try:
-            return self._local.rows  # type: ignore[no-any-return]
+            return self._local.cols  # type: ignore[no-any-return]
         except AttributeError:
-            rows: list[tuple[int, int, int, int, int, int]] = []
-            self._local.rows = rows
+            cols = _columns()
+            self._local.cols = cols
             with self._lock:
-                self._all.append((threading.current_thread().name, rows))
-            return rows
+                self._all.append((threading.current_thread().name, cols))
+            return cols
 
     def __call__(self, msgs: list[MessageExt]) -> None:
         fails = self._fails
@@ -175,7 +209,7 @@ class Recorder:
             for m in msgs:
                 if m.reconsume_times < fails[int.from_bytes(m.body[:8], "big")]:
                     raise RuntimeError("poisoned")
-        rows = self._rows()
+        seqs, queues, offsets, starts, ends, attempts = self._cols()
         costs = self._costs
         clock = time.perf_counter_ns
         for m in msgs:
@@ -184,32 +218,64 @@ class Recorder:
             cost = costs[seq]
             if cost:
                 time.sleep(cost / 1e6)
-            rows.append((seq, m.queue_id, m.queue_offset, start, clock(), m.reconsume_times))
+            ends.append(clock())
+            seqs.append(seq)
+            queues.append(m.queue_id)
+            offsets.append(m.queue_offset)
+            starts.append(start)
+            attempts.append(m.reconsume_times)
 
     def table(self, run: str, keys: list[str]) -> pa.Table:
-        cols: dict[str, list[object]] = {k: [] for k in ("seq", "queue", "offset", "start_ns", "end_ns", "attempt", "lane")}
         with self._lock:
             parts = list(self._all)
-        for name, rows in parts:
-            lane = int(name.rsplit("-", 1)[1]) if name.startswith("lite-push-lane-") else -1
-            for row in rows:
-                for col, value in zip(("seq", "queue", "offset", "start_ns", "end_ns", "attempt"), row, strict=True):
-                    cols[col].append(value)
-                cols["lane"].append(lane)
-        n = len(cols["seq"])
-        return pa.table(
-            {
-                "run": pa.array([run] * n, pa.string()),
-                "seq": pa.array(cols["seq"], pa.int64()),
-                "key": pa.array([keys[s] for s in cols["seq"]], pa.string()),  # type: ignore[index]
-                "queue": pa.array(cols["queue"], pa.int32()),
-                "offset": pa.array(cols["offset"], pa.int64()),
-                "lane": pa.array(cols["lane"], pa.int32()),
-                "start_ns": pa.array(cols["start_ns"], pa.int64()),
-                "end_ns": pa.array(cols["end_ns"], pa.int64()),
-                "attempt": pa.array(cols["attempt"], pa.int32()),
-            }
+        return _table(
+            run,
+            keys,
+            [
+                (int(name.rsplit("-", 1)[1]) if name.startswith("lite-push-lane-") else -1, cols)
+                for name, cols in parts
+            ],
         )
+
+
+def bare_loop(
+    broker: EmbeddedBroker, rec: AsyncRecorder, lanes: int, total: int, executor: str
+) -> tuple[float, float, int]:
+    """The event loop's ceiling for this listener and partitioning, with no
+    lite_push on the way: every message is read up front, put in the lane
+    KEY_ORDERLY would route its key to (same hash, queue then offset order,
+    so each key keeps its order), and ``lanes`` coroutines await the
+    listener for their messages one by one.  Returns ``(seconds, cpu
+    seconds, start in perf_counter_ns)``."""
+    import asyncio
+
+    pc = broker.pull_consumer("bench-bare", consume_from=ConsumeFromWhere.FIRST_OFFSET)
+    pc.subscribe(TOPIC)
+    msgs: list[MessageExt] = []
+    while len(msgs) < total:
+        for batch in pc.poll(1.0, 1024):
+            msgs.extend(batch.messages)
+    pc.close()
+    msgs.sort(key=lambda m: (m.queue_id, m.queue_offset))
+    parts: list[list[MessageExt]] = [[] for _ in range(lanes)]
+    for m in msgs:
+        parts[lane_of(m.keys or "", lanes)].append(m)
+
+    async def lane(part: list[MessageExt]) -> None:
+        for m in part:
+            await rec([m])
+
+    async def main() -> tuple[float, float, int]:
+        cpu0 = time.process_time()
+        t0 = time.perf_counter_ns()
+        await asyncio.gather(*(lane(p) for p in parts if p))
+        return (time.perf_counter_ns() - t0) / 1e9, time.process_time() - cpu0, t0
+
+    if executor == "uvloop":
+        import uvloop
+
+        return uvloop.run(main())
+    return asyncio.run(main())
 
 
 def run_one(
@@ -221,16 +287,27 @@ def run_one(
     progress: bool,
     no_failures: bool = False,
     executor: str = "thread",
+    bare: bool = False,
 ) -> dict[str, object]:
     """Consume the workload once with ``mode`` and ``lanes`` (pool threads
     for QUEUE_ORDERLY) on ``executor`` (``thread``, or ``asyncio`` /
     ``uvloop``: lanes as coroutines on that loop); the result dict is the
-    harness's JSON line."""
+    harness's JSON line.  ``bare``: no consumer, the loop's ceiling
+    (:func:`bare_loop`; label ``LOOP-<lanes>-<executor>``)."""
     broker = EmbeddedBroker()
     keys, costs, fails = load(broker, workload_dir, queues)
     total = len(keys)
     is_async = executor != "thread"
+    if bare and (not is_async or mode is not ConsumeMode.KEY_ORDERLY or (any(fails) and not no_failures)):
+        raise SystemExit("--bare needs --mode KEY_ORDERLY, an asyncio or uvloop executor, and no failing messages")
     rec: Recorder | AsyncRecorder = (AsyncRecorder if is_async else Recorder)(costs, None if no_failures else fails)
+    if bare:
+        assert isinstance(rec, AsyncRecorder)
+        seconds, cpu, t0_ns = bare_loop(broker, rec, lanes, total, executor)
+        return _result(
+            rec, keys, fails, f"LOOP-{lanes}-{executor}", "LOOP", executor, lanes, queues, total, seconds, cpu,
+            t0_ns, 0, 0, 0, log_dir, partition_bound(keys, costs, queues, "KEY_ORDERLY", lanes),
+        )
     if mode is ConsumeMode.QUEUE_ORDERLY:
         config = ConsumerConfig(group="bench", mode=mode, consume_thread_min=lanes, consume_thread_max=lanes)
         label = f"QUEUE_ORDERLY-{lanes}"
@@ -284,7 +361,7 @@ def run_one(
             seconds, cpu, final_any = uvloop.run(main())
         else:
             seconds, cpu, final_any = asyncio.run(main())
-        final = final_any  # type: ignore[assignment]
+        final = cast(ConsumerStats, final_any)
     else:
         consumer.start()
         while not progress_done():
@@ -295,6 +372,34 @@ def run_one(
         consumer.shutdown(timeout=30)
     if bar is not None:
         bar.close()
+    return _result(
+        rec, keys, fails, label, mode.name, executor if mode is not ConsumeMode.QUEUE_ORDERLY else "thread",
+        lanes, queues, total, seconds, cpu, t0_ns, final.retried, final.dead_lettered, parked_max, log_dir,
+        partition_bound(keys, costs, queues, mode.name, lanes), failures=not no_failures and any(fails),
+    )
+
+
+def _result(
+    rec: Recorder | AsyncRecorder,
+    keys: list[str],
+    fails: list[int],
+    label: str,
+    mode: str,
+    executor: str,
+    lanes: int,
+    queues: int,
+    total: int,
+    seconds: float,
+    cpu: float,
+    t0_ns: int,
+    retried: int,
+    dead_lettered: int,
+    parked_max: int,
+    log_dir: Path | None,
+    bound: float,
+    failures: bool = False,
+) -> dict[str, object]:
+    """Write the run's log (if ``log_dir``) and build its JSON line."""
     table = rec.table(label, keys)
     end_ns = table.column("end_ns").to_pylist()
     ends = sorted((e - t0_ns) / 1e6 for e in end_ns)
@@ -311,11 +416,10 @@ def run_one(
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
         pq.write_table(table, log_dir / f"{label}.parquet")
-    bound = partition_bound(keys, costs, queues, mode.name, lanes)
     return {
         "run": label,
-        "mode": mode.name,
-        "executor": executor if mode is not ConsumeMode.QUEUE_ORDERLY else "thread",
+        "mode": mode,
+        "executor": executor,
         "lanes": lanes,
         "messages": total,
         "seconds": seconds,
@@ -323,10 +427,10 @@ def run_one(
         "healthy_messages": healthy,
         "healthy_seconds": healthy_seconds,
         "healthy_rate": healthy / healthy_seconds if healthy_seconds > 0 else None,
-        "retried": final.retried,
-        "dead_lettered": final.dead_lettered,
+        "retried": retried,
+        "dead_lettered": dead_lettered,
         "parked_max": parked_max,
-        "failures": not no_failures and any(fails),
+        "failures": failures,
         "bound_rate": bound if bound != float("inf") else None,
         "latency_ms_p50": pct(0.50),
         "latency_ms_p95": pct(0.95),
@@ -351,6 +455,11 @@ def main() -> int:
         help="lane threads, or lane coroutines on asyncio's default loop or on uvloop",
     )
     parser.add_argument(
+        "--bare",
+        action="store_true",
+        help="no consumer: the loop's ceiling for this listener and KEY_ORDERLY's partitioning (label LOOP-N-EXECUTOR)",
+    )
+    parser.add_argument(
         "--no-failures", action="store_true", help="ignore the workload's fail_times (label suffix -nofail)"
     )
     parser.add_argument(
@@ -367,7 +476,7 @@ def main() -> int:
         queues = int(meta["queues"])
     result = run_one(
         args.workload, ConsumeMode[args.mode], args.lanes, queues, args.log, args.progress, args.no_failures,
-        args.executor,
+        args.executor, args.bare,
     )
     print(json.dumps(result))
     return 0

@@ -41,6 +41,7 @@ import inspect
 import itertools
 import logging
 import math
+import operator
 import threading
 import time
 from collections.abc import Callable, Generator, Hashable, Mapping
@@ -97,6 +98,8 @@ SEND_RETRY_INTERVAL = 1.0
 
 #: Lane token: skip the parked messages of revoked queues.
 _PURGE = object()
+
+_DEPTH = operator.attrgetter("depth")
 
 
 def is_async_callable(fn: object) -> bool:
@@ -364,7 +367,7 @@ class LitePushConsumer:
             in_flight_bytes={q: s[1] for q, s in snaps.items()},
             paused=frozenset(q for q, pq in pqs if pq.paused),
             committed={q: pq.last_committed for q, pq in pqs},
-            lane_depths=tuple(lane.depth for lane in self._lanes),
+            lane_depths=tuple(map(_DEPTH, self._lanes)),
             dead_lettered=self._dead_lettered,
             sent_back=self._sent_back,
             parked=sum(self._parked),

@@ -166,7 +166,9 @@ class AsyncLane(Lane):
                     break
                 if self._closed:
                     return None
-                fut = self._future = asyncio.get_running_loop().create_future()
+                loop = self.waker.loop
+                assert loop is not None, "take() before the consumer started"
+                fut = self._future = loop.create_future()
                 self._waiting = True
             await fut
         if wake:

@@ -164,6 +164,71 @@ def test_a_listener_blocking_the_loop_is_logged_with_its_duration(kind: str, cap
     assert 300 <= ms <= 1000
 
 
+def test_a_block_outside_the_listeners_is_not_blamed_on_one(caplog: pytest.LogCaptureFixture) -> None:
+    """The application's own code blocking the loop (here a callback) is
+    not reported as a listener's block: only a debug line says the loop did
+    not turn."""
+    broker = EmbeddedBroker()
+    broker.create_topic("T", queue_count=1)
+    broker.send_batch("T", [(b"x", f"k{i}") for i in range(20)])
+
+    async def listener(msgs: list[MessageExt]) -> None:
+        await asyncio.sleep(0.001)
+
+    async def main() -> None:
+        async with _consumer(broker, listener, lanes=4, loop_block_threshold=0.1) as c:
+            while c.stats().consumed < 10:
+                await asyncio.sleep(0.001)
+            asyncio.get_running_loop().call_soon(time.sleep, 0.4)
+            await asyncio.sleep(0.01)  # returns once the block is over
+            await asyncio.sleep(0.3)  # the watchdog sees the loop turn again
+            while c.stats().consumed < 20:
+                await asyncio.sleep(0.01)
+
+    with caplog.at_level(logging.DEBUG, logger="lite_push._consumer"):
+        asyncio.run(main())
+    assert not [r for r in caplog.records if "blocked the event loop" in r.getMessage()]
+    assert [r for r in caplog.records if "did not turn" in r.getMessage() and r.levelno == logging.DEBUG]
+
+
+def test_a_stall_of_the_whole_process_is_not_blamed_on_the_listener(caplog: pytest.LogCaptureFixture) -> None:
+    """When the watchdog thread itself did not run while the loop was
+    blocked (a VM pause, a long GC, C code holding the GIL), the process
+    stalled: that is logged at debug, and no listener is blamed."""
+    broker = EmbeddedBroker()
+    broker.create_topic("T", queue_count=1)
+    broker.send_batch("T", [(b"x", f"k{i}") for i in range(20)])
+    in_listener = threading.Event()
+
+    class StalledWatch(threading.Event):
+        # the watchdog's tick wait: while the listener blocks, it "is not
+        # scheduled" for 0.6 s, as under a stall of the whole process
+        def wait(self, timeout: float | None = None) -> bool:
+            if in_listener.is_set():
+                in_listener.clear()
+                time.sleep(0.6)
+            return super().wait(timeout)
+
+    async def listener(msgs: list[MessageExt]) -> None:
+        if msgs[0].queue_offset == 10:
+            in_listener.set()
+            time.sleep(0.4)
+        await asyncio.sleep(0)
+
+    async def main() -> None:
+        c = _consumer(broker, listener, lanes=4, loop_block_threshold=0.1)
+        c._watch_stop = StalledWatch()  # type: ignore[attr-defined]
+        async with c:
+            while c.stats().consumed < 20:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.8)  # the watchdog is back and has looked
+
+    with caplog.at_level(logging.DEBUG, logger="lite_push._consumer"):
+        asyncio.run(main())
+    assert not [r for r in caplog.records if "blocked the event loop" in r.getMessage()]
+    assert [r for r in caplog.records if "process stalled" in r.getMessage() and r.levelno == logging.DEBUG]
+
+
 def test_a_listener_that_awaits_is_not_reported(caplog: pytest.LogCaptureFixture) -> None:
     broker = EmbeddedBroker()
     broker.create_topic("T", queue_count=1)

@@ -185,6 +185,31 @@ def test_recorder_fails_poisoned_messages_until_their_retry() -> None:
     assert rec_nofail.table("r", ["a", "b", "c"])["seq"].to_pylist() == [1]
 
 
+def test_bare_loop_delivers_everything_once_in_key_order_over_keyorderly_lanes() -> None:
+    """The LOOP ceiling probe (``harness.py --bare``): no consumer, but the
+    same listener over KEY_ORDERLY's partitioning -- every message once,
+    each key in offset order, each key in one lane."""
+    from harness import TOPIC, AsyncRecorder, bare_loop
+
+    from lite_push import EmbeddedBroker
+
+    broker = EmbeddedBroker()
+    broker.create_topic(TOPIC, queue_count=3)
+    keys = [f"k{i % 7}" for i in range(60)]
+    broker.send_batch(TOPIC, [(seq.to_bytes(8, "big"), key) for seq, key in enumerate(keys)])
+    rec = AsyncRecorder([100] * 60)  # 0.1 ms each, so the lanes interleave
+    seconds, cpu, t0 = bare_loop(broker, rec, 4, 60, "asyncio")
+    log = rec.table("LOOP-4-asyncio", keys).to_pylist()
+    assert seconds > 0 and cpu >= 0 and all(row["start_ns"] >= t0 for row in log)
+    assert sorted(row["seq"] for row in log) == list(range(60))
+    by_key: dict[str, list[tuple[int, int]]] = {}
+    for row in sorted(log, key=lambda r: r["start_ns"]):
+        by_key.setdefault(row["key"], []).append((row["queue"], row["offset"]))
+    for key, seen in by_key.items():
+        assert len({q for q, _ in seen}) == 1, key  # one queue per key (hash-routed by the broker)
+        assert seen == sorted(seen), key  # offset order
+
+
 def test_named_workloads() -> None:
     sms = get_workload("sms")
     assert (sms.messages, sms.queues, sms.keys, sms.skew, sms.zipf_s) == (100_000, 8, 10_000, "zipf", 0.5)
