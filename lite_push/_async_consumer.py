@@ -78,10 +78,12 @@ class AsyncLitePushConsumer(LitePushConsumer):
     the loop blocks every lane (and is logged, see ``loop_block_threshold``).
     """
 
-    def __init__(self, config: ConsumerConfig, source: Any, listener: Listener, *, clock: Any = None) -> None:
+    def __init__(
+        self, config: ConsumerConfig, source: Any, listener: Listener, *, clock: Any = None, registry: Any = None
+    ) -> None:
         if isinstance(config, ConsumerConfig) and config.executor != "asyncio":
             raise ConfigError("executor", f"AsyncLitePushConsumer needs executor='asyncio', got {config.executor!r}")
-        super().__init__(config, source, listener, clock=clock)
+        super().__init__(config, source, listener, clock=clock, registry=registry)
         self._alisteners = cast(Any, listener)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -108,6 +110,7 @@ class AsyncLitePushConsumer(LitePushConsumer):
         self._waker.loop = loop
         self._loop_thread_id = threading.get_ident()
         self._started = True
+        self._start_metrics()
         group = self.config.group
         self._tasks = [
             loop.create_task(self._alane_loop(cast(AsyncLane, lane)), name=f"lite-push-lane-{group}-{lane.index}")
@@ -283,13 +286,20 @@ class AsyncLitePushConsumer(LitePushConsumer):
         listener = self._alisteners
         success = ConsumeResult.SUCCESS
         consumed = self._consumed
+        busy = self._busy
+        lm = self._lane_metrics[idx] if self._lane_metrics is not None else None
+        perf = time.perf_counter
         parked: dict[Hashable, Parked] = {}
         try:
             while True:
+                busy[idx] = False
                 taken = await lane.take()
                 if taken is None:
                     return
+                busy[idx] = True
                 segments, due = taken
+                if lm is not None and lane.taken:
+                    lm.waited(lane.taken, time.monotonic())
                 if due:
                     await self._arun_due(idx, parked, due)
                 for pq, msgs in segments:
@@ -299,6 +309,7 @@ class AsyncLitePushConsumer(LitePushConsumer):
                     if parked or batch_size != 1:
                         await self._aconsume_slow(idx, parked, pq, msgs)
                         continue
+                    t0 = perf() if lm is not None else 0.0
                     j = 0
                     exc: BaseException | None = None
                     result: object = None
@@ -311,6 +322,8 @@ class AsyncLitePushConsumer(LitePushConsumer):
                         else:
                             pq.complete(msgs)
                             consumed[idx] += len(msgs)
+                            if lm is not None:
+                                lm.segment(t0, msgs)
                             continue
                     except Exception as e:
                         exc = e
@@ -320,29 +333,36 @@ class AsyncLitePushConsumer(LitePushConsumer):
         except Exception:  # a bug in the lane itself: its messages stay unfinished
             logger.exception("consumer %r: lane %d failed", self.config.group, idx)
         finally:
+            busy[idx] = False
             self._leave_parked(idx, parked)
 
     async def _aconsume_slow(
         self, idx: int, parked: dict[Hashable, Parked], pq: ProcessQueue, msgs: list[MessageExt]
     ) -> None:
         """``LitePushConsumer._consume_slow``, awaiting the listener."""
-        await self._adrive(self._slow_steps(idx, parked, pq, msgs))
+        await self._adrive(idx, self._slow_steps(idx, parked, pq, msgs))
 
     async def _arun_due(self, idx: int, parked: dict[Hashable, Parked], due: list[object]) -> None:
         """``LitePushConsumer._run_due``, awaiting the listener."""
-        await self._adrive(self._due_steps(idx, parked, due))
+        await self._adrive(idx, self._due_steps(idx, parked, due))
 
-    async def _adrive(self, steps: Generator[list[MessageExt], tuple[BaseException | None, object], None]) -> None:
+    async def _adrive(
+        self, idx: int, steps: Generator[list[MessageExt], tuple[BaseException | None, object], None]
+    ) -> None:
         """Await the listener for each list of messages ``steps`` yields
         and send it the outcome (see ``LitePushConsumer._slow_steps``)."""
         listener = self._alisteners
+        lm = self._lane_metrics[idx] if self._lane_metrics is not None else None
         try:
             chunk = next(steps)
             while True:
+                t0 = time.perf_counter()
                 try:
                     outcome: tuple[BaseException | None, object] = (None, await listener(chunk))
                 except Exception as e:
                     outcome = (e, None)
+                if lm is not None:
+                    lm.call(t0, len(chunk))
                 chunk = steps.send(outcome)
         except StopIteration:
             pass

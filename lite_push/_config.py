@@ -136,6 +136,12 @@ class ConsumerConfig:
     #: asyncio executor: a listener that keeps the event loop busy (does not
     #: await) for longer than this many seconds is logged with its duration.
     loop_block_threshold: float = 0.1
+    #: Serve Prometheus metrics over HTTP on this port (``None``: no
+    #: exporter; ``0``: any free port).  Consumers in one process that name
+    #: the same address and port share one exporter.
+    metrics_port: int | None = None
+    #: Address the metrics exporter binds (loopback unless told otherwise).
+    metrics_addr: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         if not isinstance(self.group, str) or not self.group.strip():
@@ -176,5 +182,9 @@ class ConsumerConfig:
                 "lock_renew_interval", f"must be shorter than lock_lease ({self.lock_lease}), got {self.lock_renew_interval}"
             )
         _check_float("max_continuous_consume", self.max_continuous_consume, 0.0, 86400.0, low_open=True)
+        if self.metrics_port is not None:
+            _check_int("metrics_port", self.metrics_port, 0, 65535)
+        if not isinstance(self.metrics_addr, str) or not self.metrics_addr.strip():
+            raise ConfigError("metrics_addr", f"must be a host address string, got {self.metrics_addr!r}")
         if self.key_extractor is not None and not callable(self.key_extractor):
             raise ConfigError("key_extractor", f"must be callable or None, got {self.key_extractor!r}")

@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable, Generator, Hashable, Mapping
 from dataclasses import dataclass, replace
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._clock import SYSTEM_CLOCK, Clock
 from ._config import ConsumeMode, ConsumerConfig
@@ -66,6 +66,7 @@ from ._types import (
     OffsetAndMetadata,
     PollBatch,
 )
+from .metrics import LaneMetrics
 from .sources._base import MessageModel, PullSource, RebalanceListener, retry_topic
 
 __all__ = ["ConsumerStats", "LitePushConsumer", "Listener"]
@@ -98,6 +99,9 @@ SEND_RETRY_INTERVAL = 1.0
 
 #: Lane token: skip the parked messages of revoked queues.
 _PURGE = object()
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 _DEPTH = operator.attrgetter("depth")
 
@@ -216,6 +220,7 @@ class LitePushConsumer:
         listener: Listener,
         *,
         clock: Clock | None = None,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         if not isinstance(config, ConsumerConfig):
             raise ConfigError("config", f"must be a ConsumerConfig, got {type(config).__name__}")
@@ -288,6 +293,25 @@ class LitePushConsumer:
         self._broadcasting = source.message_model is MessageModel.BROADCASTING
         # Failing source calls of the pull thread, each logged once per episode.
         self._episodes = {what: _Episode(what) for what in ("poll", "commit", "lock")}
+        # Metrics (lite_push.metrics), read by its collector at scrape time.
+        # Per queue, written by the pull thread only: polled, filtered,
+        # pauses, resumes; and when the committed offset was last current.
+        self._qstats: dict[MessageQueue, list[int]] = {}
+        self._commit_time: dict[MessageQueue, float] = {}
+        self._rebalances = 0
+        self._lock_renewals = [0, 0]  # ok, failed
+        # Per lane, written by its task: holding taken work.
+        self._busy = [False] * n
+        self._metrics_on = config.metrics_port is not None or registry is not None
+        self._registry = registry
+        self._lane_metrics: list[LaneMetrics] | None = None
+        if self._metrics_on:
+            self._lane_metrics = [LaneMetrics() for _ in range(n)]
+            for lane in self._lanes:
+                lane.stamp()
+        self._exporter: tuple[str, int] | None = None
+        #: ``http://addr:port/metrics`` once started with ``metrics_port``.
+        self.metrics_url: str | None = None
         if config.mode is ConsumeMode.QUEUE_ORDERLY:
             self._orderly = QueueOrderlyService(config, listener, self._abort, self._clock.monotonic, self._hand_off)
         source.set_rebalance_listener(_Rebalance(self))
@@ -320,6 +344,7 @@ class LitePushConsumer:
         if not self._subscriptions:
             raise LitePushError("subscribe() to at least one topic before start()")
         self._started = True
+        self._start_metrics()
         group = self.config.group
         for lane in self._lanes if self._orderly is None else ():
             t = threading.Thread(
@@ -354,6 +379,102 @@ class LitePushConsumer:
         assert self._pull_thread is not None
         self._pull_thread.join(max(0.0, timeout) + ABORT_GRACE + 5.0)
         return self._stopped.is_set() and not self._abort.is_set()
+
+    # -- metrics (see lite_push.metrics) ----------------------------------------
+
+    def _qstat(self, q: MessageQueue) -> list[int]:
+        st = self._qstats.get(q)
+        if st is None:
+            st = self._qstats[q] = [0, 0, 0, 0]
+        return st
+
+    def _start_metrics(self) -> None:
+        """Register with the registry's collector; start or share the
+        exporter when ``metrics_port`` is set."""
+        if not self._metrics_on:
+            return
+        from .metrics import collector_for, exporter_for
+
+        collector_for(self._registry).add(self)
+        port = self.config.metrics_port
+        if port is not None:
+            addr = self.config.metrics_addr
+            try:
+                self._exporter, bound = exporter_for(addr, port, self._registry)
+            except (OSError, ValueError) as e:
+                collector_for(self._registry).remove(self)
+                raise ConfigError("metrics_port", f"cannot serve metrics on {addr}:{port}: {e}") from e
+            self.metrics_url = f"http://{addr}:{bound}/metrics"
+
+    def _stop_metrics(self) -> None:
+        if not self._metrics_on:
+            return
+        from .metrics import collector_for, release_exporter
+
+        collector_for(self._registry).remove(self)
+        if self._exporter is not None:
+            release_exporter(self._exporter)
+            self._exporter = None
+
+    def _collect_metrics(self, fams: dict[str, Any]) -> None:
+        """Add this consumer's samples to the scrape's metric families
+        (exporter thread; reads counters other threads write, never blocks
+        them beyond each queue's snapshot lock)."""
+        from .metrics import histogram_samples
+
+        g = self.config.group
+        mode = self.config.mode.name
+        pqs = list(self._pqs.items())
+        qstats = dict(self._qstats)
+        commit_time = dict(self._commit_time)
+        try:
+            ends = self._source.end_offsets([q for q, _ in pqs]) if pqs else {}
+        except Exception:  # the source is down: no lag this scrape
+            ends = {}
+        for q, pq in pqs:
+            labels = [g, q.topic, str(q.queue_id)]
+            count, size, _span, _map = pq.snapshot()
+            fams["lite_push_in_flight_messages"].add_metric(labels, count)
+            fams["lite_push_in_flight_bytes"].add_metric(labels, size)
+            fams["lite_push_queue_paused"].add_metric(labels, 1 if pq.paused else 0)
+            fams["lite_push_committed_offset"].add_metric(labels, pq.last_committed)
+            at = commit_time.get(q)
+            if at is not None:
+                fams["lite_push_last_commit_timestamp_seconds"].add_metric(labels, at)
+            end = ends.get(q)
+            if end is not None:
+                fams["lite_push_lag_messages"].add_metric(labels, max(0, end - pq.last_committed))
+        for q, (polled, filtered, pauses, resumes) in qstats.items():
+            labels = [g, q.topic, str(q.queue_id)]
+            fams["lite_push_messages_polled_total"].add_metric(labels, polled)
+            fams["lite_push_messages_filtered_total"].add_metric(labels, filtered)
+            fams["lite_push_queue_pauses_total"].add_metric(labels, pauses)
+            fams["lite_push_queue_resumes_total"].add_metric(labels, resumes)
+        consumed, retried = self._orderly.counts() if self._orderly is not None else (0, 0)
+        processed = fams["lite_push_messages_processed_total"]
+        processed.add_metric([g, mode, "success"], sum(self._consumed) + consumed)
+        processed.add_metric([g, mode, "retry"], sum(self._retried) + retried)
+        processed.add_metric([g, mode, "dlq"], self._dead_lettered)
+        fams["lite_push_messages_sent_back_total"].add_metric([g], self._sent_back)
+        fams["lite_push_parked_messages"].add_metric([g], sum(self._parked))
+        lms = self._lane_metrics
+        if lms is not None:
+            for name, which, labels in (
+                ("lite_push_listener_duration_seconds", "listener", [g, mode]),
+                ("lite_push_lane_wait_seconds", "wait", [g]),
+                ("lite_push_end_to_end_latency_seconds", "e2e", [g]),
+            ):
+                buckets, total = histogram_samples(lms, which)
+                fams[name].add_metric(labels, buckets, total)
+        lanes = self._lanes
+        busy = self._busy
+        fams["lite_push_lanes_busy"].add_metric([g], sum(1 for i, lane in enumerate(lanes) if busy[i] or lane.depth))
+        fams["lite_push_lanes"].add_metric([g], len(lanes))
+        fams["lite_push_rebalances_total"].add_metric([g], self._rebalances)
+        fams["lite_push_assigned_queues"].add_metric([g], len(pqs))
+        ok, failed = self._lock_renewals
+        fams["lite_push_lock_renewals_total"].add_metric([g, "ok"], ok)
+        fams["lite_push_lock_renewals_total"].add_metric([g, "failed"], failed)
 
     def stats(self) -> ConsumerStats:
         """A snapshot of counters and per-queue state."""
@@ -470,6 +591,7 @@ class LitePushConsumer:
             try:
                 self._source.close()
             finally:
+                self._stop_metrics()
                 self._stopped.set()
                 logger.info("lite_push consumer %r stopped", self.config.group)
 
@@ -509,6 +631,7 @@ class LitePushConsumer:
         pqs = self._pqs
         groups = self._pending
         index = self._pending_index
+        qstats = self._qstats
         to_pause = []
         total = 0
         for batch in batches:
@@ -517,6 +640,13 @@ class LitePushConsumer:
                 logger.warning("poll returned messages of %s, which is not assigned; ignored", batch.queue)
                 continue
             msgs = batch.messages
+            st = qstats.get(batch.queue)
+            if st is None:
+                st = qstats[batch.queue] = [0, 0, 0, 0]
+            st[0] += len(msgs)
+            skipped = batch.next_offset - pq.next_offset - len(msgs)  # offsets the source's tag filter passed over
+            if skipped > 0:
+                st[1] += skipped
             if pq.finished is not None:
                 msgs = pq.drop_finished(msgs, batch.next_offset)
             count, size, span, map_bytes = pq.add_batch(msgs, batch.next_offset)
@@ -533,6 +663,7 @@ class LitePushConsumer:
             if not pq.paused and self._over_threshold(count, size, span, map_bytes):
                 pq.paused = True
                 to_pause.append(batch.queue)
+                st[2] += 1
         if to_pause:
             self._source.pause(to_pause)
         return total
@@ -609,9 +740,11 @@ class LitePushConsumer:
                 if pq.lane_blocked or self._over_threshold(*pq.snapshot()):
                     pq.paused = True
                     to_pause.append(q)
+                    self._qstat(q)[2] += 1
             elif not pq.lane_blocked and pq.check_resume():
                 pq.mark_resumed()
                 to_resume.append(q)
+                self._qstat(q)[3] += 1
         if to_pause:
             self._source.pause(to_pause)
             logger.debug("paused %s", to_pause)
@@ -623,10 +756,13 @@ class LitePushConsumer:
         """Commit each queue's lowest unfinished offset with its offset map
         (skipped when neither changed since the last commit)."""
         offsets: dict[MessageQueue, OffsetAndMetadata] = {}
+        now = time.time()
         for pq in pqs:
             offset, offset_map = pq.commit_point()
             if offset != pq.last_committed or offset_map != pq.last_map:
                 offsets[pq.queue] = OffsetAndMetadata(offset, offset_map)
+            else:  # the committed offset is current: as good as a commit now
+                self._commit_time[pq.queue] = now
         if not offsets:
             return
         try:
@@ -641,6 +777,7 @@ class LitePushConsumer:
             if c is not None:
                 pq.last_committed = c.offset
                 pq.last_map = c.metadata
+                self._commit_time[pq.queue] = now
 
     def _on_assigned(self, queues: list[MessageQueue]) -> None:
         n = len(self._lanes)
@@ -652,6 +789,8 @@ class LitePushConsumer:
             int(cfg.offset_map_max_bytes * RESUME_FRACTION),
         )
         new = []
+        if queues:
+            self._rebalances += 1
         for q in queues:
             position = self._source.position(q)
             pq = self._pqs[q] = ProcessQueue(
@@ -727,6 +866,8 @@ class LitePushConsumer:
         # inside a poll of _gather), so waiting for the queues to drain ends.
         self._route()
         pqs = [self._pqs[q] for q in queues if q in self._pqs]
+        if pqs:
+            self._rebalances += 1
         for pq in pqs:
             pq.dropped = True
         if pqs and any(self._parked):
@@ -772,8 +913,10 @@ class LitePushConsumer:
         except Exception:
             # consumption stops when the leases run out (set_locked below)
             self._episodes["lock"].failed(self.config.group, f" ({len(pqs)} queue(s))")
+            self._lock_renewals[1] += 1
             return
         self._episodes["lock"].ok(self.config.group)
+        self._lock_renewals[0] += 1
         until = self._clock.monotonic() + lease
         for pq in pqs:
             self._orderly.set_locked(pq, until if pq.queue in held else 0.0)
@@ -897,14 +1040,20 @@ class LitePushConsumer:
     def _lane_loop(self, lane: Lane) -> None:
         idx = lane.index
         abort = self._abort
+        busy = self._busy
+        lm = self._lane_metrics[idx] if self._lane_metrics is not None else None
         # Keys parked in this lane, owned by this thread alone.
         parked: dict[Hashable, Parked] = {}
         try:
             while True:
+                busy[idx] = False
                 taken = lane.take()
                 if taken is None:
                     return
+                busy[idx] = True
                 segments, due = taken
+                if lm is not None and lane.taken:
+                    lm.waited(lane.taken, time.monotonic())
                 if due:
                     self._run_due(idx, parked, due)
                 for pq, msgs in segments:
@@ -915,6 +1064,7 @@ class LitePushConsumer:
                     else:
                         self._consume(idx, parked, pq, msgs)
         finally:
+            busy[idx] = False
             self._leave_parked(idx, parked)
 
     def _leave_parked(self, idx: int, parked: dict[Hashable, Parked]) -> None:
@@ -937,6 +1087,8 @@ class LitePushConsumer:
         this lane.  On the first failure the rest goes the slow way."""
         listener = self._listener
         success = ConsumeResult.SUCCESS
+        lms = self._lane_metrics
+        t0 = time.perf_counter() if lms is not None else 0.0
         j = 0
         exc: BaseException | None = None
         result: object = None
@@ -949,6 +1101,8 @@ class LitePushConsumer:
             else:
                 pq.complete(msgs)
                 self._consumed[idx] += len(msgs)
+                if lms is not None:
+                    lms[idx].segment(t0, msgs)
                 return
         except Exception as e:
             exc = e
@@ -980,14 +1134,18 @@ class LitePushConsumer:
         """A segment while keys are parked in this lane, or with
         ``batch_size`` > 1 (see :meth:`_slow_steps`)."""
         listener = self._listener
+        lm = self._lane_metrics[idx] if self._lane_metrics is not None else None
         steps = self._slow_steps(idx, parked, pq, msgs)
         try:
             chunk = next(steps)
             while True:
+                t0 = time.perf_counter()
                 try:
                     outcome: tuple[BaseException | None, object] = (None, listener(chunk))
                 except Exception as e:
                     outcome = (e, None)
+                if lm is not None:
+                    lm.call(t0, len(chunk))
                 chunk = steps.send(outcome)
         except StopIteration:
             pass
@@ -1034,6 +1192,8 @@ class LitePushConsumer:
         if done:
             pq.complete(done)
             self._consumed[idx] += len(done)
+            if self._lane_metrics is not None:
+                self._lane_metrics[idx].completed(done)
 
     def _park_key(self, pq: ProcessQueue, msg: MessageExt) -> Hashable:
         """What a failure parks: the message's key, or its queue when it has
@@ -1097,14 +1257,18 @@ class LitePushConsumer:
     def _run_due(self, idx: int, parked: dict[Hashable, Parked], due: list[object]) -> None:
         """Retry the parked keys whose time came (see :meth:`_due_steps`)."""
         listener = self._listener
+        lm = self._lane_metrics[idx] if self._lane_metrics is not None else None
         steps = self._due_steps(idx, parked, due)
         try:
             msgs = next(steps)
             while True:
+                t0 = time.perf_counter()
                 try:
                     outcome: tuple[BaseException | None, object] = (None, listener(msgs))
                 except Exception as e:
                     outcome = (e, None)
+                if lm is not None:
+                    lm.call(t0, len(msgs))
                 msgs = steps.send(outcome)
         except StopIteration:
             pass
@@ -1160,6 +1324,8 @@ class LitePushConsumer:
             for pq, ms in _per_queue(done).items():
                 pq.complete(ms)
             self._consumed[idx] += len(done)
+            if done and self._lane_metrics is not None:
+                self._lane_metrics[idx].completed([m for _, m in done])
             if out:
                 self._hand_off(out)
             del parked[key]

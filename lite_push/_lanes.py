@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 
 from ._process_queue import ProcessQueue
@@ -38,7 +39,10 @@ class Lane:
     several times slower on this path.)
     """
 
-    __slots__ = ("index", "depth", "blocked", "_lock", "_signal", "_waiting", "_segments", "_due", "_closed", "_wake")
+    __slots__ = (
+        "index", "depth", "blocked", "taken", "_lock", "_signal", "_waiting", "_segments", "_due", "_closed", "_wake",
+        "_stamps",
+    )  # fmt: skip
 
     def __init__(self, index: int, wake: Callable[[], None]) -> None:
         self.index = index
@@ -57,6 +61,15 @@ class Lane:
         self._due: list[object] = []
         self._closed = False
         self._wake = wake
+        #: With metrics on: ``(time.monotonic() put, messages)`` per put
+        #: since the last take (``None``: not recorded).
+        self._stamps: list[tuple[float, int]] | None = None
+        #: The stamps of what the last take took (read by the lane's task).
+        self.taken: list[tuple[float, int]] = []
+
+    def stamp(self) -> None:
+        """Record when each put happened (for the lane-wait metric)."""
+        self._stamps = []
 
     def put(self, segments: list[Segment], count: int) -> int:
         """Append segments holding ``count`` messages; return the new depth.
@@ -66,6 +79,8 @@ class Lane:
                 raise RuntimeError(f"lane {self.index} is closed")
             self._segments += segments
             self.depth += count
+            if self._stamps is not None:
+                self._stamps.append((time.monotonic(), count))
             depth = self.depth
             waiting = self._waiting
             self._waiting = False
@@ -114,6 +129,9 @@ class Lane:
         self._segments = []
         self._due = []
         self.depth = 0
+        if self._stamps is not None:
+            self.taken = self._stamps
+            self._stamps = []
         wake = self.blocked
         self.blocked = False
         return segments, due, wake

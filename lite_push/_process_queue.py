@@ -101,6 +101,11 @@ class ProcessQueue:
             span = t.span
             return self._count, self._bytes, span, estimate_size(span, t.in_flight)
 
+    @property
+    def next_offset(self) -> int:
+        """The offset after the last one polled (pull thread)."""
+        return self._tracker.next_offset
+
     def complete(self, messages: list[MessageExt]) -> None:
         """Mark messages finished (lane thread)."""
         with self._lock:

@@ -287,6 +287,13 @@ class PullSource(abc.ABC):
         """The offset the next poll of ``queue`` starts at.  Raises
         ``NotSubscribedError`` if not owned."""
 
+    def end_offsets(self, queues: Collection[MessageQueue]) -> dict[MessageQueue, int]:
+        """The offset after the last stored message of each queue (what the
+        lag metric subtracts the committed offset from).  Callable from any
+        thread.  A source that cannot tell leaves queues out (this default
+        knows none)."""
+        return {}
+
     @abc.abstractmethod
     def commit(self, offsets: Mapping[MessageQueue, OffsetAndMetadata | int]) -> None:
         """Store, for the group, the next offset to consume of each queue

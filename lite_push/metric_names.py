@@ -1,0 +1,179 @@
+"""Every Prometheus metric lite_push exports: its name, type, labels and meaning.
+
+This module is the one place metric names live (the Grafana dashboard in
+``grafana/`` may use only these; ``tests/test_grafana.py`` checks it).  Names
+follow Prometheus practice: the ``lite_push_`` prefix, base units as suffix
+(``_seconds``, ``_bytes``), ``_total`` on counters, ``_info`` for build
+metadata.  Labels have bounded cardinality: ``group``, ``topic``, ``queue``
+(the queue id), ``mode`` and ``outcome`` -- never a message key, never a lane.
+
+Each entry is ``NAME: (type, labels, help)``.  Histograms also export
+``_bucket``, ``_sum`` and ``_count`` series; counters are exported with their
+``_total`` name (prometheus-client also adds a ``_created`` series).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["METRICS", "PREFIX", "exported_series"]
+
+PREFIX: Final = "lite_push_"
+
+#: name -> (Prometheus type, label names, help text)
+METRICS: Final[dict[str, tuple[str, tuple[str, ...], str]]] = {
+    # -- build --------------------------------------------------------------
+    #: 1, with the package version and the router / offset-tracker
+    #: implementations in use ("cython" or "python") as labels.
+    "lite_push_build_info": (
+        "gauge",
+        ("version", "router", "offsets"),
+        "lite_push version and kernels in use",
+    ),
+    # -- the pull side (per queue) --------------------------------------------
+    #: Messages the source returned to the pull thread.
+    "lite_push_messages_polled_total": (
+        "counter",
+        ("group", "topic", "queue"),
+        "Messages polled from the source",
+    ),
+    #: Offsets the source skipped by tag filter (never handed to the consumer).
+    "lite_push_messages_filtered_total": (
+        "counter",
+        ("group", "topic", "queue"),
+        "Messages skipped by the subscription's tag filter",
+    ),
+    #: Messages polled and not finished: queued in a lane, in the listener,
+    #: or parked for a retry.  Flow control pauses a queue above its threshold.
+    "lite_push_in_flight_messages": (
+        "gauge",
+        ("group", "topic", "queue"),
+        "Messages polled and not yet finished",
+    ),
+    #: Body bytes of those messages.
+    "lite_push_in_flight_bytes": (
+        "gauge",
+        ("group", "topic", "queue"),
+        "Body bytes polled and not yet finished",
+    ),
+    #: 1 while flow control keeps the queue paused, else 0.
+    "lite_push_queue_paused": (
+        "gauge",
+        ("group", "topic", "queue"),
+        "1 while the queue is paused by flow control",
+    ),
+    #: Times flow control paused the queue.
+    "lite_push_queue_pauses_total": (
+        "counter",
+        ("group", "topic", "queue"),
+        "Times the queue was paused",
+    ),
+    #: Times flow control resumed the queue.
+    "lite_push_queue_resumes_total": (
+        "counter",
+        ("group", "topic", "queue"),
+        "Times the queue was resumed",
+    ),
+    # -- commits and lag (per queue) ------------------------------------------
+    #: The offset last committed: the lowest unfinished one.
+    "lite_push_committed_offset": (
+        "gauge",
+        ("group", "topic", "queue"),
+        "Last committed offset",
+    ),
+    #: When it was committed (Unix time).
+    "lite_push_last_commit_timestamp_seconds": (
+        "gauge",
+        ("group", "topic", "queue"),
+        "Unix time of the last successful commit",
+    ),
+    #: The queue's end offset at the source minus the committed offset.
+    "lite_push_lag_messages": (
+        "gauge",
+        ("group", "topic", "queue"),
+        "Broker end offset minus committed offset",
+    ),
+    # -- processing (per group; counted per batch by the lanes) ----------------
+    #: Listener outcomes: ``success`` (finished), ``retry`` (a failed attempt,
+    #: to be tried again), ``dlq`` (sent to the dead-letter queue).
+    "lite_push_messages_processed_total": (
+        "counter",
+        ("group", "mode", "outcome"),
+        "Messages processed, by outcome (success, retry, dlq)",
+    ),
+    #: Messages sent back to the group's retry topic (CONCURRENTLY).
+    "lite_push_messages_sent_back_total": (
+        "counter",
+        ("group",),
+        "Messages sent back to the retry topic",
+    ),
+    #: Messages whose key is parked for a retry right now (KEY_ORDERLY).
+    "lite_push_parked_messages": (
+        "gauge",
+        ("group",),
+        "Messages waiting for a parked key's retry",
+    ),
+    #: Time in the listener per message (a segment's listener time over its
+    #: messages: one observation per segment, weighted by its message count).
+    "lite_push_listener_duration_seconds": (
+        "histogram",
+        ("group", "mode"),
+        "Listener time per message",
+    ),
+    #: Time from the pull thread handing messages to a lane until the lane
+    #: took them.
+    "lite_push_lane_wait_seconds": (
+        "histogram",
+        ("group",),
+        "Time messages waited in their lane",
+    ),
+    #: From the message's store timestamp to the end of its processing.
+    "lite_push_end_to_end_latency_seconds": (
+        "histogram",
+        ("group",),
+        "Store timestamp to processed",
+    ),
+    # -- lanes --------------------------------------------------------------
+    #: Lanes holding or processing messages now.
+    "lite_push_lanes_busy": (
+        "gauge",
+        ("group",),
+        "Lanes with messages queued or in the listener",
+    ),
+    #: Lanes configured.
+    "lite_push_lanes": ("gauge", ("group",), "Lanes configured"),
+    # -- membership and locks ----------------------------------------------------
+    #: Rebalances seen by this member (each assignment change).
+    "lite_push_rebalances_total": (
+        "counter",
+        ("group",),
+        "Assignment changes seen by this member",
+    ),
+    #: Queues assigned to this member now.
+    "lite_push_assigned_queues": (
+        "gauge",
+        ("group",),
+        "Queues assigned to this member",
+    ),
+    #: Queue lock renewals (QUEUE_ORDERLY), by outcome ``ok`` / ``failed``.
+    "lite_push_lock_renewals_total": (
+        "counter",
+        ("group", "outcome"),
+        "Queue lock renewals, by outcome",
+    ),
+}
+
+
+def exported_series() -> frozenset[str]:
+    """Every series name a scrape can show: counters' ``_total`` (and
+    ``_created``), histograms' ``_bucket``/``_sum``/``_count``."""
+    out: set[str] = set()
+    for name, (kind, _, _) in METRICS.items():
+        if kind == "counter":
+            out.add(name)
+            out.add(name[: -len("_total")] + "_created")
+        elif kind == "histogram":
+            out.update(name + s for s in ("_bucket", "_sum", "_count", "_created"))
+        else:
+            out.add(name)
+    return frozenset(out)
