@@ -238,6 +238,29 @@ class Recorder:
         )
 
 
+class _Scraper:
+    """Scrapes a registry every second in a thread, as Prometheus would
+    (more often than its usual 15 s), so the collector's cost is counted."""
+
+    def __init__(self, registry: object) -> None:
+        from prometheus_client import generate_latest
+
+        self._stop = threading.Event()
+        self.scrapes = 0
+
+        def run() -> None:
+            while not self._stop.wait(1.0):
+                generate_latest(registry)  # type: ignore[arg-type]
+                self.scrapes += 1
+
+        self._thread = threading.Thread(target=run, name="bench-scraper", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def bare_loop(
     broker: EmbeddedBroker, rec: AsyncRecorder, lanes: int, total: int, executor: str
 ) -> tuple[float, float, int]:
@@ -288,12 +311,15 @@ def run_one(
     no_failures: bool = False,
     executor: str = "thread",
     bare: bool = False,
+    metrics: bool = False,
 ) -> dict[str, object]:
     """Consume the workload once with ``mode`` and ``lanes`` (pool threads
     for QUEUE_ORDERLY) on ``executor`` (``thread``, or ``asyncio`` /
     ``uvloop``: lanes as coroutines on that loop); the result dict is the
     harness's JSON line.  ``bare``: no consumer, the loop's ceiling
-    (:func:`bare_loop`; label ``LOOP-<lanes>-<executor>``)."""
+    (:func:`bare_loop`; label ``LOOP-<lanes>-<executor>``).  ``metrics``:
+    the consumer records Prometheus metrics into a registry scraped every
+    second meanwhile (label suffix ``-metrics``)."""
     broker = EmbeddedBroker()
     keys, costs, fails = load(broker, workload_dir, queues)
     total = len(keys)
@@ -318,9 +344,19 @@ def run_one(
         label = f"{mode.name}-{lanes}" + (f"-{executor}" if is_async else "")
     if no_failures:
         label += "-nofail"
+    registry = None
+    if metrics:
+        from prometheus_client import CollectorRegistry
+
+        registry = CollectorRegistry()
+        label += "-metrics"
     consumer = LitePushConsumer(
-        config, source=broker.pull_consumer("bench", consume_from=ConsumeFromWhere.FIRST_OFFSET), listener=rec
+        config,
+        source=broker.pull_consumer("bench", consume_from=ConsumeFromWhere.FIRST_OFFSET),
+        listener=rec,
+        registry=registry,
     )
+    scraper = _Scraper(registry) if registry is not None else None
     consumer.subscribe(TOPIC)
     bar = None
     if progress:
@@ -372,6 +408,8 @@ def run_one(
         consumer.shutdown(timeout=30)
     if bar is not None:
         bar.close()
+    if scraper is not None:
+        scraper.stop()
     return _result(
         rec, keys, fails, label, mode.name, executor if mode is not ConsumeMode.QUEUE_ORDERLY else "thread",
         lanes, queues, total, seconds, cpu, t0_ns, final.retried, final.dead_lettered, parked_max, log_dir,
@@ -460,6 +498,9 @@ def main() -> int:
         help="no consumer: the loop's ceiling for this listener and KEY_ORDERLY's partitioning (label LOOP-N-EXECUTOR)",
     )
     parser.add_argument(
+        "--metrics", action="store_true", help="record Prometheus metrics, scraped every second (label suffix -metrics)"
+    )
+    parser.add_argument(
         "--no-failures", action="store_true", help="ignore the workload's fail_times (label suffix -nofail)"
     )
     parser.add_argument(
@@ -476,7 +517,7 @@ def main() -> int:
         queues = int(meta["queues"])
     result = run_one(
         args.workload, ConsumeMode[args.mode], args.lanes, queues, args.log, args.progress, args.no_failures,
-        args.executor, args.bare,
+        args.executor, args.bare, args.metrics,
     )
     print(json.dumps(result))
     return 0

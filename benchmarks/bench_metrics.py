@@ -1,0 +1,100 @@
+"""Throughput with Prometheus metrics on against off, same run (issue 8).
+
+    .venv/bin/python benchmarks/bench_metrics.py                      # noop and sms, 3 pairs each
+    .venv/bin/python benchmarks/bench_metrics.py --workloads noop-small,sms-small --repeat 1
+
+For each workload (generated with Spark, as ``bench.py`` does) and each
+configuration, ``harness.py`` runs with metrics off and with ``--metrics``
+(a registry the consumer records into, scraped every second), alternating
+off/on ``--repeat`` times, each run its own process.  The table shows the
+median msg/s of each side and on/off; issue 8 asks for on within 5 % of off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from workloads import get_workload  # noqa: E402
+
+#: workload -> configurations (MODE, lanes, executor) measured on it
+CONFIGS: dict[str, list[tuple[str, int, str]]] = {
+    "noop": [("KEY_ORDERLY", 16, "thread")],
+    "sms": [("KEY_ORDERLY", 64, "thread"), ("KEY_ORDERLY", 256, "uvloop")],
+}
+
+
+def _configs(workload: str) -> list[tuple[str, int, str]]:
+    return CONFIGS[workload.split("-")[0]]
+
+
+def run(workload_dir: Path, mode: str, lanes: int, executor: str, metrics: bool) -> dict[str, object]:
+    cmd = [
+        sys.executable, str(HERE / "harness.py"), "--workload", str(workload_dir),
+        "--mode", mode, "--lanes", str(lanes), "--executor", executor,
+    ]  # fmt: skip
+    if metrics:
+        cmd.append("--metrics")
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", default="noop,sms", help="comma-separated named workloads (noop*, sms*)")
+    parser.add_argument("--repeat", type=int, default=3, help="off/on pairs per configuration")
+    parser.add_argument("--out", type=Path, default=HERE / "out", help="where the workloads are generated")
+    parser.add_argument("--master", default="local[*]", help="Spark master for generation")
+    args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error(f"--repeat must be >= 1, got {args.repeat}")
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    import gen_load
+
+    names = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    for name in names:
+        if name.split("-")[0] not in CONFIGS:
+            parser.error(f"--workloads: {name!r} is not a noop or sms workload")
+    spark = gen_load.spark_session(master=args.master)
+    dirs: dict[str, Path] = {}
+    try:
+        for name in names:
+            dirs[name] = args.out / name / "workload"
+            gen_load.generate(spark, get_workload(name), dirs[name])
+    finally:
+        spark.stop()
+    lines = [
+        "| workload | mode | lanes | executor | metrics off msg/s | metrics on msg/s | on / off | runs (off; on) |",
+        "|---|---|---:|---|---:|---:|---:|---|",
+    ]
+    worst = 1.0
+    for name in names:
+        for mode, lanes, executor in _configs(name):
+            off: list[float] = []
+            on: list[float] = []
+            for _ in range(args.repeat):
+                off.append(float(run(dirs[name], mode, lanes, executor, False)["rate"]))  # type: ignore[arg-type]
+                on.append(float(run(dirs[name], mode, lanes, executor, True)["rate"]))  # type: ignore[arg-type]
+                print(f"{name} {mode}-{lanes} {executor}: off {off[-1]:,.0f}  on {on[-1]:,.0f}", file=sys.stderr)
+            m_off, m_on = statistics.median(off), statistics.median(on)
+            worst = min(worst, m_on / m_off)
+            runs = f"{', '.join(f'{r:,.0f}' for r in off)}; {', '.join(f'{r:,.0f}' for r in on)}"
+            lines.append(
+                f"| {name} | {mode} | {lanes} | {executor} | {m_off:,.0f} | {m_on:,.0f} | {m_on / m_off:.1%} | {runs} |"
+            )
+    print("\n".join(lines))
+    print(f"\nworst on/off (medians): {worst:.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
