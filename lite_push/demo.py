@@ -1,8 +1,10 @@
 """The demo: produce to the embedded broker, consume in KEY_ORDERLY mode,
 report throughput and check per-key order.
 
-``python -m lite_push.demo --help``.  :func:`run_once` is also what the
-benchmarks use to time one configuration.
+``python -m lite_push.demo --help`` (or ``lite-push demo``, which also
+serves Prometheus metrics by default).  :func:`run_once` is also what the
+benchmarks use to time one configuration; :func:`run_demo` is the demo
+itself, :class:`LiveStats` its once-a-second stats line.
 """
 
 from __future__ import annotations
@@ -16,14 +18,25 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TextIO
 
 from ._config import ConsumeMode, ConsumerConfig
-from ._consumer import LitePushConsumer
+from ._consumer import ConsumerStats, LitePushConsumer
 from ._router import ROUTER_IMPL, lane_of
 from ._types import MessageExt
 from .sources import ConsumeFromWhere, EmbeddedBroker
 
-__all__ = ["RunResult", "account_keys", "fill_broker", "lane_balance", "main", "run_once"]
+__all__ = [
+    "LiveStats",
+    "RunResult",
+    "account_keys",
+    "add_arguments",
+    "fill_broker",
+    "lane_balance",
+    "main",
+    "run_demo",
+    "run_once",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -125,9 +138,12 @@ def run_once(
     *,
     check: bool = True,
     progress: Callable[[LitePushConsumer, int], None] | None = None,
+    on_start: Callable[[LitePushConsumer], None] | None = None,
 ) -> RunResult:
     """Consume ``topic`` from the first offset with ``config`` until every
-    message is done; time it and check order, loss and duplicates."""
+    message is done; time it and check order, loss and duplicates.
+    ``progress(consumer, total)`` is called every few milliseconds while it
+    runs, ``on_start(consumer)`` once, right after the consumer started."""
     total = sum(broker.max_offset(q) - broker.min_offset(q) for q in broker.queues(topic))
     checker = _Checker(work) if check else None
     listener: Callable[[list[MessageExt]], None]
@@ -145,6 +161,8 @@ def run_once(
     consumer.subscribe(topic)
     t0 = time.perf_counter()
     consumer.start()
+    if on_start is not None:
+        on_start(consumer)
     while True:
         consumed = consumer.stats().consumed
         if consumed >= total:
@@ -164,58 +182,179 @@ def _noop(msgs: list[MessageExt]) -> None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the demo; return the exit status (1 when the check fails)."""
-    parser = argparse.ArgumentParser(prog="lite-push demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=100_000)
-    parser.add_argument("--queues", type=int, default=8)
-    parser.add_argument("--keys", type=int, default=10_000)
-    parser.add_argument("--lanes", type=int, default=64)
-    parser.add_argument("--io-ms", type=float, default=1.0, help="simulated I/O per message (sleep), ms")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+class LiveStats:
+    """The demo's live stats: a ``progress`` callback for :func:`run_once`
+    that prints one line per ``interval`` seconds (of ``clock``) with the
+    consumed count, the throughput since the last line, the lag (produced
+    minus consumed, and produced minus committed), the messages in flight
+    and the paused queues."""
 
+    def __init__(
+        self,
+        out: TextIO | None = None,
+        *,
+        interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._out = out
+        self._interval = interval
+        self._clock = clock
+        self._t0 = clock()
+        self._last_t = self._t0
+        self._last_consumed = 0
+
+    def __call__(self, consumer: LitePushConsumer, total: int) -> None:
+        """Print a line when ``interval`` has passed since the last one."""
+        now = self._clock()
+        if now - self._last_t >= self._interval:
+            self.line(consumer.stats(), total, now)
+
+    def line(self, st: ConsumerStats, total: int, now: float) -> str:
+        """Print (and return) the stats line of ``st`` at time ``now``."""
+        elapsed = now - self._last_t
+        rate = (st.consumed - self._last_consumed) / elapsed if elapsed > 0 else 0.0
+        self._last_t, self._last_consumed = now, st.consumed
+        committed = sum(st.committed.values())
+        text = (
+            f"  [{now - self._t0:6.1f}s] consumed {st.consumed:>9,}/{total:,}  {rate:>9,.0f} msg/s  "
+            f"lag {total - st.consumed:>9,} (uncommitted {max(0, total - committed):,})  "
+            f"in flight {sum(st.in_flight.values()):>6,}  paused queues {len(st.paused)}"
+        )
+        print(text, file=self._out or sys.stdout, flush=True)
+        return text
+
+
+def _count(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    return parse
+
+
+def _non_negative_number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, metrics_port: int | None = None) -> None:
+    """Add the demo's options to ``parser``; ``metrics_port`` is the
+    default of ``--metrics-port`` (``None``: no metrics unless asked)."""
+    parser.add_argument("--messages", type=_count(0), default=100_000, help="messages to produce (default 100000)")
+    parser.add_argument("--queues", type=_count(1), default=8, help="queues of the topic (default 8)")
+    parser.add_argument("--keys", type=_count(1), default=10_000, help="distinct ordering keys (default 10000)")
+    parser.add_argument("--lanes", type=int, default=64, help="consumer lanes (default 64)")
+    parser.add_argument(
+        "--io-ms", type=_non_negative_number, default=1.0, metavar="MS", help="simulated I/O per message (sleep), ms (default 1)"
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=metrics_port,
+        metavar="PORT",
+        help="serve Prometheus metrics on this port (0: any free port; default "
+        + ("none" if metrics_port is None else str(metrics_port))
+        + ")",
+    )
+    parser.add_argument(
+        "--metrics-addr", default="127.0.0.1", metavar="ADDR", help="address the metrics endpoint binds (127.0.0.1)"
+    )
+    parser.add_argument("--no-metrics", action="store_true", help="serve no metrics")
+
+
+def run_demo(
+    messages: int = 100_000,
+    queues: int = 8,
+    keys: int = 10_000,
+    lanes: int = 64,
+    io_ms: float = 1.0,
+    *,
+    metrics_port: int | None = None,
+    metrics_addr: str = "127.0.0.1",
+    out: TextIO | None = None,
+) -> int:
+    """Produce ``messages`` to an in-memory embedded broker, consume them in
+    KEY_ORDERLY mode with ``lanes`` lanes, printing live stats once a second
+    to ``out`` (default stdout), and check per-key order.  With
+    ``metrics_port`` the consumer serves Prometheus metrics there (its URL is
+    printed).  Returns the exit status: 1 when the check fails.  Raises
+    ``ConfigError`` (naming the field) for an invalid setting."""
+
+    def say(text: str) -> None:
+        print(text, file=out or sys.stdout, flush=True)
+
+    config = ConsumerConfig(
+        group="demo", mode=ConsumeMode.KEY_ORDERLY, lanes=lanes, metrics_port=metrics_port, metrics_addr=metrics_addr
+    )
     broker = EmbeddedBroker()
     t0 = time.perf_counter()
-    keys = fill_broker(broker, "DEMO", args.messages, args.queues, args.keys)
-    print(
-        f"produced {args.messages:,} messages over {args.queues} queues and {args.keys:,} keys "
+    key_list = fill_broker(broker, "DEMO", messages, queues, keys)
+    say(
+        f"produced {messages:,} messages over {queues} queues and {keys:,} keys "
         f"in {time.perf_counter() - t0:.2f}s (router: {ROUTER_IMPL})"
     )
-    delay = args.io_ms / 1000.0
+    delay = io_ms / 1000.0
     work = (lambda: time.sleep(delay)) if delay > 0 else None
-    last = [time.monotonic()]
 
-    def progress(consumer: LitePushConsumer, total: int) -> None:
-        now = time.monotonic()
-        if now - last[0] >= 1.0:
-            last[0] = now
-            st = consumer.stats()
-            print(
-                f"  consumed {st.consumed:>9,}/{total:,}  in flight {sum(st.in_flight.values()):>6,}  "
-                f"paused queues {len(st.paused)}",
-                flush=True,
-            )
+    def started(consumer: LitePushConsumer) -> None:
+        if metrics_port is None:
+            return
+        url = getattr(consumer, "metrics_url", None)
+        if not isinstance(url, str):  # an exporter that does not report its URL
+            url = f"http://{metrics_addr}:{metrics_port}/metrics"
+        say(f"metrics: {url}")
 
-    config = ConsumerConfig(group="demo", mode=ConsumeMode.KEY_ORDERLY, lanes=args.lanes)
-    result = run_once(broker, "DEMO", f"KEY_ORDERLY lanes={args.lanes}", config, work, progress=progress)
-    balance = lane_balance(keys, args.lanes)
-    ideal = args.lanes / delay / balance if delay > 0 else float("inf")
-    print(
+    live = LiveStats(out)
+    result = run_once(broker, "DEMO", f"KEY_ORDERLY lanes={lanes}", config, work, progress=live, on_start=started)
+    committed = sum(c.offset for q in broker.queues("DEMO") if (c := broker.committed("demo", q)) is not None)
+    say(
+        f"  [final ] consumed {messages - result.lost:,}/{messages:,}  {result.rate:,.0f} msg/s  "
+        f"lag {result.lost:,} (uncommitted {max(0, messages - committed):,})"
+    )
+    balance = lane_balance(key_list, lanes)
+    ideal = lanes / delay / balance if delay > 0 else float("inf")
+    say(
         f"{result.label}: {result.messages:,} messages in {result.seconds:.2f}s = {result.rate:,.0f} msg/s"
         + (
-            f" ({result.rate / ideal:.0%} of the {ideal:,.0f} msg/s that {args.lanes} lanes x {args.io_ms} ms allow"
+            f" ({result.rate / ideal:.0%} of the {ideal:,.0f} msg/s that {lanes} lanes x {io_ms} ms allow"
             f" with the busiest lane holding {balance:.2f}x the mean share of keys)"
             if delay > 0
             else ""
         )
     )
     ok = result.inversions == 0 and result.lost == 0
-    print(
+    say(
         f"ordering check: {result.inversions} per-key order inversions, {result.lost} lost, "
         f"{result.duplicates} duplicates -> {'OK' if ok else 'FAILED'}"
     )
     return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the demo; return the exit status (1 when the check fails)."""
+    parser = argparse.ArgumentParser(prog="lite-push demo", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return run_demo(
+        args.messages,
+        args.queues,
+        args.keys,
+        args.lanes,
+        args.io_ms,
+        metrics_port=None if args.no_metrics else args.metrics_port,
+        metrics_addr=args.metrics_addr,
+    )
 
 
 if __name__ == "__main__":

@@ -20,12 +20,13 @@ the DLQ topic).
 
 from __future__ import annotations
 
+import base64
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ._errors import UnknownTopicError
-from ._types import MessageExt, SendResult
+from ._types import MessageExt, MessageQueue, SendResult
 from .sources._base import (
     BOOKKEEPING_PROPERTIES,
     DLQ_EXCEPTION,
@@ -40,11 +41,17 @@ from .sources._base import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
 
-    from .sources.embedded import EmbeddedBroker
-
-__all__ = ["DeadLetter", "Sender", "dead_letters", "resend", "user_properties"]
+__all__ = [
+    "DeadLetter",
+    "DeadLetterReader",
+    "Sender",
+    "dead_letters",
+    "iter_dead_letters",
+    "resend",
+    "user_properties",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +70,21 @@ class Sender(Protocol):
         properties: Mapping[str, str] | None = None,
     ) -> SendResult:
         """Store one message in ``topic``; return where it was stored."""
+        ...
+
+
+@runtime_checkable
+class DeadLetterReader(Protocol):
+    """Anything whose stored messages can be read by offset range without
+    joining a consumer group (an :class:`~lite_push.sources.EmbeddedBroker`,
+    a ``RedisBroker``)."""
+
+    def queues(self, topic: str) -> list[MessageQueue]:
+        """The queues of ``topic``; ``UnknownTopicError`` when it has none."""
+        ...
+
+    def messages(self, queue: MessageQueue, start: int = 0, stop: int | None = None) -> list[MessageExt]:
+        """The stored messages of ``queue`` at offsets ``[start, stop)``."""
         ...
 
 
@@ -126,6 +148,36 @@ class DeadLetter:
             reconsume_times=times,
         )
 
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary: where it sits in the dead-letter topic
+        (``dlq_offset``, ``msg_id``), why it is there, where it came from, and
+        the message (``keys``, ``tags``, :func:`user_properties`, ``body`` as
+        text when it is UTF-8, else base64, as ``body_encoding`` says)."""
+        m = self.message
+        try:
+            body, encoding = m.body.decode("utf-8"), "utf-8"
+        except UnicodeDecodeError:
+            body, encoding = base64.b64encode(m.body).decode("ascii"), "base64"
+        return {
+            "dlq_topic": m.topic,
+            "dlq_offset": m.queue_offset,
+            "msg_id": m.msg_id,
+            "group": self.group,
+            "reason": self.reason,
+            "exception": self.exception,
+            "origin_topic": self.origin_topic,
+            "origin_queue_id": self.origin_queue_id,
+            "origin_offset": self.origin_offset,
+            "origin_msg_id": self.origin_msg_id,
+            "reconsume_times": self.reconsume_times,
+            "store_timestamp": m.store_timestamp,
+            "keys": m.keys,
+            "tags": m.tags,
+            "properties": user_properties(m),
+            "body": body,
+            "body_encoding": encoding,
+        }
+
 
 def user_properties(message: MessageExt) -> dict[str, str]:
     """``message.properties`` without the bookkeeping a source added for
@@ -154,19 +206,38 @@ def resend(sender: Sender, dead_letter: DeadLetter | MessageExt) -> SendResult:
     return result
 
 
-def dead_letters(broker: EmbeddedBroker, group: str, start: int = 0, stop: int | None = None) -> list[DeadLetter]:
-    """The dead letters of ``group`` stored in ``broker`` at offsets
-    ``[start, stop)`` of ``%DLQ%<group>`` (empty when the group has none).
-    Messages of that topic that are not dead letters (sent there by hand)
-    are skipped with a warning."""
+def iter_dead_letters(
+    reader: DeadLetterReader, group: str, start: int = 0, stop: int | None = None, *, page: int = 1000
+) -> Iterator[DeadLetter]:
+    """The dead letters of ``group`` at offsets ``[start, stop)`` of
+    ``%DLQ%<group>``, in offset order, read ``page`` offsets at a time (none
+    when the group has no dead-letter topic).  Reads only: joins no group,
+    commits nothing.  Messages of that topic that are not dead letters (sent
+    there by hand) are skipped with a warning."""
+    if page < 1:
+        raise ValueError(f"page must be >= 1, got {page}")
     try:
-        (queue,) = broker.queues(dlq_topic(group))
+        (queue,) = reader.queues(dlq_topic(group))
     except UnknownTopicError:
-        return []
-    out: list[DeadLetter] = []
-    for m in broker.messages(queue, start, stop):
-        try:
-            out.append(DeadLetter.from_message(m))
-        except ValueError as e:
-            logger.warning("%s offset %d skipped: %s", queue, m.queue_offset, e)
-    return out
+        return
+    pos = start
+    while stop is None or pos < stop:
+        end = pos + page if stop is None else min(pos + page, stop)
+        batch = reader.messages(queue, pos, end)
+        if not batch:
+            return
+        for m in batch:
+            try:
+                yield DeadLetter.from_message(m)
+            except ValueError as e:
+                logger.warning("%s offset %d skipped: %s", queue, m.queue_offset, e)
+        pos = batch[-1].queue_offset + 1
+
+
+def dead_letters(reader: DeadLetterReader, group: str, start: int = 0, stop: int | None = None) -> list[DeadLetter]:
+    """The dead letters of ``group`` stored in ``reader`` (an
+    :class:`~lite_push.sources.EmbeddedBroker`, a ``RedisBroker``, ...) at
+    offsets ``[start, stop)`` of ``%DLQ%<group>`` (empty when the group has
+    none).  Messages of that topic that are not dead letters (sent there by
+    hand) are skipped with a warning."""
+    return list(iter_dead_letters(reader, group, start, stop))
