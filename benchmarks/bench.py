@@ -67,9 +67,12 @@ def parse_runs(text: str) -> list[tuple[str, int]]:
     return runs
 
 
-def run_harness(workload_dir: Path, mode: str, n: int, log_dir: Path, no_failures: bool = False) -> dict[str, object]:
+def run_harness(
+    workload_dir: Path, mode: str, n: int, log_dir: Path, no_failures: bool = False, metrics: bool = False
+) -> dict[str, object]:
     """Run ``harness.py`` in its own process; its JSON line as a dict.
-    ``mode`` may carry an executor suffix (``KEY_ORDERLY:uvloop``)."""
+    ``mode`` may carry an executor suffix (``KEY_ORDERLY:uvloop``).
+    ``metrics``: with Prometheus metrics on (``harness.py --metrics``)."""
     mode, _, executor = mode.partition(":")
     cmd = [
         sys.executable, str(HERE / "harness.py"), "--workload", str(workload_dir),
@@ -80,6 +83,8 @@ def run_harness(workload_dir: Path, mode: str, n: int, log_dir: Path, no_failure
         cmd.append("--bare")
     if no_failures:
         cmd.append("--no-failures")
+    if metrics:
+        cmd.append("--metrics")
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -13,17 +13,16 @@ median msg/s of each side and on/off; issue 8 asks for on within 5 % of off.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from workloads import get_workload
+from bench import run_harness  # noqa: E402
+from workloads import get_workload  # noqa: E402
 
 #: workload -> configurations (MODE, lanes, executor) measured on it
 CONFIGS: dict[str, list[tuple[str, int, str]]] = {
@@ -34,17 +33,6 @@ CONFIGS: dict[str, list[tuple[str, int, str]]] = {
 
 def _configs(workload: str) -> list[tuple[str, int, str]]:
     return CONFIGS[workload.split("-")[0]]
-
-
-def run(workload_dir: Path, mode: str, lanes: int, executor: str, metrics: bool) -> dict[str, object]:
-    cmd = [
-        sys.executable, str(HERE / "harness.py"), "--workload", str(workload_dir),
-        "--mode", mode, "--lanes", str(lanes), "--executor", executor,
-    ]  # fmt: skip
-    if metrics:
-        cmd.append("--metrics")
-    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--workloads: {name!r} is not a noop or sms workload")
     spark = gen_load.spark_session(master=args.master)
     dirs: dict[str, Path] = {}
+    logs = {name: args.out / name / "logs-metrics" for name in names}
     try:
         for name in names:
             dirs[name] = args.out / name / "workload"
@@ -82,8 +71,9 @@ def main(argv: list[str] | None = None) -> int:
             off: list[float] = []
             on: list[float] = []
             for _ in range(args.repeat):
-                off.append(float(run(dirs[name], mode, lanes, executor, False)["rate"]))  # type: ignore[arg-type]
-                on.append(float(run(dirs[name], mode, lanes, executor, True)["rate"]))  # type: ignore[arg-type]
+                for metrics, rates in ((False, off), (True, on)):
+                    result = run_harness(dirs[name], f"{mode}:{executor}", lanes, logs[name], metrics=metrics)
+                    rates.append(float(result["rate"]))  # type: ignore[arg-type]
                 print(f"{name} {mode}-{lanes} {executor}: off {off[-1]:,.0f}  on {on[-1]:,.0f}", file=sys.stderr)
             m_off, m_on = statistics.median(off), statistics.median(on)
             worst = min(worst, m_on / m_off)

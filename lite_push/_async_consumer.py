@@ -109,8 +109,8 @@ class AsyncLitePushConsumer(LitePushConsumer):
         self._loop = loop
         self._waker.loop = loop
         self._loop_thread_id = threading.get_ident()
-        self._started = True
         self._start_metrics()
+        self._started = True
         group = self.config.group
         self._tasks = [
             loop.create_task(self._alane_loop(cast(AsyncLane, lane)), name=f"lite-push-lane-{group}-{lane.index}")
@@ -262,7 +262,7 @@ class AsyncLitePushConsumer(LitePushConsumer):
         if f is None or not inside:
             return None
         stack = traceback.extract_stack(frame)
-        own = [s for s in stack if "lite_push" not in s.filename and "asyncio" not in s.filename]
+        own = [s for s in stack if not s.filename.startswith(_PACKAGE_DIR) and "asyncio" not in s.filename]
         inner = own[-3:] if own else stack[-3:]
         text = "; ".join(f"{s.name} ({s.filename}:{s.lineno})" for s in reversed(inner))
         on = ""

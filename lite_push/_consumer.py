@@ -44,6 +44,7 @@ import math
 import operator
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable, Generator, Hashable, Mapping
 from dataclasses import dataclass, replace
 from types import TracebackType
@@ -66,7 +67,7 @@ from ._types import (
     OffsetAndMetadata,
     PollBatch,
 )
-from .metrics import LaneMetrics
+from .metrics import LaneMetrics, collector_for, exporter_for, histogram_samples, release_exporter
 from .sources._base import MessageModel, PullSource, RebalanceListener, retry_topic
 
 __all__ = ["ConsumerStats", "LitePushConsumer", "Listener"]
@@ -296,16 +297,16 @@ class LitePushConsumer:
         # Metrics (lite_push.metrics), read by its collector at scrape time.
         # Per queue, written by the pull thread only: polled, filtered,
         # pauses, resumes; and when the committed offset was last current.
-        self._qstats: dict[MessageQueue, list[int]] = {}
+        self._qstats: defaultdict[MessageQueue, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
         self._commit_time: dict[MessageQueue, float] = {}
         self._rebalances = 0
         self._lock_renewals = [0, 0]  # ok, failed
         # Per lane, written by its task: holding taken work.
         self._busy = [False] * n
-        self._metrics_on = config.metrics_port is not None or registry is not None
         self._registry = registry
+        # None: metrics off (no exporter, no registry), and the lanes skip them
         self._lane_metrics: list[LaneMetrics] | None = None
-        if self._metrics_on:
+        if config.metrics_port is not None or registry is not None:
             self._lane_metrics = [LaneMetrics() for _ in range(n)]
             for lane in self._lanes:
                 lane.stamp()
@@ -343,8 +344,8 @@ class LitePushConsumer:
             raise LitePushError("consumer already started")
         if not self._subscriptions:
             raise LitePushError("subscribe() to at least one topic before start()")
-        self._started = True
         self._start_metrics()
+        self._started = True
         group = self.config.group
         for lane in self._lanes if self._orderly is None else ():
             t = threading.Thread(
@@ -382,19 +383,11 @@ class LitePushConsumer:
 
     # -- metrics (see lite_push.metrics) ----------------------------------------
 
-    def _qstat(self, q: MessageQueue) -> list[int]:
-        st = self._qstats.get(q)
-        if st is None:
-            st = self._qstats[q] = [0, 0, 0, 0]
-        return st
-
     def _start_metrics(self) -> None:
         """Register with the registry's collector; start or share the
         exporter when ``metrics_port`` is set."""
-        if not self._metrics_on:
+        if self._lane_metrics is None:
             return
-        from .metrics import collector_for, exporter_for
-
         collector_for(self._registry).add(self)
         port = self.config.metrics_port
         if port is not None:
@@ -407,10 +400,8 @@ class LitePushConsumer:
             self.metrics_url = f"http://{addr}:{bound}/metrics"
 
     def _stop_metrics(self) -> None:
-        if not self._metrics_on:
+        if self._lane_metrics is None:
             return
-        from .metrics import collector_for, release_exporter
-
         collector_for(self._registry).remove(self)
         if self._exporter is not None:
             release_exporter(self._exporter)
@@ -420,8 +411,6 @@ class LitePushConsumer:
         """Add this consumer's samples to the scrape's metric families
         (exporter thread; reads counters other threads write, never blocks
         them beyond each queue's snapshot lock)."""
-        from .metrics import histogram_samples
-
         g = self.config.group
         mode = self.config.mode.name
         pqs = list(self._pqs.items())
@@ -459,12 +448,12 @@ class LitePushConsumer:
         fams["lite_push_parked_messages"].add_metric([g], sum(self._parked))
         lms = self._lane_metrics
         if lms is not None:
-            for name, which, labels in (
-                ("lite_push_listener_duration_seconds", "listener", [g, mode]),
-                ("lite_push_lane_wait_seconds", "wait", [g]),
-                ("lite_push_end_to_end_latency_seconds", "e2e", [g]),
+            for name, hists, labels in (
+                ("lite_push_listener_duration_seconds", [lm.listener for lm in lms], [g, mode]),
+                ("lite_push_lane_wait_seconds", [lm.wait for lm in lms], [g]),
+                ("lite_push_end_to_end_latency_seconds", [lm.e2e for lm in lms], [g]),
             ):
-                buckets, total = histogram_samples(lms, which)
+                buckets, total = histogram_samples(hists)
                 fams[name].add_metric(labels, buckets, total)
         lanes = self._lanes
         busy = self._busy
@@ -640,9 +629,7 @@ class LitePushConsumer:
                 logger.warning("poll returned messages of %s, which is not assigned; ignored", batch.queue)
                 continue
             msgs = batch.messages
-            st = qstats.get(batch.queue)
-            if st is None:
-                st = qstats[batch.queue] = [0, 0, 0, 0]
+            st = qstats[batch.queue]
             st[0] += len(msgs)
             skipped = batch.next_offset - pq.next_offset - len(msgs)  # offsets the source's tag filter passed over
             if skipped > 0:
@@ -740,11 +727,11 @@ class LitePushConsumer:
                 if pq.lane_blocked or self._over_threshold(*pq.snapshot()):
                     pq.paused = True
                     to_pause.append(q)
-                    self._qstat(q)[2] += 1
+                    self._qstats[q][2] += 1
             elif not pq.lane_blocked and pq.check_resume():
                 pq.mark_resumed()
                 to_resume.append(q)
-                self._qstat(q)[3] += 1
+                self._qstats[q][3] += 1
         if to_pause:
             self._source.pause(to_pause)
             logger.debug("paused %s", to_pause)
@@ -1193,7 +1180,7 @@ class LitePushConsumer:
             pq.complete(done)
             self._consumed[idx] += len(done)
             if self._lane_metrics is not None:
-                self._lane_metrics[idx].completed(done)
+                self._lane_metrics[idx].completed(done[0], done[-1], len(done))
 
     def _park_key(self, pq: ProcessQueue, msg: MessageExt) -> Hashable:
         """What a failure parks: the message's key, or its queue when it has
@@ -1325,7 +1312,7 @@ class LitePushConsumer:
                 pq.complete(ms)
             self._consumed[idx] += len(done)
             if done and self._lane_metrics is not None:
-                self._lane_metrics[idx].completed([m for _, m in done])
+                self._lane_metrics[idx].completed(done[0][1], done[-1][1], len(done))
             if out:
                 self._hand_off(out)
             del parked[key]

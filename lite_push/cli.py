@@ -277,20 +277,9 @@ def _exit_code(e: SystemExit) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from .demo import run_args
 
-    logging.basicConfig(
-        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    return run_demo(
-        args.messages,
-        args.queues,
-        args.keys,
-        args.lanes,
-        args.io_ms,
-        metrics_port=None if args.no_metrics else args.metrics_port,
-        metrics_addr=args.metrics_addr,
-    )
+    return run_args(args)
 
 
 # -- settings -----------------------------------------------------------------

@@ -344,7 +344,12 @@ def main(argv: list[str] | None = None) -> int:
     """Run the demo; return the exit status (1 when the check fails)."""
     parser = argparse.ArgumentParser(prog="lite-push demo", description=__doc__.splitlines()[0])
     add_arguments(parser)
-    args = parser.parse_args(argv)
+    return run_args(parser.parse_args(argv))
+
+
+def run_args(args: argparse.Namespace) -> int:
+    """Run the demo with the options :func:`add_arguments` declared
+    (``python -m lite_push.demo`` and ``lite-push demo``)."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return run_demo(
         args.messages,

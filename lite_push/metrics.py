@@ -31,7 +31,7 @@ import threading
 import time
 import weakref
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
@@ -107,42 +107,27 @@ class LaneMetrics:
         all of it successfully: its listener time per message, and its
         end-to-end latency."""
         n = len(msgs)
-        self.listener.observe((time.perf_counter() - t0) / n, n)
-        self.completed(msgs)
+        self.call(t0, n)
+        self.completed(msgs[0], msgs[-1], n)
 
     def call(self, t0: float, n: int) -> None:
         """One listener call on ``n`` messages that started at ``t0``."""
         self.listener.observe((time.perf_counter() - t0) / n, n)
 
-    def completed(self, msgs: Sequence[MessageExt]) -> None:
-        """Messages finished now: the mean of the first and last store
-        timestamps stands for the segment (they were stored together)."""
-        first = msgs[0].store_timestamp
-        if first <= 0:
+    def completed(self, first: MessageExt, last: MessageExt, n: int) -> None:
+        """``n`` messages from ``first`` to ``last`` finished now: the mean
+        of their store timestamps stands for all (they were stored
+        together)."""
+        if first.store_timestamp <= 0:
             return  # a source that does not stamp messages
-        stored_ms = (first + msgs[-1].store_timestamp) / 2
-        self.e2e.observe(max(0.0, time.time() - stored_ms / 1000.0), len(msgs))
+        stored_ms = (first.store_timestamp + last.store_timestamp) / 2
+        self.e2e.observe(max(0.0, time.time() - stored_ms / 1000.0), n)
 
     def waited(self, stamps: list[tuple[float, int]], now: float) -> None:
         """Dispatches of ``(monotonic time put, messages)`` taken at ``now``."""
         wait = self.wait
         for at, n in stamps:
             wait.observe(now - at, n)
-
-
-def _merge(hists: Iterable[_Hist], bounds: tuple[float, ...]) -> tuple[list[tuple[str, float]], float]:
-    counts = [0] * (len(bounds) + 1)
-    total = 0.0
-    for h in hists:
-        for i, c in enumerate(list(h.counts)):
-            counts[i] += c
-        total += h.total
-    buckets: list[tuple[str, float]] = []
-    running = 0
-    for bound, c in zip((*bounds, float("inf")), counts, strict=True):
-        running += c
-        buckets.append(("+Inf" if bound == float("inf") else repr(bound), running))
-    return buckets, total
 
 
 def _family(name: str) -> Metric:
@@ -193,11 +178,22 @@ class ConsumerCollector(Collector):
         yield from fams.values()
 
 
-def histogram_samples(lanes: Sequence[LaneMetrics], which: str) -> tuple[list[tuple[str, float]], float]:
-    """The merged ``(buckets, sum)`` of one distribution over the lanes."""
-    hists = [getattr(lane, which) for lane in lanes]
-    bounds = {"listener": LISTENER_BUCKETS, "wait": WAIT_BUCKETS, "e2e": E2E_BUCKETS}[which]
-    return _merge(hists, bounds)
+def histogram_samples(hists: Sequence[_Hist]) -> tuple[list[tuple[str, float]], float]:
+    """One distribution merged over the lanes: cumulative ``(le, count)``
+    buckets ending with ``+Inf``, and the sum."""
+    bounds = hists[0].bounds
+    counts = [0] * (len(bounds) + 1)
+    total = 0.0
+    for h in hists:
+        for i, c in enumerate(list(h.counts)):
+            counts[i] += c
+        total += h.total
+    buckets: list[tuple[str, float]] = []
+    running = 0
+    for le, c in zip((*map(repr, bounds), "+Inf"), counts, strict=True):
+        running += c
+        buckets.append((le, running))
+    return buckets, total
 
 
 _collectors: dict[int, tuple[CollectorRegistry, ConsumerCollector]] = {}

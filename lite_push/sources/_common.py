@@ -154,6 +154,8 @@ class QueueStates:
     _states: dict[MessageQueue, Any]
     _active: list[Any]
     _listener: RebalanceListener | None
+    #: The broker (embedded or Redis); both have ``max_offset(queue)``.
+    _broker: Any
     #: BROADCASTING: the member's offsets file (None: CLUSTERING).
     _store: LocalOffsetStore | None
 
@@ -167,6 +169,11 @@ class QueueStates:
     @property
     def message_model(self) -> MessageModel:
         return MessageModel.BROADCASTING if self._store is not None else MessageModel.CLUSTERING
+
+    def end_offsets(self, queues: Collection[MessageQueue]) -> dict[MessageQueue, int]:
+        """``PullSource.end_offsets``: the broker's next offset of each queue."""
+        broker = self._broker
+        return {q: broker.max_offset(q) for q in queues}
 
     @property
     def offset_store(self) -> LocalOffsetStore | None:

@@ -498,10 +498,6 @@ class EmbeddedPullConsumer(QueueStates, PullSource):
         st = self._owned(queue)
         st.pos = min(max(int(offset), 0), len(st.log))
 
-    def end_offsets(self, queues: Collection[MessageQueue]) -> dict[MessageQueue, int]:
-        broker = self._broker
-        return {q: broker.max_offset(q) for q in queues}
-
     def position(self, queue: MessageQueue) -> int:
         self._check_open()
         return self._owned(queue).pos

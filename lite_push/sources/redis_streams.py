@@ -1250,21 +1250,6 @@ class RedisPullConsumer(QueueStates, PullSource):
         lo, hi = self._broker.min_offset(queue), self._broker.max_offset(queue)
         st.pos = min(max(int(offset), lo), hi)
 
-    def end_offsets(self, queues: Collection[MessageQueue]) -> dict[MessageQueue, int]:
-        """From each queue's last entry id (ids are ``offset + 1``-0): one
-        pipelined XREVRANGE per call."""
-        qs = list(queues)
-        if not qs:
-            return {}
-        broker = self._broker
-        pipe = broker._pipeline()
-        for q in qs:
-            pipe.xrevrange(broker._qkey(q.topic, q.queue_id, "log"), "+", "-", count=1)
-        out: dict[MessageQueue, int] = {}
-        for q, last in zip(qs, pipe.execute(), strict=True):
-            out[q] = _offset_of(last[0][0]) + 1 if last else 0
-        return out
-
     def position(self, queue: MessageQueue) -> int:
         self._check_open()
         return self._owned(queue).pos
