@@ -68,6 +68,10 @@ def _namespace(url: str) -> str:
     return url.rsplit("namespace=", 1)[1]
 
 
+#: consume's required settings, on a source that is not there
+NOWHERE_CONSUME = ("--source", "embedded:/no/such/dir", "--group", "g", "--topic", "T")
+
+
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = cli.main(list(argv))
     out, err = capsys.readouterr()
@@ -244,16 +248,7 @@ def test_a_bad_config_value_names_the_field(
     if argv[0] == "consume":
         (tmp_path / "ok_listener.py").write_text("def handle(msgs):\n    return None\n")
         monkeypatch.syspath_prepend(str(tmp_path))
-        argv = [
-            *argv,
-            "--source",
-            "embedded:/no/such/dir",
-            "--group",
-            "g",
-            "--topic",
-            "T",
-        ]
-        argv += ["--listener", "ok_listener:handle"]
+        argv = [*argv, *NOWHERE_CONSUME, "--listener", "ok_listener:handle"]
     code, out, err = run_cli(capsys, *argv)
     assert code == 2 and out == ""
     assert_one_line_error(err, "lanes:")
@@ -485,18 +480,7 @@ def test_listener_import_errors(
     with pytest.raises(cli.CliError) as info:
         cli.load_listener(spec)
     assert fragment in str(info.value) and info.value.code == 2
-    code, out, err = run_cli(
-        capsys,
-        "consume",
-        "--source",
-        "embedded:/no/such/dir",
-        "--group",
-        "g",
-        "--topic",
-        "T",
-        "--listener",
-        spec,
-    )
+    code, out, err = run_cli(capsys, "consume", *NOWHERE_CONSUME, "--listener", spec)
     assert code == 2 and out == ""
     assert_one_line_error(err, fragment)
 
@@ -560,17 +544,7 @@ def test_demo_runs_and_prints_stats(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_demo_without_metrics(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run_cli(
-        capsys,
-        "demo",
-        "--messages",
-        "100",
-        "--io-ms",
-        "0",
-        "--no-metrics",
-        "--lanes",
-        "4",
-    )
+    code, out, _ = run_cli(capsys, "demo", "--messages", "100", "--io-ms", "0", "--no-metrics", "--lanes", "4")
     assert code == 0 and "metrics:" not in out and "-> OK" in out
 
 
@@ -927,18 +901,7 @@ def test_dlq_list(
         seen.add(m[4])
     assert seen == set(by_id)
 
-    code, out, _ = run_cli(
-        capsys,
-        "dlq",
-        "list",
-        "--source",
-        redis_url,
-        "--group",
-        "g",
-        "--json",
-        "--start",
-        "1",
-    )
+    code, out, _ = run_cli(capsys, "dlq", "list", "--source", redis_url, "--group", "g", "--json", "--start", "1")
     assert code == 0
     docs = [orjson.loads(line) for line in out.splitlines()]
     assert [d["dlq_offset"] for d in docs] == [1, 2, 3, 4]
@@ -961,19 +924,7 @@ def test_dlq_list(
         )
         assert d["reconsume_times"] == 1 and "boom" in d["exception"] and d["reason"]
 
-    code, out, _ = run_cli(
-        capsys,
-        "dlq",
-        "list",
-        "--source",
-        redis_url,
-        "--group",
-        "g",
-        "--start",
-        "3",
-        "--limit",
-        "1",
-    )
+    code, out, _ = run_cli(capsys, "dlq", "list", "--source", redis_url, "--group", "g", "--start", "3", "--limit", "1")
     assert code == 0 and [line.split()[0] for line in out.splitlines()] == ["offset=3"]
     # listing reads only: the group has no offset on its DLQ topic
     (dlq_queue,) = broker.queues("%DLQ%g")
@@ -1017,18 +968,7 @@ def test_dlq_resend(
     assert sum(broker.max_offset(q) for q in queues) == sum(ends.values()) + 1
 
     # an offset with no dead letter: one-line error, nothing sent
-    code, out, err = run_cli(
-        capsys,
-        "dlq",
-        "resend",
-        "--source",
-        redis_url,
-        "--group",
-        "g",
-        "--offset",
-        "0",
-        "9",
-    )
+    code, out, err = run_cli(capsys, "dlq", "resend", "--source", redis_url, "--group", "g", "--offset", "0", "9")
     assert code == 2 and out == ""
     assert_one_line_error(err, "no dead letter at offset 9 of %DLQ%g")
     assert sum(broker.max_offset(q) for q in queues) == sum(ends.values()) + 1
