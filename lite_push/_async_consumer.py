@@ -47,6 +47,7 @@ from ._config import ConsumerConfig
 from ._consumer import ABORT_GRACE, LitePushConsumer, Listener
 from ._errors import ConfigError, LitePushError
 from ._failures import Parked
+from ._lanemetrics import clock
 from ._lanes import AsyncLane
 from ._process_queue import ProcessQueue
 from ._types import ConsumeResult, MessageExt
@@ -288,7 +289,7 @@ class AsyncLitePushConsumer(LitePushConsumer):
         consumed = self._consumed
         busy = self._busy
         lm = self._lane_metrics[idx] if self._lane_metrics is not None else None
-        perf = time.perf_counter
+        perf = clock
         parked: dict[Hashable, Parked] = {}
         try:
             while True:
@@ -299,7 +300,7 @@ class AsyncLitePushConsumer(LitePushConsumer):
                 busy[idx] = True
                 segments, due = taken
                 if lm is not None and lane.taken:
-                    lm.waited(lane.taken, time.monotonic())
+                    lm.waited(lane.taken)
                 if due:
                     await self._arun_due(idx, parked, due)
                 for pq, msgs in segments:
@@ -356,7 +357,7 @@ class AsyncLitePushConsumer(LitePushConsumer):
         try:
             chunk = next(steps)
             while True:
-                t0 = time.perf_counter()
+                t0 = clock()
                 try:
                     outcome: tuple[BaseException | None, object] = (None, await listener(chunk))
                 except Exception as e:

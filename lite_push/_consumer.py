@@ -54,6 +54,7 @@ from ._clock import SYSTEM_CLOCK, Clock
 from ._config import ConsumeMode, ConsumerConfig
 from ._errors import ConfigError, LitePushError, SourceClosedError
 from ._failures import Outbox, Parked, RetryTimer, SendItem, classify
+from ._lanemetrics import LaneMetrics, clock
 from ._lanes import AsyncLane, Lane, LoopWaker, Segment
 from ._offset_map import FinishedOffsets, OffsetMapError, decode
 from ._offsets import OFFSETS_IMPL
@@ -67,7 +68,16 @@ from ._types import (
     OffsetAndMetadata,
     PollBatch,
 )
-from .metrics import LaneMetrics, collector_for, exporter_for, histogram_samples, release_exporter
+from .metrics import (
+    E2E_BUCKETS,
+    LISTENER_BUCKETS,
+    WAIT_BUCKETS,
+    collector_for,
+    exporter_for,
+    histogram_samples,
+    new_lane_metrics,
+    release_exporter,
+)
 from .sources._base import MessageModel, PullSource, RebalanceListener, retry_topic
 
 __all__ = ["ConsumerStats", "LitePushConsumer", "Listener"]
@@ -307,7 +317,7 @@ class LitePushConsumer:
         # None: metrics off (no exporter, no registry), and the lanes skip them
         self._lane_metrics: list[LaneMetrics] | None = None
         if config.metrics_port is not None or registry is not None:
-            self._lane_metrics = [LaneMetrics() for _ in range(n)]
+            self._lane_metrics = [new_lane_metrics() for _ in range(n)]
             for lane in self._lanes:
                 lane.stamp()
         self._exporter: tuple[str, int] | None = None
@@ -448,12 +458,15 @@ class LitePushConsumer:
         fams["lite_push_parked_messages"].add_metric([g], sum(self._parked))
         lms = self._lane_metrics
         if lms is not None:
-            for name, hists, labels in (
-                ("lite_push_listener_duration_seconds", [lm.listener for lm in lms], [g, mode]),
-                ("lite_push_lane_wait_seconds", [lm.wait for lm in lms], [g]),
-                ("lite_push_end_to_end_latency_seconds", [lm.e2e for lm in lms], [g]),
+            snaps = [lm.snapshot() for lm in lms]
+            for i, (name, bounds, labels) in enumerate(
+                (
+                    ("lite_push_listener_duration_seconds", LISTENER_BUCKETS, [g, mode]),
+                    ("lite_push_lane_wait_seconds", WAIT_BUCKETS, [g]),
+                    ("lite_push_end_to_end_latency_seconds", E2E_BUCKETS, [g]),
+                )
             ):
-                buckets, total = histogram_samples(hists)
+                buckets, total = histogram_samples(bounds, (snap[i] for snap in snaps))
                 fams[name].add_metric(labels, buckets, total)
         lanes = self._lanes
         busy = self._busy
@@ -1040,7 +1053,7 @@ class LitePushConsumer:
                 busy[idx] = True
                 segments, due = taken
                 if lm is not None and lane.taken:
-                    lm.waited(lane.taken, time.monotonic())
+                    lm.waited(lane.taken)
                 if due:
                     self._run_due(idx, parked, due)
                 for pq, msgs in segments:
@@ -1075,7 +1088,7 @@ class LitePushConsumer:
         listener = self._listener
         success = ConsumeResult.SUCCESS
         lms = self._lane_metrics
-        t0 = time.perf_counter() if lms is not None else 0.0
+        t0 = clock() if lms is not None else 0.0
         j = 0
         exc: BaseException | None = None
         result: object = None
@@ -1126,7 +1139,7 @@ class LitePushConsumer:
         try:
             chunk = next(steps)
             while True:
-                t0 = time.perf_counter()
+                t0 = clock()
                 try:
                     outcome: tuple[BaseException | None, object] = (None, listener(chunk))
                 except Exception as e:
@@ -1249,7 +1262,7 @@ class LitePushConsumer:
         try:
             msgs = next(steps)
             while True:
-                t0 = time.perf_counter()
+                t0 = clock()
                 try:
                     outcome: tuple[BaseException | None, object] = (None, listener(msgs))
                 except Exception as e:

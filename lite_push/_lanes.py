@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable
 
+from ._lanemetrics import clock
 from ._process_queue import ProcessQueue
 from ._types import MessageExt
 
@@ -61,7 +61,7 @@ class Lane:
         self._due: list[object] = []
         self._closed = False
         self._wake = wake
-        #: With metrics on: ``(time.monotonic() put, messages)`` per put
+        #: With metrics on: ``(clock() when put, messages)`` per put
         #: since the last take (``None``: not recorded).
         self._stamps: list[tuple[float, int]] | None = None
         #: The stamps of what the last take took (read by the lane's task).
@@ -80,7 +80,7 @@ class Lane:
             self._segments += segments
             self.depth += count
             if self._stamps is not None:
-                self._stamps.append((time.monotonic(), count))
+                self._stamps.append((clock(), count))
             depth = self.depth
             waiting = self._waiting
             self._waiting = False

@@ -18,20 +18,19 @@ pauses, resumes; commits, rebalances, lock renewals) are plain ints, each
 written by one thread, and are read by a collector only when Prometheus
 scrapes.  The three distributions are recorded per *segment* (the run of
 one queue's messages a lane took in one go) into the lane's own bucket
-arrays (:class:`LaneMetrics`): the listener time of a segment divided over
-its messages, the end-to-end latency from the store timestamps of its first
-and last message, and the time a dispatch waited in the lane.  With metrics
-off the lanes skip even that (one ``is None`` test per segment).
+arrays (``LaneMetrics``, a compiled kernel with a pure-Python twin,
+:mod:`lite_push._lanemetrics_py`): the listener time of a segment divided
+over its messages, the end-to-end latency from the store timestamps of its
+first and last message, and the time a dispatch waited in the lane.  With
+metrics off the lanes skip even that (one ``is None`` test per segment).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 import weakref
-from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
@@ -43,19 +42,20 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from ._lanemetrics import LaneMetrics
 from .metric_names import METRICS
 
 if TYPE_CHECKING:
     from ._consumer import LitePushConsumer
-    from ._types import MessageExt
 
 __all__ = [
     "E2E_BUCKETS",
     "LISTENER_BUCKETS",
     "WAIT_BUCKETS",
-    "LaneMetrics",
     "collector_for",
     "exporter_for",
+    "histogram_samples",
+    "new_lane_metrics",
     "release_exporter",
 ]
 
@@ -75,59 +75,10 @@ E2E_BUCKETS: tuple[float, ...] = (
 )  # fmt: skip
 
 
-class _Hist:
-    """Bucket counts (``le`` semantics, the last one is +Inf) and the sum;
-    written by one lane, read (summed over lanes) by the collector."""
-
-    __slots__ = ("bounds", "counts", "total")
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)
-        self.total = 0.0
-
-    def observe(self, value: float, n: int) -> None:
-        """``n`` observations of ``value``."""
-        self.counts[bisect_left(self.bounds, value)] += n
-        self.total += value * n
-
-
-class LaneMetrics:
-    """One lane's distributions, recorded per segment by the lane's task."""
-
-    __slots__ = ("e2e", "listener", "wait")
-
-    def __init__(self) -> None:
-        self.listener = _Hist(LISTENER_BUCKETS)
-        self.wait = _Hist(WAIT_BUCKETS)
-        self.e2e = _Hist(E2E_BUCKETS)
-
-    def segment(self, t0: float, msgs: Sequence[MessageExt]) -> None:
-        """A segment processed from ``t0`` (``time.perf_counter``) to now,
-        all of it successfully: its listener time per message, and its
-        end-to-end latency."""
-        n = len(msgs)
-        self.call(t0, n)
-        self.completed(msgs[0], msgs[-1], n)
-
-    def call(self, t0: float, n: int) -> None:
-        """One listener call on ``n`` messages that started at ``t0``."""
-        self.listener.observe((time.perf_counter() - t0) / n, n)
-
-    def completed(self, first: MessageExt, last: MessageExt, n: int) -> None:
-        """``n`` messages from ``first`` to ``last`` finished now: the mean
-        of their store timestamps stands for all (they were stored
-        together)."""
-        if first.store_timestamp <= 0:
-            return  # a source that does not stamp messages
-        stored_ms = (first.store_timestamp + last.store_timestamp) / 2
-        self.e2e.observe(max(0.0, time.time() - stored_ms / 1000.0), n)
-
-    def waited(self, stamps: list[tuple[float, int]], now: float) -> None:
-        """Dispatches of ``(monotonic time put, messages)`` taken at ``now``."""
-        wait = self.wait
-        for at, n in stamps:
-            wait.observe(now - at, n)
+def new_lane_metrics() -> LaneMetrics:
+    """A lane's recorder with the buckets above (compiled when built; see
+    :mod:`lite_push._lanemetrics_py`)."""
+    return LaneMetrics(LISTENER_BUCKETS, WAIT_BUCKETS, E2E_BUCKETS)
 
 
 def _family(name: str) -> Metric:
@@ -178,16 +129,18 @@ class ConsumerCollector(Collector):
         yield from fams.values()
 
 
-def histogram_samples(hists: Sequence[_Hist]) -> tuple[list[tuple[str, float]], float]:
-    """One distribution merged over the lanes: cumulative ``(le, count)``
+def histogram_samples(
+    bounds: Sequence[float], dists: Iterable[tuple[list[int], float]]
+) -> tuple[list[tuple[str, float]], float]:
+    """One distribution merged over the lanes (``(counts, sum)`` each, as
+    :meth:`LaneMetrics.snapshot` gives them): cumulative ``(le, count)``
     buckets ending with ``+Inf``, and the sum."""
-    bounds = hists[0].bounds
     counts = [0] * (len(bounds) + 1)
     total = 0.0
-    for h in hists:
-        for i, c in enumerate(list(h.counts)):
+    for cs, s in dists:
+        for i, c in enumerate(cs):
             counts[i] += c
-        total += h.total
+        total += s
     buckets: list[tuple[str, float]] = []
     running = 0
     for le, c in zip((*map(repr, bounds), "+Inf"), counts, strict=True):
