@@ -12,12 +12,18 @@ Layout (one concern per module; underscored modules are implementation):
 * ``_router``         key-hash router selector (``_router_c`` compiled from
                       ``_ext/``, ``_router_py`` pure-Python twin)
 * ``_offsets``        offset tracker selector (``_offsets_c`` / ``_offsets_py``)
+* ``_lanemetrics``    the lanes' histogram recorder selector (``_lanemetrics_c`` /
+                      ``_lanemetrics_py``)
+* ``metric_names``    every Prometheus metric's name, type, labels and help
+* ``metrics``         the metrics collector and the HTTP exporter
+* ``cli``             the ``lite-push`` command (settings in ``_cli_config``)
+* ``demo``            the embedded-broker demo
 * ``_failures``       failure decisions, the retry timer, the lanes' outbox
 * ``_offset_map``     the finished offsets committed above the committed one
 * ``codec``           JSON bodies (orjson)
 * ``dlq``             reading dead letters and re-sending them
 * ``_clock``          injectable time
-* ``sources/``        the source contract and the embedded broker
+* ``sources/``        the source contract, the embedded broker, the Redis Streams source
 * ``rebalance/``      queue allocation strategies
 """
 
