@@ -56,6 +56,19 @@ def compiled_twin(stem: str) -> ModuleType:
         pytest.skip(f"lite_push.{stem} was not built")
 
 
+def assert_compiled_selected(stem: str, impl: str, selected: object, name: str) -> None:
+    """Fails when ``lite_push.<stem>`` was built (or is required) but its
+    selector silently fell back to the Python twin: ``impl`` is the
+    selector's ``*_IMPL``, ``selected`` what it exports as ``name``."""
+    if NO_EXTENSIONS:
+        assert impl == "python"
+        return
+    if compiled_path(stem) is None and not REQUIRE_EXTENSIONS:
+        pytest.skip(f"lite_push.{stem} was not built")
+    assert impl == "cython"
+    assert selected is getattr(compiled_twin(stem), name)
+
+
 @pytest.fixture(scope="session", params=["c", "py"])
 def router(request: pytest.FixtureRequest) -> ModuleType:
     """The key-hash router twin: ``lite_push._router_c`` or ``_router_py``."""

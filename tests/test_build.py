@@ -8,7 +8,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from conftest import NO_EXTENSIONS, PACKAGE_DIR, REQUIRE_EXTENSIONS, compiled_path, compiled_twin
+from conftest import PACKAGE_DIR, REQUIRE_EXTENSIONS, assert_compiled_selected, compiled_twin
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,13 +23,7 @@ EXT_DIR = PACKAGE_DIR.parent / "_ext"
 def test_router_c_loaded() -> None:
     """Fails when ``_router_c`` was built (or is required) but the selector
     silently fell back to the Python twin."""
-    if NO_EXTENSIONS:
-        assert _router.ROUTER_IMPL == "python"
-        return
-    if compiled_path("_router_c") is None and not REQUIRE_EXTENSIONS:
-        pytest.skip("lite_push._router_c was not built")
-    assert _router.ROUTER_IMPL == "cython"
-    assert _router.java_hash is compiled_twin("_router_c").java_hash
+    assert_compiled_selected("_router_c", _router.ROUTER_IMPL, _router.java_hash, "java_hash")
 
 
 @pytest.mark.parametrize("pyx", sorted(p.stem for p in EXT_DIR.glob("*.pyx")) or ["(none)"])

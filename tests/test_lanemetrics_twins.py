@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import NO_EXTENSIONS, REQUIRE_EXTENSIONS, compiled_path, compiled_twin
+from conftest import assert_compiled_selected, compiled_twin
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -32,13 +32,9 @@ def lanemetrics_c() -> ModuleType:
 
 
 def test_lanemetrics_c_loaded() -> None:
-    if NO_EXTENSIONS:
-        assert _lanemetrics.LANE_METRICS_IMPL == "python"
-        return
-    if compiled_path("_lanemetrics_c") is None and not REQUIRE_EXTENSIONS:
-        pytest.skip("lite_push._lanemetrics_c was not built")
-    assert _lanemetrics.LANE_METRICS_IMPL == "cython"
-    assert _lanemetrics.LaneMetrics is compiled_twin("_lanemetrics_c").LaneMetrics
+    """Fails when ``_lanemetrics_c`` was built (or is required) but the
+    selector silently fell back to the Python twin."""
+    assert_compiled_selected("_lanemetrics_c", _lanemetrics.LANE_METRICS_IMPL, _lanemetrics.LaneMetrics, "LaneMetrics")
 
 
 def msg(stored_ms: int) -> MessageExt:

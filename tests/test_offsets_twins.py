@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import NO_EXTENSIONS, REQUIRE_EXTENSIONS, compiled_path, compiled_twin
+from conftest import assert_compiled_selected, compiled_twin
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -40,13 +40,7 @@ def offsets_c() -> ModuleType:
 def test_offsets_c_loaded() -> None:
     """Fails when ``_offsets_c`` was built (or is required) but the selector
     silently fell back to the Python twin."""
-    if NO_EXTENSIONS:
-        assert _offsets.OFFSETS_IMPL == "python"
-        return
-    if compiled_path("_offsets_c") is None and not REQUIRE_EXTENSIONS:
-        pytest.skip("lite_push._offsets_c was not built")
-    assert _offsets.OFFSETS_IMPL == "cython"
-    assert _offsets.OffsetTracker is compiled_twin("_offsets_c").OffsetTracker
+    assert_compiled_selected("_offsets_c", _offsets.OFFSETS_IMPL, _offsets.OffsetTracker, "OffsetTracker")
 
 
 # --- running one call on both twins ------------------------------------------------
