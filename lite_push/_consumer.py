@@ -308,7 +308,6 @@ class LitePushConsumer:
         # Per queue, written by the pull thread only: polled, filtered,
         # pauses, resumes; and when the committed offset was last current.
         self._qstats: defaultdict[MessageQueue, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
-        self._commit_time: dict[MessageQueue, float] = {}
         self._rebalances = 0
         self._lock_renewals = [0, 0]  # ok, failed
         # Per lane, written by its task: holding taken work.
@@ -425,7 +424,6 @@ class LitePushConsumer:
         mode = self.config.mode.name
         pqs = list(self._pqs.items())
         qstats = dict(self._qstats)
-        commit_time = dict(self._commit_time)
         try:
             ends = self._source.end_offsets([q for q, _ in pqs]) if pqs else {}
         except Exception:  # the source is down: no lag this scrape
@@ -437,7 +435,7 @@ class LitePushConsumer:
             fams["lite_push_in_flight_bytes"].add_metric(labels, size)
             fams["lite_push_queue_paused"].add_metric(labels, 1 if pq.paused else 0)
             fams["lite_push_committed_offset"].add_metric(labels, pq.last_committed)
-            at = commit_time.get(q)
+            at = pq.last_commit_time
             if at is not None:
                 fams["lite_push_last_commit_timestamp_seconds"].add_metric(labels, at)
             end = ends.get(q)
@@ -762,7 +760,7 @@ class LitePushConsumer:
             if offset != pq.last_committed or offset_map != pq.last_map:
                 offsets[pq.queue] = OffsetAndMetadata(offset, offset_map)
             else:  # the committed offset is current: as good as a commit now
-                self._commit_time[pq.queue] = now
+                pq.last_commit_time = now
         if not offsets:
             return
         try:
@@ -777,7 +775,7 @@ class LitePushConsumer:
             if c is not None:
                 pq.last_committed = c.offset
                 pq.last_map = c.metadata
-                self._commit_time[pq.queue] = now
+                pq.last_commit_time = now
 
     def _on_assigned(self, queues: list[MessageQueue]) -> None:
         n = len(self._lanes)

@@ -66,6 +66,9 @@ class _Hist:
         self.counts[bisect_left(self.bounds, value)] += n
         self.total += value * n
 
+    def copy(self) -> Dist:
+        return list(self.counts), self.total
+
 
 class LaneMetrics:
     """One lane's three distributions; written by the lane's task only."""
@@ -122,17 +125,11 @@ class LaneMetrics:
 
     def waited_at(self, stamps: Sequence[tuple[float, int]], now: float) -> None:
         """:meth:`waited` with the clock read as ``now``."""
-        h = self._wait
-        counts = h.counts
-        bounds = h.bounds
-        total = h.total
+        observe = self._wait.observe
         for at, n in stamps:
-            v = now - at
-            counts[bisect_left(bounds, v)] += n
-            total += v * n
-        h.total = total
+            observe(now - at, n)
 
     def snapshot(self) -> tuple[Dist, Dist, Dist]:
         """``(counts, sum)`` of the listener, wait and end-to-end
         distributions (copies)."""
-        return tuple((list(h.counts), h.total) for h in (self._listener, self._wait, self._e2e))  # type: ignore[return-value]
+        return self._listener.copy(), self._wait.copy(), self._e2e.copy()

@@ -30,6 +30,7 @@ class ProcessQueue:
         "lane_blocked",
         "last_committed",
         "last_map",
+        "last_commit_time",
         "finished",
         "_tracker",
         "_lock",
@@ -66,6 +67,9 @@ class ProcessQueue:
         self.last_committed = next_offset
         #: The offset map sent with that commit.
         self.last_map = ""
+        #: When (``time.time()``) the committed offset was last known to be
+        #: current: a commit, or a commit skipped as unchanged; None before.
+        self.last_commit_time: float | None = None
         #: The offset map of the last commit (offsets above it already
         #: finished by an earlier owner): polled messages it names are not
         #: processed again.  Dropped once polling passed its end.
