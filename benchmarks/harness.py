@@ -62,6 +62,7 @@ import pyarrow.parquet as pq
 from workloads import partition_bound
 
 from lite_push import (
+    AsyncLitePushConsumer,
     ConsumeFromWhere,
     ConsumeMode,
     ConsumerConfig,
@@ -350,7 +351,8 @@ def run_one(
 
         registry = CollectorRegistry()
         label += "-metrics"
-    consumer = LitePushConsumer(
+    # async lanes run on this process's loop (asyncio.run / uvloop.run below)
+    consumer = (AsyncLitePushConsumer if is_async else LitePushConsumer)(
         config,
         source=broker.pull_consumer("bench", consume_from=ConsumeFromWhere.FIRST_OFFSET),
         listener=rec,
@@ -381,14 +383,17 @@ def run_one(
     if is_async:
         import asyncio
 
+        assert isinstance(consumer, AsyncLitePushConsumer)
+        aconsumer = consumer
+
         async def main() -> tuple[float, float, object]:
-            await consumer.start()  # type: ignore[misc]
+            await aconsumer.start()
             while not progress_done():
                 await asyncio.sleep(0.01)
             seconds = (time.perf_counter_ns() - t0_ns) / 1e9
             cpu = time.process_time() - cpu0
             final = consumer.stats()
-            await consumer.shutdown(timeout=30)  # type: ignore[misc]
+            await aconsumer.shutdown(timeout=30)
             return seconds, cpu, final
 
         if executor == "uvloop":
@@ -399,6 +404,7 @@ def run_one(
             seconds, cpu, final_any = asyncio.run(main())
         final = cast(ConsumerStats, final_any)
     else:
+        assert isinstance(consumer, LitePushConsumer)
         consumer.start()
         while not progress_done():
             time.sleep(0.01)

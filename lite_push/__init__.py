@@ -1,35 +1,45 @@
 """lite_push: key-ordered parallel consumption of partitioned message logs.
 
-Layout (one concern per module; underscored modules are implementation):
+Layout (one concern per module; underscored modules are implementation;
+``docs/ARCHITECTURE.md`` follows one message through them):
 
-* ``_types``          value types: MessageQueue, MessageExt, PollBatch, ...
-* ``_config``         ConsumerConfig (validated, frozen) and ConsumeMode
-* ``_errors``         LitePushError and its subclasses
-* ``_consumer``       LitePushConsumer: pull thread, dispatch, flow control, commit
-* ``_async_consumer`` AsyncLitePushConsumer: the asyncio executor (lanes as coroutines)
-* ``_lanes``          the bounded per-lane FIFOs
-* ``_process_queue``  per-queue in-flight state (RocketMQ's ProcessQueue)
-* ``_router``         key-hash router selector (``_router_c`` compiled from
-                      ``_ext/``, ``_router_py`` pure-Python twin)
-* ``_offsets``        offset tracker selector (``_offsets_c`` / ``_offsets_py``)
-* ``_lanemetrics``    the lanes' histogram recorder selector (``_lanemetrics_c`` /
-                      ``_lanemetrics_py``)
-* ``metric_names``    every Prometheus metric's name, type, labels and help
-* ``metrics``         the metrics collector and the HTTP exporter
-* ``cli``             the ``lite-push`` command (settings in ``_cli_config``)
-* ``demo``            the embedded-broker demo
-* ``_failures``       failure decisions, the retry timer, the lanes' outbox
-* ``_offset_map``     the finished offsets committed above the committed one
-* ``codec``           JSON bodies (orjson)
-* ``dlq``             reading dead letters and re-sending them
-* ``_clock``          injectable time
-* ``sources/``        the source contract, the embedded broker, the Redis Streams source
-* ``rebalance/``      queue allocation strategies
+* ``_types``, ``_config``, ``_errors``, ``_clock``  value types, ConsumerConfig,
+  the error tree, injectable time
+* ``_consumer``        LitePushConsumer: the facade for plain code
+* ``_async_consumer``  AsyncLitePushConsumer: the facade inside an event loop
+* ``_consumer_core``   what both share: wiring the parts, start, the shutdown order
+* ``_runtime``         the state the parts share (lanes, owned queues, timer, counters)
+* ``_pull_loop``       the pull thread: poll -> track -> route -> hand-off
+* ``_assignment``      rebalance: queues assigned and revoked (drain, commit), queue locks
+* ``_flow_control``    pause and resume of queues
+* ``_committer``       commit points (lowest unfinished offset + offset map)
+* ``_failure_sender``  dead letters and send-backs stored by the pull thread
+* ``_lanes``           the bounded per-lane FIFOs
+* ``_lane_worker``     what a lane does: consume, park, retry (written once)
+* ``_thread_executor`` / ``_async_executor``  lanes driven by threads / coroutines
+* ``_watchdog``        the event-loop block watchdog
+* ``_process_queue``   per-queue in-flight state (RocketMQ's ProcessQueue)
+* ``_failures``        failure decisions, the retry timer, the lanes' outbox
+* ``_queue_orderly``   the QUEUE_ORDERLY baseline (RocketMQ's orderly consumer)
+* ``_router``          key-hash router selector (``_router_c`` compiled from
+                       ``_ext/``, ``_router_py`` pure-Python twin)
+* ``_offsets``         offset tracker selector (``_offsets_c`` / ``_offsets_py``)
+* ``_lanemetrics``     the lanes' histogram recorder selector (``_lanemetrics_c`` /
+                       ``_lanemetrics_py``)
+* ``_offset_map``      the finished offsets committed above the committed one
+* ``_snapshots``       ``stats()`` and the metrics snapshot
+* ``metric_names``     every Prometheus metric's name, type, labels and help
+* ``metrics``          the metrics collector and the HTTP exporter
+* ``codec``            JSON bodies (orjson)
+* ``dlq``              reading dead letters and re-sending them
+* ``cli``              the ``lite-push`` command; ``demo``: the embedded-broker demo
+* ``sources/``         the source contract, the embedded broker, the Redis Streams source
+* ``rebalance/``       queue allocation strategies
 """
 
 from ._clock import Clock, ManualClock, SystemClock
 from ._config import ConsumeMode, ConsumerConfig, KeyExtractor
-from ._consumer import ConsumerStats, Listener, LitePushConsumer
+from ._consumer import AsyncListener, Listener, LitePushConsumer
 from ._errors import (
     ConfigError,
     LitePushError,
@@ -42,6 +52,8 @@ from ._errors import (
 )
 from ._offsets import OFFSETS_IMPL
 from ._router import ROUTER_IMPL
+from ._snapshots import ConsumerStats
+from ._version import __version__
 from ._types import (
     ConsumeResult,
     MessageExt,
@@ -63,9 +75,8 @@ from .sources import (
     retry_topic,
 )
 
-__version__ = "0.1.0"
-
 __all__ = [
+    "AsyncListener",
     "AsyncLitePushConsumer",
     "OFFSETS_IMPL",
     "ROUTER_IMPL",

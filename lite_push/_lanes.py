@@ -48,8 +48,8 @@ class Lane:
         self.index = index
         #: Messages queued and not yet taken.
         self.depth = 0
-        #: Set by the pull thread when a put overfilled the lane; the task
-        #: clears it and wakes the pull thread once it took the backlog.
+        #: Set by a put that overfilled the lane; the task clears it and
+        #: wakes the pull thread once it took the backlog (under ``_lock``).
         self.blocked = False
         self._lock = threading.Lock()
         self._signal = threading.Lock()
@@ -71,9 +71,16 @@ class Lane:
         """Record when each put happened (for the lane-wait metric)."""
         self._stamps = []
 
-    def put(self, segments: list[Segment], count: int) -> int:
-        """Append segments holding ``count`` messages; return the new depth.
-        Never blocks beyond the lock.  Raises RuntimeError once closed."""
+    @property
+    def stamping(self) -> bool:
+        """Whether puts are time-stamped (metrics on)."""
+        return self._stamps is not None
+
+    def put(self, segments: list[Segment], count: int, capacity: int = 0) -> bool:
+        """Append segments holding ``count`` messages.  Never blocks beyond
+        the lock.  With ``capacity``: return whether the lane is now above
+        it, and if so mark it ``blocked`` (its task wakes the pull thread
+        once it took the backlog).  Raises RuntimeError once closed."""
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"lane {self.index} is closed")
@@ -81,12 +88,14 @@ class Lane:
             self.depth += count
             if self._stamps is not None:
                 self._stamps.append((clock(), count))
-            depth = self.depth
+            over = 0 < capacity < self.depth
+            if over:
+                self.blocked = True
             waiting = self._waiting
             self._waiting = False
         if waiting:
             self._notify()
-        return depth
+        return over
 
     def put_due(self, keys: list[object]) -> None:
         """Hand the task parked keys whose retry is due (pull thread)."""

@@ -1,10 +1,16 @@
 """ProcessQueue: the in-flight state of one assigned MessageQueue.
 
 The pull thread adds each polled batch; lane threads complete (or, for a
-revoked queue, skip) what they took.  ``lock`` guards the tracker and the
+revoked queue, skip) what they took.  ``_lock`` guards the tracker and the
 counters; it is taken once per batch or lane segment, never per message.
-``idle`` (a condition on that lock) wakes the pull thread waiting for a
+``_idle`` (a condition on that lock) wakes the pull thread waiting for a
 revoked queue to drain.
+
+The queue's other state is written through its methods only, each by one
+thread: the pull thread pauses and resumes it (``pause``/``mark_resumed``),
+records which lanes it overfilled (``block_lane``/``unblock_lanes``), drops it
+on revoke (``drop``) and records commits (``committed``/``commit_current``);
+any thread may read it through the read-only properties.
 """
 
 from __future__ import annotations
@@ -25,13 +31,13 @@ class ProcessQueue:
     __slots__ = (
         "queue",
         "keyless_lane",
-        "dropped",
-        "paused",
-        "lane_blocked",
-        "last_committed",
-        "last_map",
-        "last_commit_time",
         "finished",
+        "_dropped",
+        "_paused",
+        "_lane_blocked",
+        "_last_committed",
+        "_last_map",
+        "_last_commit_time",
         "_tracker",
         "_lock",
         "_idle",
@@ -57,19 +63,12 @@ class ProcessQueue:
         self.queue = queue
         #: Lane of messages with no key: one per queue keeps queue order.
         self.keyless_lane = keyless_lane
-        #: Set when the queue is revoked: lanes skip its remaining messages.
-        self.dropped = False
-        #: Whether the source has this queue paused (pull thread only).
-        self.paused = False
-        #: Lanes that were over capacity when this queue last fed them.
-        self.lane_blocked: set[int] = set()
-        #: The offset last committed for this queue by this consumer.
-        self.last_committed = next_offset
-        #: The offset map sent with that commit.
-        self.last_map = ""
-        #: When (``time.time()``) the committed offset was last known to be
-        #: current: a commit, or a commit skipped as unchanged; None before.
-        self.last_commit_time: float | None = None
+        self._dropped = False
+        self._paused = False
+        self._lane_blocked: frozenset[int] = frozenset()
+        self._last_committed = next_offset
+        self._last_map = ""
+        self._last_commit_time: float | None = None
         #: The offset map of the last commit (offsets above it already
         #: finished by an earlier owner): polled messages it names are not
         #: processed again.  Dropped once polling passed its end.
@@ -84,6 +83,75 @@ class ProcessQueue:
         self._count_low, self._bytes_low, self._span_low, self._map_low = resume_at
         self._wake = wake
         self._wake_sent = False
+
+    # -- state the pull thread writes, anyone reads -------------------------------
+
+    @property
+    def dropped(self) -> bool:
+        """Set when the queue is revoked: lanes skip its remaining messages."""
+        return self._dropped
+
+    def drop(self) -> None:
+        """The queue was revoked (pull thread): lanes skip what is left of it."""
+        self._dropped = True
+
+    @property
+    def paused(self) -> bool:
+        """Whether the source has this queue paused."""
+        return self._paused
+
+    def pause(self) -> None:
+        """The pull thread paused the queue at the source."""
+        self._paused = True
+
+    def mark_resumed(self) -> None:
+        """The pull thread resumed the queue (re-arms the wake-up)."""
+        self._paused = False
+        self._wake_sent = False
+
+    @property
+    def lane_blocked(self) -> frozenset[int]:
+        """Lanes that were over capacity when this queue last fed them."""
+        return self._lane_blocked
+
+    def block_lane(self, lane: int) -> None:
+        """A put of this queue's messages left lane ``lane`` over capacity."""
+        self._lane_blocked = self._lane_blocked | {lane}
+
+    def unblock_lanes(self, still_blocked: Callable[[int], bool]) -> bool:
+        """Forget the lanes no longer over their low-water mark; return
+        whether any is still blocked."""
+        if self._lane_blocked:
+            self._lane_blocked = frozenset(i for i in self._lane_blocked if still_blocked(i))
+        return bool(self._lane_blocked)
+
+    @property
+    def last_committed(self) -> int:
+        """The offset last committed for this queue by this consumer."""
+        return self._last_committed
+
+    @property
+    def last_map(self) -> str:
+        """The offset map sent with that commit."""
+        return self._last_map
+
+    @property
+    def last_commit_time(self) -> float | None:
+        """When (``time.time()``) the committed offset was last known to be
+        current: a commit, or a commit skipped as unchanged; None before."""
+        return self._last_commit_time
+
+    def committed(self, offset: int, offset_map: str, now: float) -> None:
+        """The source stored ``offset`` with ``offset_map`` at ``now``."""
+        self._last_committed = offset
+        self._last_map = offset_map
+        self._last_commit_time = now
+
+    def commit_current(self, now: float) -> None:
+        """A commit found nothing new: the committed offset is current."""
+        self._last_commit_time = now
+
+    # -- tracking --------------------------------------------------------------------
 
     def drop_finished(self, messages: list[MessageExt], next_offset: int) -> list[MessageExt]:
         """The polled ``messages`` minus those the offset map says an earlier
@@ -136,7 +204,7 @@ class ProcessQueue:
         self._bytes -= size
         if self._count == 0:
             self._idle.notify_all()
-        if self.paused and not self._wake_sent and self._below_low_water():
+        if self._paused and not self._wake_sent and self._below_low_water():
             self._wake_sent = True
             return True
         return False
@@ -161,11 +229,6 @@ class ProcessQueue:
                 return True
             self._wake_sent = False
             return False
-
-    def mark_resumed(self) -> None:
-        """The pull thread resumed the queue (re-arms the wake-up)."""
-        self.paused = False
-        self._wake_sent = False
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no message of this queue waits in a lane or runs in

@@ -377,7 +377,8 @@ def _serve_threads(consumer: LitePushConsumer, timeout: float, out: IO[str]) -> 
 
 
 def _serve_asyncio(consumer: LitePushConsumer, timeout: float, out: IO[str]) -> bool:
-    from ._async_consumer import AsyncLitePushConsumer, uvloop_available
+    from ._async_consumer import AsyncLitePushConsumer
+    from ._async_executor import uvloop_available
 
     assert isinstance(consumer, AsyncLitePushConsumer)
 
@@ -438,7 +439,8 @@ def _cmd_consume(args: argparse.Namespace) -> int:
         raise CliError(f"from: must be first or last, got {settings.get('from')!r}")
     listener = load_listener(spec)
 
-    from ._consumer import LitePushConsumer, is_async_callable
+    from ._consumer import LitePushConsumer
+    from ._consumer_core import is_async_callable
     from .sources import ConsumeFromWhere
 
     overrides: dict[str, Any] = {}
@@ -472,8 +474,7 @@ def _cmd_consume(args: argparse.Namespace) -> int:
                 f"listener {spec})",
                 flush=True,
             )
-            serve = _serve_asyncio if config.executor == "asyncio" else _serve_threads
-            drained = serve(consumer, args.shutdown_timeout, out)
+            drained = _serve_threads(consumer, args.shutdown_timeout, out)
             st = consumer.stats()
     finally:
         broker.close()

@@ -31,7 +31,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 from prometheus_client.core import (
@@ -43,15 +43,19 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from ._lanemetrics import LaneMetrics
+from ._offsets import OFFSETS_IMPL
+from ._router import ROUTER_IMPL
+from ._snapshots import ConsumerMetrics
+from ._version import __version__
 from .metric_names import METRICS
-
-if TYPE_CHECKING:
-    from ._consumer import LitePushConsumer
 
 __all__ = [
     "E2E_BUCKETS",
     "LISTENER_BUCKETS",
     "WAIT_BUCKETS",
+    "ConsumerCollector",
+    "MetricsSource",
+    "add_samples",
     "collector_for",
     "exporter_for",
     "histogram_samples",
@@ -90,19 +94,27 @@ def _family(name: str) -> Metric:
     return GaugeMetricFamily(name, doc, labels=labels)
 
 
+class MetricsSource(Protocol):
+    """What the collector reads: a consumer (``LitePushConsumer`` or
+    ``AsyncLitePushConsumer``)."""
+
+    def metrics_snapshot(self) -> ConsumerMetrics | None:
+        """This consumer's samples now (None: metrics off or stopped)."""
+
+
 class ConsumerCollector(Collector):
-    """Reads every registered consumer's counters and state at scrape time
-    (one per registry; consumers add and remove themselves)."""
+    """Reads every registered consumer's snapshot at scrape time (one per
+    registry; consumers add and remove themselves)."""
 
     def __init__(self) -> None:
-        self._consumers: weakref.WeakSet[LitePushConsumer] = weakref.WeakSet()
+        self._consumers: weakref.WeakSet[MetricsSource] = weakref.WeakSet()
         self._lock = threading.Lock()
 
-    def add(self, consumer: LitePushConsumer) -> None:
+    def add(self, consumer: MetricsSource) -> None:
         with self._lock:
             self._consumers.add(consumer)
 
-    def remove(self, consumer: LitePushConsumer) -> None:
+    def remove(self, consumer: MetricsSource) -> None:
         with self._lock:
             self._consumers.discard(consumer)
 
@@ -111,22 +123,65 @@ class ConsumerCollector(Collector):
             yield _family(name)
 
     def collect(self) -> Iterator[Metric]:
-        from . import OFFSETS_IMPL, ROUTER_IMPL, __version__
-
         fams: dict[str, Any] = {name: _family(name) for name in METRICS}
         fams["lite_push_build_info"].add_metric([__version__, ROUTER_IMPL, OFFSETS_IMPL], 1)
         with self._lock:
             consumers = list(self._consumers)
         for c in consumers:
             try:
-                c._collect_metrics(fams)
+                snap = c.metrics_snapshot()
             except Exception:  # a scrape must not fail because one consumer is closing
-                logger.debug(
-                    "collecting metrics of consumer %r failed",
-                    c.config.group,
-                    exc_info=True,
-                )
+                logger.debug("collecting metrics of a consumer failed", exc_info=True)
+                continue
+            if snap is not None:
+                add_samples(fams, snap)
         yield from fams.values()
+
+
+def add_samples(fams: dict[str, Any], snap: ConsumerMetrics) -> None:
+    """Add one consumer's samples to a scrape's metric families."""
+    g = snap.group
+    mode = snap.mode
+    for qm in snap.queues:
+        q = qm.queue
+        labels = [g, q.topic, str(q.queue_id)]
+        fams["lite_push_in_flight_messages"].add_metric(labels, qm.in_flight)
+        fams["lite_push_in_flight_bytes"].add_metric(labels, qm.in_flight_bytes)
+        fams["lite_push_queue_paused"].add_metric(labels, 1 if qm.paused else 0)
+        fams["lite_push_committed_offset"].add_metric(labels, qm.committed)
+        if qm.last_commit_time is not None:
+            fams["lite_push_last_commit_timestamp_seconds"].add_metric(labels, qm.last_commit_time)
+        if qm.end_offset is not None:
+            fams["lite_push_lag_messages"].add_metric(labels, max(0, qm.end_offset - qm.committed))
+    for q, (polled, filtered, pauses, resumes) in snap.queue_counts.items():
+        labels = [g, q.topic, str(q.queue_id)]
+        fams["lite_push_messages_polled_total"].add_metric(labels, polled)
+        fams["lite_push_messages_filtered_total"].add_metric(labels, filtered)
+        fams["lite_push_queue_pauses_total"].add_metric(labels, pauses)
+        fams["lite_push_queue_resumes_total"].add_metric(labels, resumes)
+    processed = fams["lite_push_messages_processed_total"]
+    processed.add_metric([g, mode, "success"], snap.consumed)
+    processed.add_metric([g, mode, "retry"], snap.retried)
+    processed.add_metric([g, mode, "dlq"], snap.dead_lettered)
+    fams["lite_push_messages_sent_back_total"].add_metric([g], snap.sent_back)
+    fams["lite_push_parked_messages"].add_metric([g], snap.parked)
+    for (name, bounds, labels), dists in zip(
+        (
+            ("lite_push_listener_duration_seconds", LISTENER_BUCKETS, [g, mode]),
+            ("lite_push_lane_wait_seconds", WAIT_BUCKETS, [g]),
+            ("lite_push_end_to_end_latency_seconds", E2E_BUCKETS, [g]),
+        ),
+        snap.distributions,
+        strict=True,
+    ):
+        buckets, total = histogram_samples(bounds, dists)
+        fams[name].add_metric(labels, buckets, total)
+    fams["lite_push_lanes_busy"].add_metric([g], snap.lanes_busy)
+    fams["lite_push_lanes"].add_metric([g], snap.lanes)
+    fams["lite_push_rebalances_total"].add_metric([g], snap.rebalances)
+    fams["lite_push_assigned_queues"].add_metric([g], len(snap.queues))
+    fams["lite_push_lock_renewals_total"].add_metric([g, "ok"], snap.lock_renewals_ok)
+    fams["lite_push_lock_renewals_total"].add_metric([g, "failed"], snap.lock_renewals_failed)
 
 
 def histogram_samples(

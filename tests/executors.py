@@ -1,14 +1,20 @@
-"""Run the same consumer tests on each executor: threads, asyncio on the
-default event loop, asyncio on uvloop.
+"""Run the same consumer tests on each executor and each consumer facade.
+
+* ``thread``: :class:`~lite_push.LitePushConsumer` with lane threads.
+* ``asyncio``: :class:`~lite_push.AsyncLitePushConsumer` on the application's
+  loop: a default asyncio event loop the test runs in a background thread;
+  the handle drives ``await start()`` / ``await shutdown()`` on it.
+* ``uvloop``: :class:`~lite_push.LitePushConsumer` with
+  ``executor="asyncio"``, started from plain code: it runs its own event
+  loop (uvloop, installed here) on a thread of its own.
 
 A test builds its consumer with :meth:`Executor.consumer` and uses the
-returned handle as it would a ``LitePushConsumer`` (``with``, ``start``,
-``shutdown``, ``stats``, ``subscribe``).  For the asyncio executors the handle
-drives an :class:`~lite_push.AsyncLitePushConsumer` on an event loop running
-in a background thread, and a plain test listener is wrapped into an ``async
-def`` that awaits it on a thread pool: a listener that blocks (on an event, a
-barrier, a sleep) then waits the way awaited I/O does, without freezing the
-loop, so the tests' blocking listeners keep their meaning.
+returned object as it would a ``LitePushConsumer`` (``with``, ``start``,
+``shutdown``, ``stats``, ``subscribe``).  For the async executors a plain
+test listener is wrapped into an ``async def`` that awaits it on a thread
+pool: a listener that blocks (on an event, a barrier, a sleep) then waits the
+way awaited I/O does, without freezing the loop, so the tests' blocking
+listeners keep their meaning.
 """
 
 from __future__ import annotations
@@ -21,23 +27,18 @@ from typing import Any
 
 import pytest
 
-from lite_push import ConsumerConfig, LitePushConsumer
-from lite_push._consumer import is_async_callable
+from lite_push import AsyncLitePushConsumer, ConsumerConfig, LitePushConsumer
+from lite_push._consumer_core import is_async_callable
 
 #: pytest ids of the executors.
 EXECUTORS = ["thread", "asyncio", "uvloop"]
 
 
 class LoopThread:
-    """An event loop running forever in a daemon thread."""
+    """The application's event loop, running forever in a daemon thread."""
 
     def __init__(self, kind: str) -> None:
-        if kind == "uvloop":
-            import uvloop
-
-            self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-        else:
-            self.loop = asyncio.new_event_loop()
+        self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name=f"test-loop-{kind}", daemon=True)
         self.thread.start()
 
@@ -79,15 +80,17 @@ class Executor:
 
     def __init__(self, name: str) -> None:
         self.name = name
+        #: The application's loop (``asyncio``); ``uvloop`` consumers run their own.
         self.loop: LoopThread | None = None
         self.pool: concurrent.futures.ThreadPoolExecutor | None = None
         if name != "thread":
-            self.loop = LoopThread(name)
             self.pool = concurrent.futures.ThreadPoolExecutor(64, thread_name_prefix="test-listener")
+        if name == "asyncio":
+            self.loop = LoopThread(name)
 
     @property
     def is_async(self) -> bool:
-        return self.loop is not None
+        return self.pool is not None
 
     def listener(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` as this executor's listener (async executors: awaited on
@@ -115,9 +118,9 @@ class Executor:
             import dataclasses
 
             config = dataclasses.replace(config, executor="asyncio")
-        consumer = LitePushConsumer(config, source=source, listener=self.listener(listener), **kw)
         if self.loop is None:
-            return consumer
+            return LitePushConsumer(config, source=source, listener=self.listener(listener), **kw)
+        consumer = AsyncLitePushConsumer(config, source=source, listener=self.listener(listener), **kw)
         return AsyncHandle(consumer, self.loop)
 
     def close(self) -> None:

@@ -43,12 +43,11 @@ def _run(kind: str, coro) -> object:  # type: ignore[no-untyped-def]
 def _consumer(broker: EmbeddedBroker, listener, **cfg) -> AsyncLitePushConsumer:  # type: ignore[no-untyped-def]
     cfg.setdefault("poll_timeout", 0.02)
     cfg.setdefault("commit_interval", 0.05)
-    c = LitePushConsumer(
+    c = AsyncLitePushConsumer(
         ConsumerConfig(group="g", executor="asyncio", **cfg),
         source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET),
         listener=listener,
     )
-    assert isinstance(c, AsyncLitePushConsumer)
     c.subscribe("T")
     return c
 
@@ -154,7 +153,7 @@ def test_a_listener_blocking_the_loop_is_logged_with_its_duration(kind: str, cap
             await asyncio.sleep(0.2)  # the watchdog sees the loop turn again
         return c
 
-    with caplog.at_level(logging.WARNING, logger="lite_push._consumer"):
+    with caplog.at_level(logging.WARNING, logger="lite_push"):
         c = _run(kind, main())
     blocked = [r.getMessage() for r in caplog.records if "blocked the event loop" in r.getMessage()]
     assert len(blocked) == 1, blocked
@@ -185,7 +184,7 @@ def test_a_block_outside_the_listeners_is_not_blamed_on_one(caplog: pytest.LogCa
             while c.stats().consumed < 20:
                 await asyncio.sleep(0.01)
 
-    with caplog.at_level(logging.DEBUG, logger="lite_push._consumer"):
+    with caplog.at_level(logging.DEBUG, logger="lite_push"):
         asyncio.run(main())
     assert not [r for r in caplog.records if "blocked the event loop" in r.getMessage()]
     assert [r for r in caplog.records if "did not turn" in r.getMessage() and r.levelno == logging.DEBUG]
@@ -217,13 +216,13 @@ def test_a_stall_of_the_whole_process_is_not_blamed_on_the_listener(caplog: pyte
 
     async def main() -> None:
         c = _consumer(broker, listener, lanes=4, loop_block_threshold=0.1)
-        c._watch_stop = StalledWatch()  # type: ignore[attr-defined]
+        c.watchdog.stop = StalledWatch()
         async with c:
             while c.stats().consumed < 20:
                 await asyncio.sleep(0.01)
             await asyncio.sleep(0.8)  # the watchdog is back and has looked
 
-    with caplog.at_level(logging.DEBUG, logger="lite_push._consumer"):
+    with caplog.at_level(logging.DEBUG, logger="lite_push"):
         asyncio.run(main())
     assert not [r for r in caplog.records if "blocked the event loop" in r.getMessage()]
     assert [r for r in caplog.records if "process stalled" in r.getMessage() and r.levelno == logging.DEBUG]
@@ -242,7 +241,7 @@ def test_a_listener_that_awaits_is_not_reported(caplog: pytest.LogCaptureFixture
             while c.stats().consumed < 5:
                 await asyncio.sleep(0.01)
 
-    with caplog.at_level(logging.WARNING, logger="lite_push._consumer"):
+    with caplog.at_level(logging.WARNING, logger="lite_push"):
         asyncio.run(main())
     assert not [r for r in caplog.records if "blocked the event loop" in r.getMessage()]
 
@@ -262,6 +261,46 @@ def test_run_stand_alone_until_an_awaitable_then_drains_and_commits() -> None:
     assert rec.count == 500 and rec.overlaps == []
     check = broker.pull_consumer("g")
     assert sum(check.committed(q).offset for q in broker.queues("T")) == 500  # type: ignore[union-attr]
+    check.close()
+
+
+def test_plain_code_runs_an_async_listener_on_a_loop_of_the_consumers_own() -> None:
+    # LitePushConsumer with executor="asyncio": start() is a plain call (not
+    # a coroutine) that starts an event loop on a thread of its own; the
+    # lanes run there with the same guarantees; shutdown() drains, commits
+    # and stops that loop.
+    broker = EmbeddedBroker()
+    broker.create_topic("T", queue_count=4)
+    total = 2000
+    broker.send_batch("T", [(b"x", f"k{i % 100}") for i in range(total)])
+    rec = AsyncRecorder(delay=0.0005)
+    loops: set[int] = set()
+
+    async def listener(msgs: list[MessageExt]) -> None:
+        loops.add(id(asyncio.get_running_loop()))
+        await rec(msgs)
+
+    c = LitePushConsumer(
+        ConsumerConfig(group="g", executor="asyncio", lanes=64, poll_timeout=0.02, commit_interval=0.05),
+        source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET),
+        listener=listener,
+    )
+    assert not isinstance(c, AsyncLitePushConsumer)
+    c.subscribe("T")
+    before = {t.name for t in threading.enumerate()}
+    assert c.start() is None  # type: ignore[func-returns-value]
+    loop_threads = [t for t in threading.enumerate() if t.name == "lite-push-loop-g"]
+    assert len(loop_threads) == 1 and "lite-push-loop-g" not in before
+    assert wait_until(lambda: c.stats().consumed == total)
+    assert c.shutdown() is True
+    assert not loop_threads[0].is_alive()  # the consumer's loop stopped with it
+    assert rec.count == total and rec.overlaps == [] and len(loops) == 1
+    for key, seq in rec.order.items():
+        for qid in {q for q, _ in seq}:
+            offs = [o for q, o in seq if q == qid]
+            assert offs == sorted(offs), key
+    check = broker.pull_consumer("g")
+    assert sum(check.committed(q).offset for q in broker.queues("T")) == total  # type: ignore[union-attr]
     check.close()
 
 

@@ -306,7 +306,7 @@ def test_a_broadcasting_concurrently_failure_is_retried_by_the_member_not_sent_b
             raise RuntimeError("try again")
 
     def scheduled(c) -> bool:  # type: ignore[no-untyped-def]
-        due = c._timer.next_due()  # the local retry is on the timer, due after now
+        due = c.stats().next_retry_due  # the local retry is on the timer, due after now
         return due is not None and due > clock.monotonic()
 
     with _runtime(broker, listener, tmp_path / "m.json", clock, lanes=4, mode=ConsumeMode.CONCURRENTLY) as c:

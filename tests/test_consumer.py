@@ -219,7 +219,7 @@ def test_retry_waits_suspend_ms_on_the_injected_clock():
     consumer.subscribe("T")
 
     def scheduled():
-        due = consumer._timer.next_due()
+        due = consumer.stats().next_retry_due
         return due is not None and due > clock.monotonic()
 
     with consumer:

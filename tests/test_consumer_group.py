@@ -218,7 +218,7 @@ def _lanes_used(lanes: int, warn: bool, caplog) -> set[int]:  # type: ignore[no-
 
     other = broker.pull_consumer("g", client_id="c0")  # owns q0-q3 (Averagely), consumes nothing
     other.subscribe("T")
-    with caplog.at_level(logging.WARNING, logger="lite_push._consumer"):
+    with caplog.at_level(logging.WARNING, logger="lite_push"):
         with _consumer(broker, listener, "c1", lanes=lanes) as c:  # owns q4-q7
             mine = sum(broker.max_offset(q) for q in broker.queues("T")[4:])
             assert wait_until(lambda: c.stats().consumed == mine, timeout=30)

@@ -94,7 +94,7 @@ def _consumer(broker, listener, clock=None, topic="T", **cfg):
 def _retry_scheduled(consumer, clock) -> bool:
     """A parked key's retry is on the timer, due after the clock's now (so
     advancing the clock now will fire it)."""
-    due = consumer._timer.next_due()
+    due = consumer.stats().next_retry_due
     return due is not None and due > clock.monotonic()
 
 

@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lite_push import (
     ROUTER_IMPL,
+    AsyncLitePushConsumer,
     ConfigError,
     ConsumeFromWhere,
     ConsumeMode,
@@ -63,9 +64,11 @@ def broker() -> Iterator[EmbeddedBroker]:
 
 
 def _consumer(broker: EmbeddedBroker, listener, group: str = "g", registry=None, **cfg) -> LitePushConsumer:  # type: ignore[no-untyped-def]
+    """A consumer; with ``executor="asyncio"`` the one for a running loop."""
     cfg.setdefault("poll_timeout", 0.02)
     cfg.setdefault("commit_interval", 0.05)
-    c = LitePushConsumer(
+    cls = AsyncLitePushConsumer if cfg.get("executor") == "asyncio" else LitePushConsumer
+    c = cls(
         ConsumerConfig(group=group, **cfg),
         source=broker.pull_consumer(group, consume_from=ConsumeFromWhere.FIRST_OFFSET),
         listener=listener,
@@ -244,8 +247,8 @@ def test_without_metrics_nothing_is_recorded(broker: EmbeddedBroker) -> None:
     c.subscribe("T")
     with c:
         assert wait_until(lambda: c.stats().consumed == 30)
-        assert c._lane_metrics is None and c.metrics_url is None
-        assert all(lane._stamps is None for lane in c._lanes)
+        assert c.metrics_snapshot() is None and c.metrics_url is None
+        assert not any(lane.stamping for lane in c._rt.lanes)
 
 
 def test_asyncio_executor_exports_the_same_metrics(broker: EmbeddedBroker) -> None:

@@ -1,0 +1,230 @@
+"""Assignment: the queues this member owns, gained and given up.
+
+The source calls the rebalance listener from inside ``poll``, so all of this
+runs on the pull thread.
+
+* **Assigned**: a ProcessQueue per queue, starting at the source's position,
+  with the offset map committed there (offsets an earlier owner finished
+  above the committed one are skipped, not run again).  QUEUE_ORDERLY takes
+  the broker lock of each (lock 1 of RocketMQ's three) before consuming it.
+* **Revoked**: stop routing the queue, let its in-flight work finish
+  (bounded by ``revoke_timeout``), commit, and only then return, so the
+  source releases the queue (and, in QUEUE_ORDERLY, its lock) to the next
+  owner with the commit in place.  Parked messages and unsent failures of
+  the queue are left unfinished for the next owner.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Collection
+
+from ._committer import Committer
+from ._failure_sender import FailureSender
+from ._flow_control import low_water
+from ._lane_worker import PURGE
+from ._offset_map import FinishedOffsets, OffsetMapError, decode
+from ._process_queue import ProcessQueue
+from ._queue_orderly import QueueOrderlyService
+from ._router import lane_of
+from ._runtime import Episode, Runtime
+from ._types import MessageQueue
+from .sources._base import RebalanceListener
+
+__all__ = ["Assignment"]
+
+logger = logging.getLogger(__name__)
+
+
+def coprime_near(lanes: int, queues: int) -> int:
+    """The lane count nearest ``lanes`` (above first) coprime with ``queues``."""
+    for d in range(lanes):
+        for n in (lanes + d, lanes - d):
+            if n >= 1 and math.gcd(n, queues) == 1:
+                return n
+    return 1
+
+
+class Assignment(RebalanceListener):
+    """The rebalance listener of one consumer (pull thread)."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        committer: Committer,
+        sender: FailureSender,
+        route_pending: Callable[[], None],
+        orderly: QueueOrderlyService | None,
+    ) -> None:
+        self._rt = runtime
+        self._committer = committer
+        self._sender = sender
+        #: Hands the batches gathered but not yet routed to the lanes.
+        self._route_pending = route_pending
+        self._orderly = orderly
+        self._lock_episode = Episode("lock")
+
+    # -- the source's callbacks ------------------------------------------------------
+
+    def on_assigned(self, queues: Collection[MessageQueue]) -> None:
+        queues = list(queues)
+        rt = self._rt
+        cfg = rt.config
+        n = len(rt.lanes)
+        low = low_water(cfg)
+        new = []
+        if queues:
+            rt.counters.rebalances += 1
+        for q in queues:
+            position = rt.source.position(q)
+            pq = rt.pqs[q] = ProcessQueue(
+                q, position, lane_of(str(q), n), low, rt.source.wakeup, self._finished_map(q, position)
+            )
+            new.append(pq)
+        if self._orderly is not None:
+            for pq in new:
+                self._orderly.add_queue(pq)
+            self.lock(new)  # lock 1: consumed only while held
+        logger.info("consumer %r assigned %s", cfg.group, [str(q) for q in queues])
+        if rt.keyed and cfg.key_extractor is None:
+            self._check_lane_reach({q.topic for q in queues})
+
+    def on_revoked(self, queues: Collection[MessageQueue]) -> None:
+        # Stop routing the queues, let their in-flight work finish (bounded),
+        # commit, and only then return: the source releases them after this.
+        # Batches gathered but not yet routed go to the lanes first (this runs
+        # inside a poll of the pull loop's gathering), so waiting for the
+        # queues to drain ends.
+        queues = list(queues)
+        rt = self._rt
+        cfg = rt.config
+        self._route_pending()
+        pqs = [rt.pqs[q] for q in queues if q in rt.pqs]
+        if pqs:
+            rt.counters.rebalances += 1
+        for pq in pqs:
+            pq.drop()
+        if pqs and any(rt.counters.parked):
+            for lane in rt.lanes:  # parked messages of these queues are left to the next owner
+                lane.put_due([PURGE])
+            rt.flush()
+        if pqs and self._sender.pending:
+            self._sender.send(rt.clock.monotonic())
+        deadline = time.monotonic() + cfg.revoke_timeout
+        for pq in pqs:
+            if not pq.wait_idle(max(0.0, deadline - time.monotonic())):
+                logger.warning(
+                    "consumer %r: %s revoked with work still running after %.1fs; committing below it and releasing",
+                    cfg.group, pq.queue, cfg.revoke_timeout,
+                )  # fmt: skip
+        self._committer.commit(pqs)
+        for pq in pqs:
+            del rt.pqs[pq.queue]
+        if self._orderly is not None:
+            for pq in pqs:
+                self._orderly.remove_queue(pq)
+            # Only now, drained and committed, may the next owner lock it.
+            try:
+                rt.source.unlock([pq.queue for pq in pqs])
+            except Exception:  # the lease then runs out on its own
+                logger.warning(
+                    "consumer %r: unlocking %d revoked queue(s) failed; their locks expire with the lease",
+                    cfg.group, len(pqs), exc_info=True,
+                )  # fmt: skip
+        logger.info("consumer %r revoked %s", cfg.group, [str(q) for q in queues])
+
+    # -- QUEUE_ORDERLY's broker locks ------------------------------------------------
+
+    def lock(self, pqs: list[ProcessQueue]) -> None:
+        """Take or renew the broker lock of these queues (QUEUE_ORDERLY)."""
+        orderly = self._orderly
+        if orderly is None or not pqs:
+            return
+        rt = self._rt
+        group = rt.config.group
+        lease = rt.config.lock_lease
+        try:
+            held = rt.source.lock([pq.queue for pq in pqs], lease)
+        except Exception:
+            # consumption stops when the leases run out (set_locked below)
+            self._lock_episode.failed(group, f" ({len(pqs)} queue(s))")
+            rt.counters.lock_failed += 1
+            return
+        self._lock_episode.ok(group)
+        rt.counters.lock_ok += 1
+        until = rt.clock.monotonic() + lease
+        for pq in pqs:
+            orderly.set_locked(pq, until if pq.queue in held else 0.0)
+        missed = [str(pq.queue) for pq in pqs if pq.queue not in held]
+        if missed:
+            logger.info("consumer %r: queues locked by another member, retrying: %s", group, missed)
+
+    def renew_locks(self) -> None:
+        """Renew every lease (RocketMQ's lockAll)."""
+        self.lock(list(self._rt.pqs.values()))
+
+    def retry_locks(self) -> None:
+        """Try again the queues not locked yet."""
+        if self._orderly is not None:
+            self.lock(self._orderly.unlocked())
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _check_lane_reach(self, topics: set[str]) -> None:
+        """Warn when the owned queues' keys cannot reach every lane.  A
+        producer's hash selector puts key k in queue ``h(k) mod Q`` and the
+        lane is ``h(k) mod L`` with the same Java hash, so queue q's keys
+        only reach the lanes ``l = q (mod gcd(L, Q))``: L/g lanes per queue.
+        A member owning a few of the queues then leaves lanes idle unless L
+        is coprime with Q."""
+        rt = self._rt
+        lanes = len(rt.lanes)
+        for topic in sorted(topics):
+            try:
+                total = rt.source.queue_count(topic)
+            except Exception:  # only a hint
+                continue
+            if not total:
+                continue
+            g = math.gcd(lanes, total)
+            owned = {q.queue_id % g for q in rt.pqs if q.topic == topic}
+            reach = len(owned) * (lanes // g)
+            if reach < lanes:
+                logger.warning(
+                    "consumer %r: the keys of its %d queue(s) of %r (of %d) can reach only %d of its %d lanes: "
+                    "the producers' hash selector and the lane hash are the same Java hash and %d lanes share "
+                    "the factor %d with %d queues; a lane count coprime with %d (e.g. %d) uses every lane",
+                    rt.config.group, sum(1 for q in rt.pqs if q.topic == topic), topic, total, reach, lanes,
+                    lanes, g, total, total, coprime_near(lanes, total),
+                )  # fmt: skip
+
+    def _finished_map(self, q: MessageQueue, position: int) -> FinishedOffsets | None:
+        """The offset map committed with ``q``'s offset, when polling starts
+        exactly there; a map that cannot be read is ignored (logged): every
+        message above the offset is then processed again, never lost."""
+        rt = self._rt
+        group = rt.config.group
+        try:
+            committed = rt.source.committed(q)
+        except Exception:
+            logger.exception("consumer %r: reading the committed offset of %s failed", group, q)
+            return None
+        if committed is None or not committed.metadata or committed.offset != position:
+            return None
+        try:
+            finished = decode(committed.metadata, committed.offset)
+        except OffsetMapError as exc:
+            logger.warning(
+                "consumer %r: ignoring the offset map committed for %s (%s); messages above offset %d "
+                "will be processed again",
+                group, q, exc, committed.offset,
+            )  # fmt: skip
+            return None
+        if finished is not None:
+            logger.info(
+                "consumer %r: %s resumes at %d; %d finished offsets below %d will be skipped (offset map)",
+                group, q, position, finished.finished_count(), finished.end,
+            )  # fmt: skip
+        return finished

@@ -1,0 +1,220 @@
+"""The asyncio executor: lanes as coroutines on one event loop.
+
+What differs from the thread executor is only how a lane waits and how the
+listener is called:
+
+* The pull thread is the same thread as with threads, off the loop.  A
+  dispatch puts segments into the lanes it routed to, and the lanes that were
+  waiting are woken with **one** ``call_soon_threadsafe`` per dispatch
+  (:class:`~lite_push._lanes.LoopWaker`, flushed by the pull thread), not
+  one per lane or message.
+* One coroutine per lane takes everything queued in its lane and runs it
+  through its :class:`~lite_push._lane_worker.LaneWorker`, awaiting the
+  listener: the same routing, parking, hand-off and completion as a lane
+  thread.  The hot path (one call per message) is inlined in the lane
+  coroutine rather than awaited as a coroutine per segment: with a thousand
+  lanes most segments hold one or two messages, and a coroutine per segment
+  was a measurable share of the per-message cost.
+* A :class:`~lite_push._watchdog.LoopWatchdog` logs a listener that blocks
+  the loop.
+
+The loop is the application's (``AsyncLitePushConsumer``) or one of the
+consumer's own on a thread of its own (:class:`LoopThread`, for
+``LitePushConsumer`` with an ``async def`` listener).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from ._lanemetrics import clock
+from ._lane_worker import LaneWorker, Steps
+from ._lanes import AsyncLane, Lane, LoopWaker
+from ._runtime import ABORT_GRACE
+from ._types import ConsumeResult, MessageExt
+from ._watchdog import LoopWatchdog
+
+__all__ = ["AsyncExecutor", "AsyncListener", "LoopThread", "new_event_loop", "uvloop_available"]
+
+#: An ``async def`` listener: the messages of one call -> None, a ConsumeResult, or raises.
+AsyncListener = Callable[[list[MessageExt]], Awaitable[object]]
+
+
+_SUCCESS = ConsumeResult.SUCCESS
+
+
+def uvloop_available() -> bool:
+    """Whether uvloop is installed (``pip install 'lite-push[uvloop]'``)."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def new_event_loop(use_uvloop: bool = True) -> asyncio.AbstractEventLoop:
+    """A new event loop: uvloop's when installed and ``use_uvloop``."""
+    if use_uvloop and uvloop_available():
+        import uvloop
+
+        loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        return loop
+    return asyncio.new_event_loop()
+
+
+async def _adrive(steps: Steps, listener: AsyncListener, worker: LaneWorker) -> None:
+    """Await the listener for each list of messages ``steps`` yields and
+    send it the outcome."""
+    lm = worker.metrics
+    try:
+        chunk = next(steps)
+        while True:
+            t0 = clock()
+            try:
+                outcome: tuple[BaseException | None, object] = (None, await listener(chunk))
+            except Exception as e:
+                outcome = (e, None)
+            if lm is not None:
+                lm.call(t0, len(chunk))
+            chunk = steps.send(outcome)
+    except StopIteration:
+        pass
+
+
+async def run_async_lane(lane: AsyncLane, worker: LaneWorker, listener: AsyncListener) -> None:
+    """A lane coroutine's body: ``_thread_executor.run_lane``, awaiting."""
+    lm = worker.metrics
+    success = _SUCCESS
+    try:
+        while True:
+            worker.idle()
+            taken = await lane.take()
+            if taken is None:
+                return
+            segments, due = worker.took(taken, lane.taken)
+            if due:
+                await _adrive(worker.due_steps(due), listener, worker)
+            for pq, msgs in segments:
+                steps = worker.segment_steps(pq, msgs)
+                if steps is not None:
+                    await _adrive(steps, listener, worker)
+                    continue
+                # The hot path: one listener call per message, inline.
+                t0 = clock() if lm is not None else 0.0
+                j = 0
+                exc: BaseException | None = None
+                result: object = None
+                try:
+                    for msg in msgs:
+                        result = await listener([msg])
+                        if result is not None and result is not success:
+                            break
+                        j += 1
+                    else:
+                        worker.completed(pq, msgs, t0)
+                        continue
+                except Exception as e:
+                    exc = e
+                await _adrive(worker.failed_at(pq, msgs, j, exc, result), listener, worker)
+    except Exception:
+        worker.crashed()
+    finally:
+        worker.stop()
+
+
+#: The lane code the watchdog recognises on the loop thread's stack.
+_LANE_FUNCTIONS = frozenset({run_async_lane.__name__, _adrive.__name__})
+
+
+class AsyncExecutor:
+    """Lanes drained by coroutines on one event loop."""
+
+    def __init__(self, group: str, listener: AsyncListener, block_threshold: float) -> None:
+        self._group = group
+        self._listener = listener
+        self._waker = LoopWaker()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._done = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.watchdog = LoopWatchdog(group, block_threshold, __file__, _LANE_FUNCTIONS)
+
+    def make_lanes(self, n: int, wake: Callable[[], None]) -> list[Lane]:
+        """The lanes this executor drains."""
+        return [AsyncLane(i, wake, self._waker) for i in range(n)]
+
+    def flush(self) -> None:
+        """After a dispatch (pull thread): wake the lanes it filled, with one
+        call into the loop."""
+        self._waker.flush()
+
+    def start(self, lanes: list[tuple[Lane, LaneWorker]]) -> None:
+        """Start the lane coroutines and the watchdog on the running loop
+        (call on the loop's thread)."""
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._waker.loop = loop
+        self._tasks = [
+            loop.create_task(
+                run_async_lane(lane, worker, self._listener),  # type: ignore[arg-type]
+                name=f"lite-push-lane-{self._group}-{lane.index}",
+            )
+            for lane, worker in lanes
+        ]
+        done = asyncio.gather(*self._tasks, return_exceptions=True)
+        done.add_done_callback(lambda _f: self._done.set())
+        self.watchdog.start(loop)
+
+    def join(self, deadline: float, final: bool = False) -> bool:
+        """(pull thread) Wait until ``deadline`` (``time.monotonic``) for
+        the lane coroutines to exit.  ``final``: past the grace, cancel the
+        listener calls still running; their messages stay unfinished
+        (uncommitted) and are delivered again."""
+        done = self._done.wait(max(0.0, deadline - time.monotonic()))
+        loop = self._loop
+        if not done and final and loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(self._cancel)
+            except RuntimeError:
+                pass
+            self._done.wait(ABORT_GRACE)
+        return done
+
+    def _cancel(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+
+    def close(self) -> None:
+        """The consumer stopped: stop the watchdog."""
+        self.watchdog.close()
+
+
+class LoopThread:
+    """An event loop of the consumer's own, running on a thread of its own
+    (uvloop when installed): lets a synchronous application use an
+    ``async def`` listener."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def call(self, coro: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
+        """Run ``coro`` on the loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Let the loop finish what is scheduled now, stop it, close it."""
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout)
+        if not self._thread.is_alive():
+            self.loop.close()

@@ -1,0 +1,59 @@
+"""The committer: each owned queue's commit point, stored in the source.
+
+A queue's commit point is its lowest unfinished offset (so a commit never
+passes a message still in a lane, in the listener or being retried) with
+its offset map: the finished offsets above it, so the next owner skips them
+(``_offset_map``).  The pull thread commits every ``commit_interval``, for
+the queues being revoked before it releases them, and at shutdown.  A
+failed commit is logged once per episode; the same offsets (or higher) are
+committed again next time.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ._process_queue import ProcessQueue
+from ._runtime import Episode, Runtime
+from ._types import MessageQueue, OffsetAndMetadata
+
+__all__ = ["Committer"]
+
+
+class Committer:
+    """Commits for the pull thread (the only thread that calls it)."""
+
+    __slots__ = ("_episode", "_rt")
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._rt = runtime
+        self._episode = Episode("commit")
+
+    def commit(self, pqs: list[ProcessQueue]) -> None:
+        """Commit each queue's lowest unfinished offset with its offset map
+        (skipped when neither changed since the last commit)."""
+        offsets: dict[MessageQueue, OffsetAndMetadata] = {}
+        now = time.time()
+        for pq in pqs:
+            offset, offset_map = pq.commit_point()
+            if offset != pq.last_committed or offset_map != pq.last_map:
+                offsets[pq.queue] = OffsetAndMetadata(offset, offset_map)
+            else:  # the committed offset is current: as good as a commit now
+                pq.commit_current(now)
+        if not offsets:
+            return
+        group = self._rt.config.group
+        try:
+            self._rt.source.commit(offsets)
+        except Exception:
+            self._episode.failed(group, f" ({len(offsets)} queue(s))")
+            return
+        self._episode.ok(group)
+        for pq in pqs:
+            c = offsets.get(pq.queue)
+            if c is not None:
+                pq.committed(c.offset, c.metadata, now)
+
+    def commit_all(self) -> None:
+        """Commit every owned queue."""
+        self.commit(list(self._rt.pqs.values()))

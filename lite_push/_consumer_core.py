@@ -1,0 +1,278 @@
+"""What both consumer facades share: wiring, the pull thread, shutdown.
+
+:class:`ConsumerCore` builds one consumer's parts around a
+:class:`~lite_push._runtime.Runtime` and wires them together:
+
+    source.poll ─► PullLoop (track, route) ─► Lane ─► LaneWorker ─► listener
+                        │                                   │
+      Assignment ◄──────┘ (rebalance, inside poll)          └─► ProcessQueue.complete
+      FlowControl, FailureSender, Committer (pull thread)        (commit point moves)
+
+The facades add only how they are started and stopped:
+``LitePushConsumer`` from plain code (threads, or an event loop on a thread of
+its own for an ``async def`` listener), ``AsyncLitePushConsumer`` from inside a
+running event loop.
+
+Threads: the **pull thread** (``_pull_loop``) is the only one that touches the
+source; one task per lane (a thread, or a coroutine) drains its lane;
+``stats()`` and the metrics collector only read.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from ._assignment import Assignment
+from ._async_executor import AsyncExecutor
+from ._clock import SYSTEM_CLOCK, Clock
+from ._committer import Committer
+from ._config import ConsumeMode, ConsumerConfig
+from ._errors import ConfigError, LitePushError
+from ._failure_sender import FailureSender
+from ._lane_worker import LaneWorker
+from ._lanemetrics import LaneMetrics
+from ._offsets import OFFSETS_IMPL
+from ._pull_loop import PullLoop
+from ._queue_orderly import QueueOrderlyService
+from ._router import ROUTER_IMPL
+from ._runtime import ABORT_GRACE, Runtime, safe_key_of
+from ._snapshots import ConsumerMetrics, ConsumerStats, metrics_of, stats_of
+from ._thread_executor import ThreadExecutor
+from .metrics import collector_for, exporter_for, new_lane_metrics, release_exporter
+from .sources._base import MessageModel, PullSource, retry_topic
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+__all__ = ["ConsumerCore", "is_async_callable"]
+
+logger = logging.getLogger(__name__)
+
+
+def is_async_callable(fn: object) -> bool:
+    """Whether calling ``fn`` returns a coroutine: an ``async def``
+    function, a partial of one, or an object with an ``async def
+    __call__``."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+
+
+def _check_listener(config: ConsumerConfig, listener: object) -> None:
+    if not callable(listener):
+        raise ConfigError("listener", f"must be callable, got {listener!r}")
+    if config.executor == "asyncio" and not is_async_callable(listener):
+        raise ConfigError(
+            "listener",
+            "is a plain function; executor='asyncio' needs an `async def` listener "
+            "(or use executor='thread' for a plain one)",
+        )
+    if config.executor == "thread" and is_async_callable(listener):
+        raise ConfigError(
+            "listener",
+            "is an async function; the thread executor needs a plain function "
+            "(or use ConsumerConfig(executor='asyncio') for an `async def` listener)",
+        )
+
+
+class ConsumerCore:
+    """The parts of one consumer and their life cycle (see the module
+    docstring); the public facades derive from it."""
+
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        source: PullSource,
+        listener: Any,
+        *,
+        clock: Clock | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        if not isinstance(config, ConsumerConfig):
+            raise ConfigError("config", f"must be a ConsumerConfig, got {type(config).__name__}")
+        if not isinstance(source, PullSource):
+            raise ConfigError("source", f"must be a PullSource, got {type(source).__name__}")
+        _check_listener(config, listener)
+        self.config = config
+        self._source = source
+        self._executor: ThreadExecutor | AsyncExecutor = (
+            AsyncExecutor(config.group, listener, config.loop_block_threshold)
+            if config.executor == "asyncio"
+            else ThreadExecutor(config.group, listener)
+        )
+        lanes = self._executor.make_lanes(config.lanes, source.wakeup)
+        self._registry = registry
+        lane_metrics: list[LaneMetrics] | None = None
+        if config.metrics_port is not None or registry is not None:
+            lane_metrics = [new_lane_metrics() for _ in lanes]
+            for lane in lanes:
+                lane.stamp()
+        key_of = None if config.key_extractor is None else safe_key_of(config.key_extractor)
+        rt = self._rt = Runtime(
+            config, source, clock or SYSTEM_CLOCK, lanes, self._executor.flush, key_of, lane_metrics
+        )
+        # QUEUE_ORDERLY (the baseline) replaces the lanes with RocketMQ's
+        # consume pool; see _queue_orderly.
+        self._orderly: QueueOrderlyService | None = None
+        if config.mode is ConsumeMode.QUEUE_ORDERLY:
+            self._orderly = QueueOrderlyService(config, listener, rt.abort, rt.clock.monotonic, rt.hand_off)
+        #: Each lane with its worker (none: the baseline runs its own pool).
+        self._lane_workers = [] if self._orderly is not None else [(lane, LaneWorker(rt, lane.index)) for lane in lanes]
+        self._committer = Committer(rt)
+        self._sender = FailureSender(rt)
+        self._stopping = threading.Event()  # stop polling
+        self._stopped = threading.Event()  # the pull thread finished shutdown
+        self._deadline = 0.0
+        self._pull = PullLoop(rt, self._committer, self._sender, self._orderly, self._stopping)
+        self._pull.assignment = Assignment(rt, self._committer, self._sender, self._pull.route_pending, self._orderly)
+        source.set_rebalance_listener(self._pull.assignment)
+        self._pull_thread: threading.Thread | None = None
+        self._started = False
+        self._subscriptions: list[tuple[str, str]] = []
+        self._exporter: tuple[str, int] | None = None
+        #: ``http://addr:port/metrics`` once started with ``metrics_port``.
+        self.metrics_url: str | None = None
+
+    # -- public API shared by both facades --------------------------------------------
+
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        """Consume ``topic``, filtered by tag ``expression`` (``"*"`` or
+        ``"TagA || TagB"``).  Only before ``start()``.  In CONCURRENTLY
+        mode the group's retry topic ``%RETRY%<group>`` is subscribed too
+        (once), as RocketMQ does."""
+        if self._started:
+            raise LitePushError("subscribe() must be called before start()")
+        self._source.subscribe(topic, expression)
+        self._subscriptions.append((topic, expression))
+        retry = retry_topic(self.config.group)
+        if (
+            self.config.mode is ConsumeMode.CONCURRENTLY
+            and self._source.message_model is not MessageModel.BROADCASTING  # it retries its failures itself
+            and topic != retry
+            and all(t != retry for t, _ in self._subscriptions)
+        ):
+            self._source.subscribe(retry, "*")
+            self._subscriptions.append((retry, "*"))
+
+    def stats(self) -> ConsumerStats:
+        """A snapshot of counters and per-queue state (any thread)."""
+        thread = self._pull_thread
+        return stats_of(self._rt, self._baseline_counts(), thread is not None and thread.is_alive())
+
+    def metrics_snapshot(self) -> ConsumerMetrics | None:
+        """This consumer's metric samples now (the collector of
+        :mod:`lite_push.metrics` calls it at scrape time); None when metrics
+        are off."""
+        if self._rt.lane_metrics is None:
+            return None
+        return metrics_of(self._rt, self._baseline_counts())
+
+    # -- life cycle (the facades call these) ------------------------------------------
+
+    def _begin_start(self) -> None:
+        """Check that the consumer may start; start its metrics (a bad
+        ``metrics_port`` raises and leaves it unstarted)."""
+        if self._started:
+            raise LitePushError("consumer already started")
+        if not self._subscriptions:
+            raise LitePushError("subscribe() to at least one topic before start()")
+        self._start_metrics()
+        self._started = True
+
+    def _start_pull(self) -> None:
+        group = self.config.group
+        self._pull_thread = threading.Thread(
+            target=self._pull.run, args=(self._finish,), name=f"lite-push-pull-{group}", daemon=True
+        )
+        self._pull_thread.start()
+        logger.info(
+            "lite_push consumer %r started: mode=%s executor=%s lanes=%d router=%s offsets=%s",
+            group, self.config.mode.name, self.config.executor, self.config.lanes, ROUTER_IMPL, OFFSETS_IMPL,
+        )  # fmt: skip
+
+    def _stop(self, timeout: float) -> bool:
+        """Stop polling, let the lanes finish what they hold (at most
+        ``timeout`` seconds), commit, close the source; return whether
+        everything queued was processed in time.  Idempotent."""
+        if not self._started:
+            self._source.close()
+            return True
+        if not self._stopping.is_set():
+            self._deadline = time.monotonic() + max(0.0, timeout)
+            self._stopping.set()
+            self._source.wakeup()
+        assert self._pull_thread is not None
+        self._pull_thread.join(max(0.0, timeout) + ABORT_GRACE + 5.0)
+        return self._stopped.is_set() and not self._rt.abort.is_set()
+
+    def _finish(self, crashed: bool) -> None:
+        # The pull thread, leaving its loop.  Shutdown order: (1) polling has
+        # stopped, so no new work arrives; (2) close the lanes, whose tasks
+        # exit once they have processed what is queued; (3) at the deadline,
+        # abort: lanes skip what is left, running listener calls get a short
+        # grace; (4) store the failures the lanes handed off, then commit the
+        # lowest unfinished offsets; (5) close the source, which releases the
+        # queues to the other members only after that commit.
+        rt = self._rt
+        if crashed and not self._deadline:
+            self._deadline = time.monotonic() + 10.0
+        try:
+            if self._orderly is not None:
+                self._orderly.close(self._deadline)
+            for lane in rt.lanes:
+                lane.close()
+            rt.flush()
+            if not self._executor.join(self._deadline):
+                rt.abort.set()
+                left = 0
+                for lane in rt.lanes:
+                    for pq, msgs in lane.drain():
+                        left += len(msgs)
+                        pq.skip(msgs)
+                self._executor.join(time.monotonic() + ABORT_GRACE, final=True)
+                logger.warning(
+                    "consumer %r: shutdown deadline passed with %d queued messages unprocessed; "
+                    "they stay uncommitted and will be delivered again",
+                    self.config.group, left,
+                )  # fmt: skip
+            if self._sender.pending:
+                self._sender.send(rt.clock.monotonic(), final=True)
+            self._committer.commit_all()
+        finally:
+            try:
+                self._source.close()
+            finally:
+                self._stop_metrics()
+                self._stopped.set()
+                logger.info("lite_push consumer %r stopped", self.config.group)
+
+    def _baseline_counts(self) -> tuple[int, int]:
+        return self._orderly.counts() if self._orderly is not None else (0, 0)
+
+    # -- metrics -----------------------------------------------------------------------
+
+    def _start_metrics(self) -> None:
+        """Register with the registry's collector; start or share the
+        exporter when ``metrics_port`` is set."""
+        if self._rt.lane_metrics is None:
+            return
+        collector_for(self._registry).add(self)
+        port = self.config.metrics_port
+        if port is not None:
+            addr = self.config.metrics_addr
+            try:
+                self._exporter, bound = exporter_for(addr, port, self._registry)
+            except (OSError, ValueError) as e:
+                collector_for(self._registry).remove(self)
+                raise ConfigError("metrics_port", f"cannot serve metrics on {addr}:{port}: {e}") from e
+            self.metrics_url = f"http://{addr}:{bound}/metrics"
+
+    def _stop_metrics(self) -> None:
+        if self._rt.lane_metrics is None:
+            return
+        collector_for(self._registry).remove(self)
+        if self._exporter is not None:
+            release_exporter(self._exporter)
+            self._exporter = None

@@ -1,0 +1,144 @@
+"""The failure sender: stores what the lanes handed off, then completes it.
+
+Lanes never talk to the source.  A message that is to go to the dead-letter
+queue, or back to the retry topic (CONCURRENTLY), is put in the runtime's
+outbox (``Runtime.hand_off``); the pull thread takes everything at once and
+stores it here with one source call per kind.  Only once the source stored a
+message is its offset completed, so a commit never passes a message that is
+neither processed nor stored elsewhere:
+
+* a dead letter the source refuses is tried again every
+  ``SEND_RETRY_INTERVAL`` (its offset stays unfinished meanwhile);
+* a send-back that fails is retried here, on the consumer's timer, as a
+  local retry after ``suspend_ms``;
+* a BROADCASTING member has no retry topic: it waits the delay level's time
+  on the timer and runs the message again itself;
+* the messages of a revoked queue are skipped: left unfinished and
+  uncommitted, so the next owner runs them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from ._errors import LitePushError
+from ._failures import SendItem
+from ._process_queue import ProcessQueue
+from ._runtime import Runtime, per_queue
+from ._types import MessageExt
+
+__all__ = ["SEND_RETRY_INTERVAL", "FailureSender"]
+
+logger = logging.getLogger(__name__)
+
+#: Seconds before the pull thread tries again to store dead letters the
+#: source refused.
+SEND_RETRY_INTERVAL = 1.0
+
+
+class FailureSender:
+    """Dead letters and send-backs, stored by the pull thread."""
+
+    __slots__ = ("_rt", "_unsent", "_unsent_at")
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._rt = runtime
+        # Dead letters the source refused, tried again every SEND_RETRY_INTERVAL.
+        self._unsent: list[SendItem] = []
+        self._unsent_at = 0.0
+
+    @property
+    def pending(self) -> bool:
+        """Whether anything waits to be stored (a racy read: the pull
+        thread looks again on its next turn)."""
+        return bool(self._rt.outbox) or bool(self._unsent)
+
+    def send(self, now: float, final: bool = False) -> None:
+        """Store handed-off messages in the source and complete their
+        offsets once stored.  ``final`` (shutdown): what cannot be stored
+        now is skipped, so it stays uncommitted and is delivered again."""
+        rt = self._rt
+        items = rt.outbox.take()
+        if self._unsent and (final or now >= self._unsent_at):
+            items = self._unsent + items
+            self._unsent = []
+        live = [it for it in items if not it.pq.dropped]
+        # revoked: the next owner replays them
+        for pq, ms in per_queue([(it.pq, it.message) for it in items if it.pq.dropped]).items():
+            pq.skip(ms)
+        stored: list[tuple[ProcessQueue, MessageExt]] = []
+        dead = [it for it in live if it.dead_letter]
+        back = [it for it in live if not it.dead_letter]
+        if back and rt.broadcasting:
+            # no retry topic: wait the delay level's time here, then run again
+            # (the offsets stay unfinished meanwhile, so nothing is lost)
+            levels = rt.source.delay_levels
+            for it in back:
+                delay = levels[min(max(it.delay_level, 1), len(levels)) - 1]
+                rt.timer.add(now + delay, -1, (it.pq, it.message))
+            back = []
+        if dead:
+            stored += self._dead_letters(dead, now)
+        if back:
+            stored += self._send_back(back, now, final)
+        for pq, ms in per_queue(stored).items():
+            pq.complete(ms)
+        if final:
+            for pq, ms in per_queue([(it.pq, it.message) for it in self._unsent]).items():
+                pq.skip(ms)
+            self._unsent = []
+
+    def _dead_letters(self, dead: list[SendItem], now: float) -> list[tuple[ProcessQueue, MessageExt]]:
+        rt = self._rt
+        group = rt.config.group
+        stored = []
+        errors = _store(dead, lambda: rt.source.send_to_dlq([(it.message, it.reason, it.exception) for it in dead]))
+        for it, err in zip(dead, errors, strict=True):
+            if err is None:
+                stored.append((it.pq, it.message))
+                rt.counters.dead_lettered += 1
+                logger.warning(
+                    "consumer %r: %s offset %d sent to the dead-letter queue after %d attempt(s): %s",
+                    group, it.pq.queue, it.message.queue_offset, it.message.reconsume_times + 1, it.reason,
+                )  # fmt: skip
+            else:
+                self._unsent.append(it)
+        if self._unsent:
+            self._unsent_at = now + SEND_RETRY_INTERVAL
+            logger.error(
+                "consumer %r: %d dead letter(s) not stored (%s); their offsets stay uncommitted, retrying",
+                group, len(self._unsent), next(e for e in errors if e is not None),
+            )  # fmt: skip
+        return stored
+
+    def _send_back(self, back: list[SendItem], now: float, final: bool) -> list[tuple[ProcessQueue, MessageExt]]:
+        rt = self._rt
+        cfg = rt.config
+        stored = []
+        errors = _store(back, lambda: rt.source.send_back([(it.message, it.delay_level) for it in back]))
+        delay = cfg.suspend_ms / 1000.0
+        for it, err in zip(back, errors, strict=True):
+            if err is None:
+                stored.append((it.pq, it.message))
+                rt.counters.sent_back += 1
+            elif final:
+                self._unsent.append(it)  # skipped by send(): stays unfinished, delivered again
+            else:
+                logger.warning(
+                    "consumer %r: send-back of %s offset %d failed (%s); retrying it here in %d ms",
+                    cfg.group, it.pq.queue, it.message.queue_offset, err, cfg.suspend_ms,
+                )  # fmt: skip
+                rt.timer.add(now + delay, -1, (it.pq, it.message))
+        return stored
+
+
+def _store(items: list[SendItem], call: Callable[[], list[BaseException | None]]) -> list[BaseException | None]:
+    """One result per item: ``None`` (stored) or why not."""
+    try:
+        errors = call()
+    except Exception as exc:  # the whole call failed: every item did
+        return [exc] * len(items)
+    if len(errors) != len(items):
+        return [LitePushError(f"source returned {len(errors)} results for {len(items)} messages")] * len(items)
+    return errors

@@ -1,0 +1,317 @@
+"""The lane worker: what one lane does with the work it takes.
+
+One :class:`LaneWorker` per lane, used only by the task that drains the lane
+(a thread or a coroutine), so its parked keys need no lock.  It is written
+once for both executors; an executor only takes work from the lane and calls
+the listener (plainly, or with ``await``).  The worker hands it the messages
+to call the listener with, as *steps*: a generator that yields each list of
+messages and is sent back ``(exception, result)`` of that call.
+
+* **Hot path** (no key parked in the lane, ``batch_size`` 1): the executor
+  calls the listener per message inline, then :meth:`LaneWorker.completed`;
+  on the first failure :meth:`LaneWorker.failed_at` takes over.
+* **Slow path** (:meth:`LaneWorker.segment_steps`): while keys are parked in
+  this lane, a message of a parked key queues up behind it instead of
+  running; with ``batch_size`` > 1 messages go in chunks.
+* **Failures** (:meth:`LaneWorker.fail`): per mode and attempt count a
+  message is parked (KEY_ORDERLY: its key waits ``suspend_ms`` on the
+  consumer's one timer while the lane goes on with other keys), sent back
+  to the retry topic (CONCURRENTLY) or dead-lettered; sends are handed off to
+  the pull thread, which completes the offsets once the source stored them.
+* **Due keys** (:meth:`LaneWorker.due_steps`): the timer hands a parked key
+  back to its lane; its head is retried, then what queued behind it, in
+  order, until one fails again.
+
+Messages of a revoked queue, or any after the shutdown deadline, are
+skipped: left unfinished, so they stay uncommitted and run again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Generator, Hashable
+from dataclasses import replace
+
+from ._failures import Parked, SendItem, classify
+from ._lanemetrics import LaneMetrics
+from ._lanes import Segment
+from ._process_queue import ProcessQueue
+from ._runtime import Runtime, per_queue
+from ._types import ConsumeResult, MessageExt
+
+__all__ = ["PURGE", "LaneWorker", "Steps"]
+
+logger = logging.getLogger(__name__)
+
+#: Lane token: skip the parked messages of revoked queues.
+PURGE = object()
+
+#: Listener calls to make: yields the messages of each call, is sent back
+#: ``(exception, result)`` of it.
+Steps = Generator[list[MessageExt], tuple[BaseException | None, object], None]
+
+_SUCCESS = ConsumeResult.SUCCESS
+
+
+def _no_steps() -> Steps:
+    return
+    yield  # a generator that yields nothing
+
+
+class LaneWorker:
+    """The lane logic of lane ``index`` (see the module docstring)."""
+
+    __slots__ = ("_parked", "_rt", "index", "metrics")
+
+    def __init__(self, runtime: Runtime, index: int) -> None:
+        self._rt = runtime
+        self.index = index
+        #: The lane's histogram recorder (``None``: metrics off).
+        self.metrics: LaneMetrics | None = None if runtime.lane_metrics is None else runtime.lane_metrics[index]
+        # Keys parked in this lane, owned by this lane's task alone.
+        self._parked: dict[Hashable, Parked] = {}
+
+    # -- taking work -----------------------------------------------------------------
+
+    def idle(self) -> None:
+        """The task is about to wait for work."""
+        self._rt.counters.busy[self.index] = False
+
+    def took(
+        self, taken: tuple[list[Segment], list[object]], stamps: list[tuple[float, int]]
+    ) -> tuple[list[Segment], list[object]]:
+        """The task took ``taken`` from the lane (``stamps``: when it was
+        put, for the lane-wait metric)."""
+        self._rt.counters.busy[self.index] = True
+        if self.metrics is not None and stamps:
+            self.metrics.waited(stamps)
+        return taken
+
+    def stop(self) -> None:
+        """The task stops: parked messages stay unfinished (uncommitted;
+        the offset map keeps what finished above them)."""
+        counters = self._rt.counters
+        counters.busy[self.index] = False
+        for pq, ms in per_queue([item for p in self._parked.values() for item in p.items]).items():
+            pq.skip(ms)
+        self._parked.clear()
+        counters.parked[self.index] = 0
+
+    def crashed(self) -> None:
+        """A bug in the lane itself (not the listener's failure, which is
+        handled): logged; its messages stay unfinished."""
+        logger.exception("consumer %r: lane %d failed", self._rt.config.group, self.index)
+
+    # -- segments --------------------------------------------------------------------
+
+    def segment_steps(self, pq: ProcessQueue, msgs: list[MessageExt]) -> Steps | None:
+        """``None``: run ``msgs`` on the hot path (one listener call per
+        message, then :meth:`completed`).  Otherwise the steps to drive
+        instead: the slow path, or nothing (a revoked queue's messages, or
+        after the shutdown deadline, are skipped)."""
+        if pq.dropped or self._rt.abort.is_set():
+            pq.skip(msgs)
+            return _no_steps()
+        if self._parked or self._rt.config.batch_size != 1:
+            return self._slow_steps(pq, msgs)
+        return None
+
+    def completed(self, pq: ProcessQueue, msgs: list[MessageExt], t0: float) -> None:
+        """The hot path processed a whole segment (listener calls from
+        ``t0`` on, the recorder's clock)."""
+        pq.complete(msgs)
+        self._rt.counters.consumed[self.index] += len(msgs)
+        if self.metrics is not None:
+            self.metrics.segment(t0, msgs)
+
+    def failed_at(
+        self, pq: ProcessQueue, msgs: list[MessageExt], j: int, exc: BaseException | None, result: object
+    ) -> Steps:
+        """The hot path failed at ``msgs[j]``: complete what came before,
+        handle the failure; the rest goes the slow way (the steps returned)."""
+        if j:
+            pq.complete(msgs[:j])
+            self._rt.counters.consumed[self.index] += j
+        self.fail(pq, [msgs[j]], exc, result)
+        rest = msgs[j + 1 :]
+        return self._slow_steps(pq, rest) if rest else _no_steps()
+
+    def _slow_steps(self, pq: ProcessQueue, msgs: list[MessageExt]) -> Steps:
+        """Yield the chunks (up to ``batch_size``) of a segment to process:
+        a message of a parked key queues up behind it instead.  Failed
+        chunks are parked, sent back or dead-lettered; the rest is
+        completed at the end, at once."""
+        rt = self._rt
+        idx = self.index
+        parked = self._parked
+        size = rt.config.batch_size
+        park_key = self._park_key
+        done: list[MessageExt] = []
+        chunk: list[MessageExt] = []
+        last = len(msgs) - 1
+        for i, m in enumerate(msgs):
+            if parked:
+                p = parked.get(park_key(pq, m))
+                if p is not None:
+                    p.items.append((pq, m))
+                    rt.counters.parked[idx] += 1
+                    if i < last or not chunk:
+                        continue
+                else:
+                    chunk.append(m)
+            else:
+                chunk.append(m)
+            if len(chunk) < size and i < last:
+                continue
+            if not chunk:
+                continue
+            if rt.abort.is_set():
+                pq.skip(chunk)
+                chunk = []
+                continue
+            exc, result = yield chunk
+            if exc is None and (result is None or result is _SUCCESS):
+                done += chunk
+            else:
+                self.fail(pq, chunk, exc, result)
+            chunk = []
+        if done:
+            pq.complete(done)
+            rt.counters.consumed[idx] += len(done)
+            if self.metrics is not None:
+                self.metrics.completed(done[0], done[-1], len(done))
+
+    # -- failures --------------------------------------------------------------------
+
+    def _park_key(self, pq: ProcessQueue, msg: MessageExt) -> Hashable:
+        """What a failure parks: the message's key, or its queue when it has
+        none (keyless messages keep queue order, so they wait together)."""
+        key_of = self._rt.key_of
+        key = msg.keys if key_of is None else key_of(msg)
+        return key if key else pq.queue
+
+    def fail(self, pq: ProcessQueue, chunk: list[MessageExt], exc: BaseException | None, result: object) -> None:
+        """The listener failed ``chunk``: park, send back or dead-letter
+        each message, per mode and attempt count."""
+        if pq.dropped:
+            pq.skip(chunk)
+            return
+        rt = self._rt
+        cfg = rt.config
+        idx = self.index
+        parked = self._parked
+        dead_now, reason, text = classify(exc, result)
+        rt.counters.retried[idx] += len(chunk)
+        first = chunk[0]
+        logger.warning(
+            "consumer %r: %s for %d message(s) from %s offset %d (attempt %d)",
+            cfg.group, reason, len(chunk), pq.queue, first.queue_offset, first.reconsume_times + 1,
+            exc_info=exc if exc is not None and first.reconsume_times == 0 else None,
+        )  # fmt: skip
+        limit = cfg.max_reconsume_times
+        out: list[SendItem] = []
+        keyed = rt.keyed
+        for m in chunk:
+            p = parked.get(self._park_key(pq, m)) if keyed and parked else None
+            if p is not None:
+                # An earlier message of its key (same batch) parked it: wait behind.
+                p.items.append((pq, m))
+                rt.counters.parked[idx] += 1
+            elif dead_now or 0 <= limit <= m.reconsume_times:
+                out.append(SendItem(pq, m, True, reason, text))
+            elif keyed:
+                self._park(pq, replace(m, reconsume_times=m.reconsume_times + 1), reason, text)
+            else:
+                level = cfg.retry_start_level + m.reconsume_times
+                out.append(SendItem(pq, m, False, reason, text, level))
+        if out:
+            rt.hand_off(out)
+
+    def _park(self, pq: ProcessQueue, retry: MessageExt, reason: str, text: str) -> None:
+        rt = self._rt
+        key = self._park_key(pq, retry)
+        p = self._parked[key] = Parked(next(rt.park_generations), reason, text)
+        p.items.append((pq, retry))
+        rt.counters.parked[self.index] += 1
+        rt.timer.add(rt.clock.monotonic() + rt.config.suspend_ms / 1000.0, self.index, (key, p.gen))
+        rt.source.wakeup()  # the pull thread may be waiting past the new due time
+
+    # -- due keys --------------------------------------------------------------------
+
+    def due_steps(self, due: list[object]) -> Steps:
+        """Yield, one at a time, the messages of the parked keys whose time
+        came: the head first, then the messages that queued behind it, in
+        order, until one fails again (then the key is parked again with what
+        still waits behind it)."""
+        rt = self._rt
+        idx = self.index
+        parked = self._parked
+        counters = rt.counters
+        limit = rt.config.max_reconsume_times
+        for token in due:
+            if token is PURGE:
+                self._purge()
+                continue
+            key: Hashable
+            gen: int
+            key, gen = token  # type: ignore[misc]
+            p = parked.get(key)
+            if p is None or p.gen != gen:
+                continue  # stale: the key was purged or parked again since
+            items = p.items
+            done: list[tuple[ProcessQueue, MessageExt]] = []
+            out: list[SendItem] = []
+            again = None
+            skipped = 0
+            while items:
+                pq, m = items[0]
+                if pq.dropped or rt.abort.is_set():
+                    pq.skip([m])
+                    items.pop(0)
+                    skipped += 1
+                    continue
+                exc, result = yield [m]
+                items.pop(0)
+                if exc is None and (result is None or result is _SUCCESS):
+                    done.append((pq, m))
+                    continue
+                dead_now, reason, text = classify(exc, result)
+                counters.retried[idx] += 1
+                logger.warning(
+                    "consumer %r: %s for %s offset %d (attempt %d)",
+                    rt.config.group, reason, pq.queue, m.queue_offset, m.reconsume_times + 1,
+                )  # fmt: skip
+                if dead_now or 0 <= limit <= m.reconsume_times:
+                    out.append(SendItem(pq, m, True, reason, text))
+                    continue  # the key moves on
+                again = (pq, replace(m, reconsume_times=m.reconsume_times + 1), reason, text)
+                break
+            counters.parked[idx] -= skipped + len(done) + len(out) + (1 if again else 0)
+            for pq, ms in per_queue(done).items():
+                pq.complete(ms)
+            counters.consumed[idx] += len(done)
+            if done and self.metrics is not None:
+                self.metrics.completed(done[0][1], done[-1][1], len(done))
+            if out:
+                rt.hand_off(out)
+            del parked[key]
+            if again is not None:  # parked again, with what still waits behind it
+                pq, retry, reason, text = again
+                self._park(pq, retry, reason, text)
+                parked[key].items += items
+
+    def _purge(self) -> None:
+        """Skip the parked messages of revoked queues."""
+        parked = self._parked
+        dropped: list[tuple[ProcessQueue, MessageExt]] = []
+        for key in list(parked):
+            p = parked[key]
+            keep = [(pq, m) for pq, m in p.items if not pq.dropped]
+            dropped += [(pq, m) for pq, m in p.items if pq.dropped]
+            if keep:
+                p.items = keep
+            else:
+                del parked[key]
+        self._rt.counters.parked[self.index] -= len(dropped)
+        for pq, ms in per_queue(dropped).items():
+            pq.skip(ms)

@@ -1,0 +1,151 @@
+"""What a running consumer reports: ``stats()`` and the metrics snapshot.
+
+Both are read from the runtime's counters and queues without stopping
+anything: counters are plain ints with one writer each, and a queue's
+numbers are read under its own lock (one short hold per queue).
+:mod:`lite_push.metrics` turns a :class:`ConsumerMetrics` into Prometheus
+families at scrape time; nothing here is done per message.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ._runtime import Runtime
+from ._types import MessageQueue
+
+__all__ = ["ConsumerMetrics", "ConsumerStats", "QueueMetrics", "metrics_of", "stats_of"]
+
+_DEPTH = operator.attrgetter("depth")
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerStats:
+    """A snapshot of a consumer, safe to read from any thread."""
+
+    #: Messages the listener finished successfully.
+    consumed: int
+    #: Listener attempts that failed and were scheduled again (per message).
+    retried: int
+    #: Unfinished messages per owned queue (queued in lanes or running).
+    in_flight: Mapping[MessageQueue, int]
+    #: Unfinished message body bytes per owned queue.
+    in_flight_bytes: Mapping[MessageQueue, int]
+    #: Owned queues that flow control has paused.
+    paused: frozenset[MessageQueue]
+    #: Offset last committed per owned queue (next offset to consume).
+    committed: Mapping[MessageQueue, int]
+    #: Messages waiting in each lane (not yet taken by its task).
+    lane_depths: tuple[int, ...]
+    #: Messages stored in the dead-letter queue by this consumer.
+    dead_lettered: int = 0
+    #: Messages sent back to the retry topic (CONCURRENTLY).
+    sent_back: int = 0
+    #: Messages of parked keys waiting for a retry (KEY_ORDERLY), the
+    #: failed head of each key included.
+    parked: int = 0
+    #: When the earliest retry on the consumer's timer is due (the
+    #: consumer clock's ``monotonic()``): a parked key, or a local retry;
+    #: None when nothing waits.
+    next_retry_due: float | None = None
+    #: Whether the pull thread is running (polling, dispatching, committing).
+    polling: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QueueMetrics:
+    """One owned queue's state at a scrape."""
+
+    queue: MessageQueue
+    in_flight: int
+    in_flight_bytes: int
+    paused: bool
+    committed: int
+    #: ``time.time()`` when the committed offset was last current (None: never).
+    last_commit_time: float | None
+    #: The source's end offset (None: unknown, e.g. the source is down).
+    end_offset: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerMetrics:
+    """A consumer's samples for one scrape (see :mod:`lite_push.metrics`)."""
+
+    group: str
+    mode: str
+    queues: Sequence[QueueMetrics]
+    #: ``(polled, filtered, pauses, resumes)`` per queue ever owned.
+    queue_counts: Mapping[MessageQueue, tuple[int, int, int, int]]
+    consumed: int
+    retried: int
+    dead_lettered: int
+    sent_back: int
+    parked: int
+    #: Per distribution (listener duration, lane wait, end-to-end latency):
+    #: each lane's ``(bucket counts, sum)``.
+    distributions: Sequence[Sequence[tuple[list[int], float]]]
+    lanes_busy: int
+    lanes: int
+    rebalances: int
+    lock_renewals_ok: int
+    lock_renewals_failed: int
+
+
+def stats_of(rt: Runtime, extra: tuple[int, int], polling: bool) -> ConsumerStats:
+    """``stats()``: ``extra`` is the baseline's (consumed, retried)."""
+    c = rt.counters
+    pqs = list(rt.pqs.items())
+    snaps = {q: pq.snapshot() for q, pq in pqs}
+    return ConsumerStats(
+        consumed=sum(c.consumed) + extra[0],
+        retried=sum(c.retried) + extra[1],
+        in_flight={q: s[0] for q, s in snaps.items()},
+        in_flight_bytes={q: s[1] for q, s in snaps.items()},
+        paused=frozenset(q for q, pq in pqs if pq.paused),
+        committed={q: pq.last_committed for q, pq in pqs},
+        lane_depths=tuple(map(_DEPTH, rt.lanes)),
+        dead_lettered=c.dead_lettered,
+        sent_back=c.sent_back,
+        parked=sum(c.parked),
+        next_retry_due=rt.timer.next_due(),
+        polling=polling,
+    )
+
+
+def metrics_of(rt: Runtime, extra: tuple[int, int]) -> ConsumerMetrics:
+    """The metrics snapshot (exporter thread); the source is asked for the
+    owned queues' end offsets (a failure there leaves the lag out)."""
+    c = rt.counters
+    pqs = list(rt.pqs.items())
+    try:
+        ends = rt.source.end_offsets([q for q, _ in pqs]) if pqs else {}
+    except Exception:  # the source is down: no lag this scrape
+        ends = {}
+    queues = []
+    for q, pq in pqs:
+        count, size, _span, _map = pq.snapshot()
+        queues.append(
+            QueueMetrics(q, count, size, pq.paused, pq.last_committed, pq.last_commit_time, ends.get(q))
+        )
+    lms = rt.lane_metrics or []
+    snaps = [lm.snapshot() for lm in lms]
+    busy = c.busy
+    return ConsumerMetrics(
+        group=rt.config.group,
+        mode=rt.config.mode.name,
+        queues=queues,
+        queue_counts={q: (s.polled, s.filtered, s.pauses, s.resumes) for q, s in list(c.queues.items())},
+        consumed=sum(c.consumed) + extra[0],
+        retried=sum(c.retried) + extra[1],
+        dead_lettered=c.dead_lettered,
+        sent_back=c.sent_back,
+        parked=sum(c.parked),
+        distributions=[[snap[i] for snap in snaps] for i in range(3)],
+        lanes_busy=sum(1 for i, lane in enumerate(rt.lanes) if busy[i] or lane.depth),
+        lanes=len(rt.lanes),
+        rebalances=c.rebalances,
+        lock_renewals_ok=c.lock_ok,
+        lock_renewals_failed=c.lock_failed,
+    )

@@ -1,0 +1,122 @@
+"""The thread executor: one OS thread per lane (the default).
+
+Each thread takes everything queued in its lane (blocking while it is
+empty), and runs it through its :class:`~lite_push._lane_worker.LaneWorker`,
+calling the listener plainly.  A put wakes a waiting thread by itself, so
+there is nothing to flush after a dispatch.  For I/O-bound listeners that
+release the GIL.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from ._lanemetrics import clock
+from ._lane_worker import LaneWorker, Steps
+from ._lanes import Lane
+from ._types import ConsumeResult, MessageExt
+
+__all__ = ["SyncListener", "ThreadExecutor"]
+
+#: A plain listener: the messages of one call -> None, a ConsumeResult, or raises.
+SyncListener = Callable[[list[MessageExt]], object]
+
+_SUCCESS = ConsumeResult.SUCCESS
+
+
+def _drive(steps: Steps, listener: SyncListener, worker: LaneWorker) -> None:
+    """Call the listener for each list of messages ``steps`` yields and
+    send it the outcome."""
+    lm = worker.metrics
+    try:
+        chunk = next(steps)
+        while True:
+            t0 = clock()
+            try:
+                outcome: tuple[BaseException | None, object] = (None, listener(chunk))
+            except Exception as e:
+                outcome = (e, None)
+            if lm is not None:
+                lm.call(t0, len(chunk))
+            chunk = steps.send(outcome)
+    except StopIteration:
+        pass
+
+
+def run_lane(lane: Lane, worker: LaneWorker, listener: SyncListener) -> None:
+    """A lane thread's body: take, consume, until the lane is closed."""
+    lm = worker.metrics
+    success = _SUCCESS
+    try:
+        while True:
+            worker.idle()
+            taken = lane.take()
+            if taken is None:
+                return
+            segments, due = worker.took(taken, lane.taken)
+            if due:
+                _drive(worker.due_steps(due), listener, worker)
+            for pq, msgs in segments:
+                steps = worker.segment_steps(pq, msgs)
+                if steps is not None:
+                    _drive(steps, listener, worker)
+                    continue
+                # The hot path: one listener call per message, inline.
+                t0 = clock() if lm is not None else 0.0
+                j = 0
+                exc: BaseException | None = None
+                result: object = None
+                try:
+                    for msg in msgs:
+                        result = listener([msg])
+                        if result is not None and result is not success:
+                            break
+                        j += 1
+                    else:
+                        worker.completed(pq, msgs, t0)
+                        continue
+                except Exception as e:
+                    exc = e
+                _drive(worker.failed_at(pq, msgs, j, exc, result), listener, worker)
+    except Exception:
+        worker.crashed()
+    finally:
+        worker.stop()
+
+
+class ThreadExecutor:
+    """Lanes drained by threads."""
+
+    def __init__(self, group: str, listener: SyncListener) -> None:
+        self._group = group
+        self._listener = listener
+        self._threads: list[threading.Thread] = []
+
+    @staticmethod
+    def make_lanes(n: int, wake: Callable[[], None]) -> list[Lane]:
+        """The lanes this executor drains."""
+        return [Lane(i, wake) for i in range(n)]
+
+    def flush(self) -> None:
+        """After a dispatch: nothing to do, a put wakes its thread."""
+
+    def start(self, lanes: list[tuple[Lane, LaneWorker]]) -> None:
+        """Start one thread per lane."""
+        for lane, worker in lanes:
+            t = threading.Thread(
+                target=run_lane,
+                args=(lane, worker, self._listener),
+                name=f"lite-push-lane-{self._group}-{lane.index}",
+                daemon=True,
+            )
+            t.start()
+            self._threads.append(t)
+
+    def join(self, deadline: float, final: bool = False) -> bool:
+        """Wait (until ``deadline``, ``time.monotonic``) for the lane
+        threads to exit; return whether they all did."""
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
