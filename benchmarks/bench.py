@@ -29,7 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from workloads import Workload, get_workload, poisoned_share, skew_bound  # noqa: E402
+from workloads import Workload, get_workload, poisoned_share, skew_bound
 
 DEFAULT_RUNS = (
     "QUEUE_ORDERLY:20,KEY_ORDERLY:8,KEY_ORDERLY:16,KEY_ORDERLY:32,KEY_ORDERLY:64,KEY_ORDERLY:128,KEY_ORDERLY:256,"
@@ -75,9 +75,19 @@ def run_harness(
     ``metrics``: with Prometheus metrics on (``harness.py --metrics``)."""
     mode, _, executor = mode.partition(":")
     cmd = [
-        sys.executable, str(HERE / "harness.py"), "--workload", str(workload_dir),
-        "--mode", "KEY_ORDERLY" if mode == "LOOP" else mode, "--lanes", str(n), "--log", str(log_dir), "--progress",
-        "--executor", executor or "thread",
+        sys.executable,
+        str(HERE / "harness.py"),
+        "--workload",
+        str(workload_dir),
+        "--mode",
+        "KEY_ORDERLY" if mode == "LOOP" else mode,
+        "--lanes",
+        str(n),
+        "--log",
+        str(log_dir),
+        "--progress",
+        "--executor",
+        executor or "thread",
     ]
     if mode == "LOOP":
         cmd.append("--bare")
@@ -120,7 +130,9 @@ def chart(results: list[dict[str, object]], title: str, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    series = sorted({(str(r["mode"]), str(r.get("executor", "thread"))) for r in results if r["mode"] != "QUEUE_ORDERLY"})
+    series = sorted(
+        {(str(r["mode"]), str(r.get("executor", "thread"))) for r in results if r["mode"] != "QUEUE_ORDERLY"}
+    )
     for mode, ex in series:
         marker = "o" if mode == "KEY_ORDERLY" else "s"
         pts = sorted(
@@ -133,12 +145,26 @@ def chart(results: list[dict[str, object]], title: str, path: Path) -> None:
                 "" if ex == "thread" else f" ({ex})"
             )
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=label)
-    bounds = sorted({(int(r["lanes"]), float(r["bound_rate"])) for r in results if r["mode"] == "KEY_ORDERLY" and r.get("bound_rate")})  # type: ignore[arg-type]
+    bounds = sorted(
+        {
+            (int(r["lanes"]), float(r["bound_rate"]))
+            for r in results
+            if r["mode"] == "KEY_ORDERLY" and r.get("bound_rate")
+        }
+    )  # type: ignore[arg-type]
     if bounds:
-        ax.plot([b[0] for b in bounds], [b[1] for b in bounds], linestyle=":", color="C0", label="KEY_ORDERLY bound (busiest lane)")
+        ax.plot(
+            [b[0] for b in bounds],
+            [b[1] for b in bounds],
+            linestyle=":",
+            color="C0",
+            label="KEY_ORDERLY bound (busiest lane)",
+        )
     for r in results:
         if r["mode"] == "QUEUE_ORDERLY":
-            ax.axhline(float(r["rate"]), color="grey", linestyle="--", label=f"baseline QUEUE_ORDERLY ({r['lanes']} threads)")  # type: ignore[arg-type]
+            ax.axhline(
+                float(r["rate"]), color="grey", linestyle="--", label=f"baseline QUEUE_ORDERLY ({r['lanes']} threads)"
+            )  # type: ignore[arg-type]
     ax.set_xscale("log", base=2)
     ax.set_xlabel("lanes")
     ax.set_ylabel("messages / s")
@@ -224,11 +250,11 @@ def poison_table(
         text,
         "",
         (
-            "\"healthy msg/s\" counts the messages of keys that never fail, over the time from the run's start to the "
-            "end of the last of them; \"no-failure msg/s\" is the same measure (same messages) on the same "
-            "configuration run with `--no-failures`; \"healthy vs no-failure\" is their ratio (issue 5's target: "
-            f">= {HEALTHY_TARGET:.0%} for KEY_ORDERLY). \"total msg/s\" is all messages over the whole run, the "
-            "poisoned keys' retries included. \"retried\" counts failed attempts. The check is the Spark check of "
+            '"healthy msg/s" counts the messages of keys that never fail, over the time from the run\'s start to the '
+            'end of the last of them; "no-failure msg/s" is the same measure (same messages) on the same '
+            'configuration run with `--no-failures`; "healthy vs no-failure" is their ratio (issue 5\'s target: '
+            f'>= {HEALTHY_TARGET:.0%} for KEY_ORDERLY). "total msg/s" is all messages over the whole run, the '
+            'poisoned keys\' retries included. "retried" counts failed attempts. The check is the Spark check of '
             "the no-failure run, then of the run with failures (the log holds successful attempts only)."
         ),
         "",
@@ -259,7 +285,8 @@ def table(name: str, results: list[dict[str, object]], checks: dict[str, dict[st
         "",
         bound_text,
         "",
-        "| mode | lanes / threads | msg/s | vs baseline | bound msg/s | of bound | p50 / p95 / p99 ms | CPU s | peak RSS MiB | check |",
+        "| mode | lanes / threads | msg/s | vs baseline | bound msg/s | of bound | p50 / p95 / p99 ms "
+        "| CPU s | peak RSS MiB | check |",
         "|---|---:|---:|---:|---:|---:|---|---:|---:|---|",
     ]
     for r in results:
@@ -273,7 +300,8 @@ def table(name: str, results: list[dict[str, object]], checks: dict[str, dict[st
         ex = r.get("executor", "thread")
         lines.append(
             f"| {r['mode']}{'' if ex == 'thread' else f' ({ex})'} | {r['lanes']} | {rate} | {ratio} | {bound_cells} | "
-            f"{float(r['latency_ms_p50']):,.0f} / {float(r['latency_ms_p95']):,.0f} / {float(r['latency_ms_p99']):,.0f} | "  # type: ignore[arg-type]
+            f"{float(r['latency_ms_p50']):,.0f} / {float(r['latency_ms_p95']):,.0f} / "  # type: ignore[arg-type]
+            f"{float(r['latency_ms_p99']):,.0f} | "  # type: ignore[arg-type]
             f"{float(r['cpu_seconds']):.1f} | {float(r['peak_rss_mib']):,.0f} | {check} |"  # type: ignore[arg-type]
         )
     return "\n".join(lines)
@@ -298,7 +326,6 @@ def _skew_table(workload: Workload, results: list[dict[str, object]], checks: di
         " for CONCURRENTLY (`workloads.partition_bound`)."
     )
     return table(workload.name, results, checks, bound_text)
-
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -334,7 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         t0 = time.perf_counter()
         gen_load.generate(spark, workload, workload_dir)
-        print(f"generated {workload.messages:,} messages with Spark in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+        print(
+            f"generated {workload.messages:,} messages with Spark in {time.perf_counter() - t0:.1f}s", file=sys.stderr
+        )
     finally:
         # The JVM keeps working (JIT, cleanup) after a job: stop it, so the
         # first runs do not share the 2 cores with it.

@@ -223,9 +223,13 @@ def main() -> int:
     runs = [(label, call_case(m.java_hash, key16, hash_calls) if m else None) for label, m in twins["router"]]
     cases.append(("java_hash, 16-digit key", "call", runs, hash_calls))
     cases.append(("len(key), same loop (baseline)", "call", [("-", call_case(len, key16, hash_calls))], hash_calls))
-    runs = [(label, tracker_case(m.OffsetTracker, msg_plan, batch=True) if m else None) for label, m in twins["offsets"]]
+    runs = [
+        (label, tracker_case(m.OffsetTracker, msg_plan, batch=True) if m else None) for label, m in twins["offsets"]
+    ]
     cases.append(("tracker add_batch(32) + complete_batch(4) x 8", "msg", runs, tracker_messages))
-    runs = [(label, tracker_case(m.OffsetTracker, int_plan, batch=False) if m else None) for label, m in twins["offsets"]]
+    runs = [
+        (label, tracker_case(m.OffsetTracker, int_plan, batch=False) if m else None) for label, m in twins["offsets"]
+    ]
     cases.append(("tracker add_many(32) + complete_many(4) x 8", "msg", runs, tracker_messages))
     # The runtime's own shape after gathering: a dispatch of ~1,024 messages,
     # completed per lane segment (~64 with 16 lanes).
@@ -235,7 +239,9 @@ def main() -> int:
         order = batch[:]
         rng.shuffle(order)
         big_plan.append((batch, [order[j : j + 64] for j in range(0, len(order), 64)]))
-    runs = [(label, tracker_case(m.OffsetTracker, big_plan, batch=True) if m else None) for label, m in twins["offsets"]]
+    runs = [
+        (label, tracker_case(m.OffsetTracker, big_plan, batch=True) if m else None) for label, m in twins["offsets"]
+    ]
     cases.append(("tracker add_batch(1,024) + complete_batch(64) x 16", "msg", runs, tracker_messages))
 
     rows = []

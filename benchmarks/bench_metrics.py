@@ -25,8 +25,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench import run_harness  # noqa: E402
-from workloads import get_workload  # noqa: E402
+from bench import run_harness
+from workloads import get_workload
 
 #: workload -> configurations (MODE, lanes, executor) measured on it
 CONFIGS: dict[str, list[tuple[str, int, str]]] = {

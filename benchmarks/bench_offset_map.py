@@ -37,7 +37,10 @@ def main() -> int:
     args = parser.parse_args()
     span = args.span
     print(f"tracker: {OFFSETS_IMPL}; span {span:,} offsets")
-    print("| unfinished | form | bytes | other form bytes | estimate_size | commit (unfinished()+encode) ms | restart (decode + test span) ms |")
+    print(
+        "| unfinished | form | bytes | other form bytes | estimate_size | commit (unfinished()+encode) ms "
+        "| restart (decode + test span) ms |"
+    )
     print("|---:|---|---:|---:|---:|---:|---:|")
     rng = random.Random(1)
     for count in (10, 1_000, 100_000):
@@ -53,9 +56,9 @@ def main() -> int:
         bitmap = encode(0, span, unfinished, form="bitmap")
         form = "runs" if text == runs else "bitmap"
         other = len(bitmap) if form == "runs" else len(runs)
-        commit = best(lambda: encode(0, span, tracker.unfinished()), args.repeat)
+        commit = best(lambda t=tracker: encode(0, span, t.unfinished()), args.repeat)
 
-        def restart() -> None:
+        def restart(text: str = text, count: int = count) -> None:
             fin = decode(text, 0)
             assert fin is not None
             n = 0

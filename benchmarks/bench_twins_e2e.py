@@ -30,7 +30,8 @@ fill_broker(broker, "NOOP", n, queues=8, keys=10_000, body_size=16)
 rates = []
 for i in range(2):
     gc.collect()
-    r = run_once(broker, "NOOP", "noop", ConsumerConfig(group=f"g{i}", lanes=16, pull_batch_size=pull), None, check=False)
+    config = ConsumerConfig(group=f"g{i}", lanes=16, pull_batch_size=pull)
+    r = run_once(broker, "NOOP", "noop", config, None, check=False)
     rates.append(r.rate)
 print(json.dumps({"router": ROUTER_IMPL, "offsets": OFFSETS_IMPL, "rate": max(rates)}))
 """
@@ -63,8 +64,10 @@ def main() -> int:
             got[key].append(float(res["rate"]))  # type: ignore[arg-type]
             print(f"round {r + 1}: {key} {res['rate']:,.0f} msg/s", file=sys.stderr)
     c, py = statistics.median(got["cython"]), statistics.median(got["python"])
-    print(f"\n{args.messages:,} messages, 16 lanes, KEY_ORDERLY, pull_batch_size {args.pull_batch_size}, "
-          f"{args.rounds} alternating rounds\n")
+    print(
+        f"\n{args.messages:,} messages, 16 lanes, KEY_ORDERLY, pull_batch_size {args.pull_batch_size}, "
+        f"{args.rounds} alternating rounds\n"
+    )
     print("| kernels | msg/s per round | median msg/s |")
     print("|---|---|---:|")
     for key in ("cython", "python"):

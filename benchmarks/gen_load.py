@@ -99,7 +99,9 @@ def spark_session(
     try:
         from pyspark.sql import SparkSession
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise SystemExit(f"pyspark is not installed ({exc}); install the bench extra: pip install -e '.[bench]'")
+        raise SystemExit(
+            f"pyspark is not installed ({exc}); install the bench extra: pip install -e '.[bench]'"
+        ) from exc
     spark = (
         SparkSession.builder.master(master)
         .appName(app_name)

@@ -37,6 +37,7 @@ Layout (one concern per module; underscored modules are implementation;
 * ``rebalance/``       queue allocation strategies
 """
 
+from ._async_consumer import AsyncLitePushConsumer
 from ._clock import Clock, ManualClock, SystemClock
 from ._config import ConsumeMode, ConsumerConfig, KeyExtractor
 from ._consumer import AsyncListener, Listener, LitePushConsumer
@@ -53,7 +54,6 @@ from ._errors import (
 from ._offsets import OFFSETS_IMPL
 from ._router import ROUTER_IMPL
 from ._snapshots import ConsumerStats
-from ._version import __version__
 from ._types import (
     ConsumeResult,
     MessageExt,
@@ -62,7 +62,7 @@ from ._types import (
     PollBatch,
     SendResult,
 )
-from ._async_consumer import AsyncLitePushConsumer
+from ._version import __version__
 from .dlq import DeadLetter, dead_letters, resend
 from .sources import (
     ConsumeFromWhere,

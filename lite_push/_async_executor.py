@@ -31,8 +31,8 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from ._lanemetrics import clock
 from ._lane_worker import LaneWorker, Steps
+from ._lanemetrics import clock
 from ._lanes import AsyncLane, Lane, LoopWaker
 from ._runtime import ABORT_GRACE
 from ._types import ConsumeResult, MessageExt

@@ -179,7 +179,8 @@ class ConsumerConfig:
         _check_float("lock_renew_interval", self.lock_renew_interval, 0.0, 3600.0, low_open=True)
         if self.lock_renew_interval >= self.lock_lease:
             raise ConfigError(
-                "lock_renew_interval", f"must be shorter than lock_lease ({self.lock_lease}), got {self.lock_renew_interval}"
+                "lock_renew_interval",
+                f"must be shorter than lock_lease ({self.lock_lease}), got {self.lock_renew_interval}",
             )
         _check_float("max_continuous_consume", self.max_continuous_consume, 0.0, 86400.0, low_open=True)
         if self.metrics_port is not None:

@@ -57,7 +57,7 @@ def is_async_callable(fn: object) -> bool:
     """Whether calling ``fn`` returns a coroutine: an ``async def``
     function, a partial of one, or an object with an ``async def
     __call__``."""
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
 
 def _check_listener(config: ConsumerConfig, listener: object) -> None:

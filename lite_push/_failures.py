@@ -44,7 +44,7 @@ def classify(exc: BaseException | None, result: object) -> tuple[bool, str, str]
     if result is ConsumeResult.DLQ_NOW:
         return True, "listener returned DLQ_NOW", ""
     if result in _RETRY:
-        return False, f"listener returned {result.name}", ""  # type: ignore[union-attr]
+        return False, f"listener returned {result.name}", ""
     return False, f"listener returned {result!r}, not a ConsumeResult or None; treated as RETRY_LATER", ""
 
 

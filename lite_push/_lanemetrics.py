@@ -14,7 +14,7 @@ if NO_EXTENSIONS:
     LANE_METRICS_IMPL = "python"
 else:
     try:
-        from ._lanemetrics_c import LaneMetrics, clock  # type: ignore[no-redef,import-not-found,assignment]
+        from ._lanemetrics_c import LaneMetrics, clock  # type: ignore[no-redef,import-not-found]
 
         LANE_METRICS_IMPL = "cython"
     except ImportError:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ def check_bounds(name: str, bounds: Sequence[float]) -> tuple[float, ...]:
         raise ValueError(f"{name}: 1 to {MAX_BOUNDS} bucket bounds, got {len(bs)}")
     if any(b != b or b in (float("inf"), float("-inf")) for b in bs):
         raise ValueError(f"{name}: bucket bounds must be finite, got {bs!r}")
-    if any(a >= b for a, b in zip(bs, bs[1:])):
+    if any(a >= b for a, b in pairwise(bs)):
         raise ValueError(f"{name}: bucket bounds must be strictly increasing, got {bs!r}")
     return bs
 

@@ -13,8 +13,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from ._lanemetrics import clock
 from ._lane_worker import LaneWorker, Steps
+from ._lanemetrics import clock
 from ._lanes import Lane
 from ._types import ConsumeResult, MessageExt
 

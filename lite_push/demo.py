@@ -255,7 +255,11 @@ def add_arguments(parser: argparse.ArgumentParser, *, metrics_port: int | None =
     parser.add_argument("--keys", type=_count(1), default=10_000, help="distinct ordering keys (default 10000)")
     parser.add_argument("--lanes", type=int, default=64, help="consumer lanes (default 64)")
     parser.add_argument(
-        "--io-ms", type=_non_negative_number, default=1.0, metavar="MS", help="simulated I/O per message (sleep), ms (default 1)"
+        "--io-ms",
+        type=_non_negative_number,
+        default=1.0,
+        metavar="MS",
+        help="simulated I/O per message (sleep), ms (default 1)",
     )
     parser.add_argument(
         "--metrics-port",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run the test suite: bootstrap, then pytest with any arguments given, e.g.
+# Run the test suite: bootstrap, ruff and mypy, then pytest with any arguments given, e.g.
 #
 #   scripts/test.sh                         everything
 #   scripts/test.sh -q tests/test_build.py  one file (paths are from the repo root)
@@ -17,6 +17,10 @@ bash scripts/bootstrap.sh --bench
 if [[ -z ${LITE_PUSH_NO_EXTENSIONS:-} ]]; then
     export LITE_PUSH_REQUIRE_EXTENSIONS=1
 fi
+
+# Lint and type-check first (configured in pyproject.toml): a finding fails the run.
+.venv/bin/ruff check .
+.venv/bin/mypy
 
 rc=0
 .venv/bin/python -m pytest "$@" || rc=$?

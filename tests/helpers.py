@@ -20,7 +20,9 @@ class Recorder:
     were ever in the listener twice at once.
     """
 
-    def __init__(self, *, delay: float = 0.0, jitter: float = 0.0, key_of: Callable[[MessageExt], object] | None = None) -> None:
+    def __init__(
+        self, *, delay: float = 0.0, jitter: float = 0.0, key_of: Callable[[MessageExt], object] | None = None
+    ) -> None:
         self.lock = threading.Lock()
         self.active: set[object] = set()
         self.overlaps: list[object] = []

@@ -83,7 +83,12 @@ def test_inputs_are_sorted_defensively():
 
 
 def test_queues_sort_by_topic_broker_then_id():
-    queues = [MessageQueue("T", "b", 1), MessageQueue("T", "a", 1), MessageQueue("T", "a", 0), MessageQueue("T", "b", 0)]
+    queues = [
+        MessageQueue("T", "b", 1),
+        MessageQueue("T", "a", 1),
+        MessageQueue("T", "a", 0),
+        MessageQueue("T", "b", 0),
+    ]
     assert allocate_averagely("g", "c1", queues, ["c1", "c2"]) == [MessageQueue("T", "a", 0), MessageQueue("T", "a", 1)]
 
 
@@ -125,7 +130,9 @@ def test_shares_partition_the_queues_in_runs(n_queues: int, n_cids: int):
 # Helpers
 
 
-def owner_map(strategy: AllocateStrategy, queues: Sequence[MessageQueue], cids: Sequence[str]) -> dict[MessageQueue, str]:
+def owner_map(
+    strategy: AllocateStrategy, queues: Sequence[MessageQueue], cids: Sequence[str]
+) -> dict[MessageQueue, str]:
     """Queue -> owner, asserting that no queue has two owners."""
     owners: dict[MessageQueue, str] = {}
     for cid, share in allocate_all(strategy, "g", queues, cids).items():
@@ -136,7 +143,9 @@ def owner_map(strategy: AllocateStrategy, queues: Sequence[MessageQueue], cids: 
     return owners
 
 
-def assert_partition(strategy: AllocateStrategy, queues: Sequence[MessageQueue], cids: Sequence[str]) -> dict[MessageQueue, str]:
+def assert_partition(
+    strategy: AllocateStrategy, queues: Sequence[MessageQueue], cids: Sequence[str]
+) -> dict[MessageQueue, str]:
     """Every queue of ``queues`` goes to exactly one member, and nothing else is handed out."""
     owners = owner_map(strategy, queues, cids)
     assert set(owners) == set(queues)
@@ -245,7 +254,11 @@ def test_names_are_rocketmqs():
     assert AllocateByMachineRoom({"r1"}).name == "MACHINE_ROOM"
     assert AllocateMachineRoomNearby(AVERAGELY, RoomResolver()).name == "MACHINE_ROOM_NEARBY-AVG"
     assert AllocateMachineRoomNearby(CONSISTENT_HASH, RoomResolver()).name == "MACHINE_ROOM_NEARBY-CONSISTENT_HASH"
-    for s in (AllocateByConfig([]), AllocateByMachineRoom({"r1"}), AllocateMachineRoomNearby(AVERAGELY, RoomResolver())):
+    for s in (
+        AllocateByConfig([]),
+        AllocateByMachineRoom({"r1"}),
+        AllocateMachineRoomNearby(AVERAGELY, RoomResolver()),
+    ):
         assert isinstance(s, AllocateStrategy)
 
 
@@ -289,7 +302,10 @@ def circle_shares(n_queues: int, cids: list[str]) -> dict[str, list[int]]:
 def test_by_circle_eight_queues_three_consumers():
     # 000: "c1: q1 q4 q7 / c2: q2 q5 q8 / c3: q3 q6" (1-based there)
     assert circle_shares(8, ["c1", "c2", "c3"]) == {"c1": [0, 3, 6], "c2": [1, 4, 7], "c3": [2, 5]}
-    assert AVERAGELY_BY_CIRCLE("g", "c3", mqs(8), ["c1", "c2", "c3"]) == [MessageQueue("T", "b", 2), MessageQueue("T", "b", 5)]
+    assert AVERAGELY_BY_CIRCLE("g", "c3", mqs(8), ["c1", "c2", "c3"]) == [
+        MessageQueue("T", "b", 2),
+        MessageQueue("T", "b", 5),
+    ]
 
 
 def test_by_circle_more_consumers_than_queues():
@@ -320,16 +336,25 @@ def test_by_circle_deals_queue_i_to_consumer_i_mod_n(n_queues: int, n_cids: int)
 # Partition properties over arbitrary queue and client-id sets
 
 queue_sets = st.lists(
-    st.builds(MessageQueue, st.sampled_from(["T", "U"]), st.sampled_from(["a", "b", "r1@x", "r2@y"]), st.integers(0, 15)),
+    st.builds(
+        MessageQueue, st.sampled_from(["T", "U"]), st.sampled_from(["a", "b", "r1@x", "r2@y"]), st.integers(0, 15)
+    ),
     min_size=1,
     max_size=40,
     unique=True,
 )
-cid_sets = st.lists(st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF), min_size=1, max_size=12), min_size=1, max_size=12, unique=True)
+cid_sets = st.lists(
+    st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF), min_size=1, max_size=12),
+    min_size=1,
+    max_size=12,
+    unique=True,
+)
 
 
 @settings(max_examples=150, deadline=None)
-@given(queue_sets, cid_sets, st.sampled_from([AVERAGELY, AVERAGELY_BY_CIRCLE, CONSISTENT_HASH, AllocateConsistentHash(1)]))
+@given(
+    queue_sets, cid_sets, st.sampled_from([AVERAGELY, AVERAGELY_BY_CIRCLE, CONSISTENT_HASH, AllocateConsistentHash(1)])
+)
 def test_shares_partition_any_queues(queues: list[MessageQueue], cids: list[str], strategy: AllocateStrategy):
     assert_partition(strategy, queues, cids)
 
@@ -361,7 +386,10 @@ def test_md5_ring_hash_known_answers():
 
 
 def test_queue_key_is_rocketmqs_to_string():
-    assert message_queue_key(MessageQueue("TopicTest", "broker-a", 3)) == "MessageQueue [topic=TopicTest, brokerName=broker-a, queueId=3]"
+    assert (
+        message_queue_key(MessageQueue("TopicTest", "broker-a", 3))
+        == "MessageQueue [topic=TopicTest, brokerName=broker-a, queueId=3]"
+    )
 
 
 def test_consistent_hash_matches_a_ring_built_by_hand():
@@ -430,13 +458,22 @@ def test_consistent_hash_virtual_nodes():
     assert sorted(h for h, _ in points) == sorted(md5_hash(f"a-{i}") for i in range(4))
 
 
-def ch_owners(strategy: AllocateStrategy, queues: Sequence[MessageQueue], cids: Sequence[str]) -> dict[MessageQueue, str]:
+def ch_owners(
+    strategy: AllocateStrategy, queues: Sequence[MessageQueue], cids: Sequence[str]
+) -> dict[MessageQueue, str]:
     return assert_partition(strategy, queues, cids)
 
 
 @settings(max_examples=120, deadline=None)
-@given(queue_sets, cid_sets, st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF), min_size=1, max_size=12), st.integers(1, 12))
-def test_consistent_hash_moves_only_the_newcomers_queues(queues: list[MessageQueue], cids: list[str], new: str, vnodes: int):
+@given(
+    queue_sets,
+    cid_sets,
+    st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF), min_size=1, max_size=12),
+    st.integers(1, 12),
+)
+def test_consistent_hash_moves_only_the_newcomers_queues(
+    queues: list[MessageQueue], cids: list[str], new: str, vnodes: int
+):
     # The exact guarantee: adding a consumer moves a queue only to the
     # newcomer; taking it away again moves only the queues it had.
     if new in cids:
@@ -549,7 +586,14 @@ def test_by_machine_room_configuration_errors():
 
 @settings(max_examples=150, deadline=None)
 @given(
-    st.lists(st.builds(MessageQueue, st.just("T"), st.sampled_from(["r1@a", "r2@b", "r3@c", "plain", "r1@a@b"]), st.integers(0, 15)), min_size=1, max_size=40, unique=True),
+    st.lists(
+        st.builds(
+            MessageQueue, st.just("T"), st.sampled_from(["r1@a", "r2@b", "r3@c", "plain", "r1@a@b"]), st.integers(0, 15)
+        ),
+        min_size=1,
+        max_size=40,
+        unique=True,
+    ),
     st.integers(1, 12),
     st.sets(st.sampled_from(["r1", "r2", "r3"]), min_size=1),
 )
@@ -574,7 +618,12 @@ def test_nearby_two_rooms_one_without_consumers():
     strategy = AllocateMachineRoomNearby(AVERAGELY, SplitResolver())
     got = allocate_all(strategy, "g", queues, ["A-c1", "A-c2"])
     assert got == {
-        "A-c1": [MessageQueue("T", "A-broker", 0), MessageQueue("T", "A-broker", 1), MessageQueue("T", "B-broker", 0), MessageQueue("T", "B-broker", 1)],
+        "A-c1": [
+            MessageQueue("T", "A-broker", 0),
+            MessageQueue("T", "A-broker", 1),
+            MessageQueue("T", "B-broker", 0),
+            MessageQueue("T", "B-broker", 1),
+        ],
         "A-c2": [MessageQueue("T", "A-broker", 2), MessageQueue("T", "A-broker", 3), MessageQueue("T", "B-broker", 2)],
     }
     # Consumers in both rooms: each room's queues stay in the room
@@ -633,7 +682,9 @@ def test_nearby_errors():
 @given(
     queue_sets,
     st.lists(st.sampled_from(["A", "B", "C", "D"]), min_size=1, max_size=12),
-    st.dictionaries(st.sampled_from(["a", "b", "r1@x", "r2@y"]), st.sampled_from(["A", "B", "C", "D"]), min_size=4, max_size=4),
+    st.dictionaries(
+        st.sampled_from(["a", "b", "r1@x", "r2@y"]), st.sampled_from(["A", "B", "C", "D"]), min_size=4, max_size=4
+    ),
     st.sampled_from([AVERAGELY, AVERAGELY_BY_CIRCLE, CONSISTENT_HASH]),
 )
 def test_nearby_partitions_and_keeps_queues_in_their_room(

@@ -315,7 +315,9 @@ def test_the_wrong_kind_of_listener_or_consumer_is_a_clear_error() -> None:
         return None
 
     with pytest.raises(ConfigError, match="async def") as info:
-        LitePushConsumer(ConsumerConfig(group="g", executor="asyncio"), source=broker.pull_consumer("g"), listener=plain)
+        LitePushConsumer(
+            ConsumerConfig(group="g", executor="asyncio"), source=broker.pull_consumer("g"), listener=plain
+        )
     assert info.value.field == "listener"
     with pytest.raises(ConfigError, match="executor='asyncio'") as info:
         LitePushConsumer(ConsumerConfig(group="g"), source=broker.pull_consumer("g"), listener=coro)

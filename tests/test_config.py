@@ -9,7 +9,11 @@ from lite_push import ConfigError, ConsumeMode, ConsumerConfig, LitePushError
 
 def test_defaults_follow_rocketmq():
     c = ConsumerConfig(group="g")
-    assert (c.pull_threshold_for_queue, c.pull_threshold_size_for_queue, c.max_span) == (1000, 100 * 1024 * 1024, 1 << 20)
+    assert (c.pull_threshold_for_queue, c.pull_threshold_size_for_queue, c.max_span) == (
+        1000,
+        100 * 1024 * 1024,
+        1 << 20,
+    )
     assert (c.commit_interval, c.batch_size, c.pull_batch_size, c.suspend_ms) == (5.0, 1, 32, 1000)
     assert (c.max_reconsume_times, c.retry_start_level) == (16, 3)
     assert c.mode is ConsumeMode.KEY_ORDERLY

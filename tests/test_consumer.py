@@ -8,15 +8,15 @@ import threading
 import time
 
 import pytest
-
 from executors import EX
 from helpers import Recorder, assert_offsets_increase, wait_consumed, wait_until
+
 from lite_push import (
     ConfigError,
     ConsumeFromWhere,
     ConsumeMode,
-    ConsumeResult,
     ConsumerConfig,
+    ConsumeResult,
     EmbeddedBroker,
     LitePushConsumer,
     LitePushError,
@@ -24,7 +24,6 @@ from lite_push import (
     MessageExt,
 )
 from lite_push._router import lane_of
-
 
 pytestmark = pytest.mark.usefixtures("executor")
 
@@ -224,12 +223,12 @@ def test_retry_waits_suspend_ms_on_the_injected_clock():
 
     with consumer:
         for n in (1, 2):
-            assert wait_until(lambda: len(times) == n and scheduled())
+            assert wait_until(lambda n=n: len(times) == n and scheduled())
             clock.advance(1.4)  # not yet due: real time passes, no retry
             time.sleep(0.1)
             assert len(times) == n
             clock.advance(0.1)
-            assert wait_until(lambda: len(times) == n + 1)
+            assert wait_until(lambda n=n: len(times) == n + 1)
         wait_consumed(consumer, 1)
     assert len(times) == 3
     assert times[1] - times[0] >= 1.5 and times[2] - times[1] >= 1.5

@@ -4,6 +4,7 @@ lets a queue flow past a parked key."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import signal
@@ -25,7 +26,6 @@ from lite_push import (
     ConsumerConfig,
     ConsumeResult,
     EmbeddedBroker,
-    LitePushConsumer,
     ManualClock,
     MessageExt,
     NonRetryableError,
@@ -147,7 +147,7 @@ def test_poison_key_is_parked_while_its_lane_and_queue_flow_then_dead_lettered_i
         for attempt in (1, 2):
             assert wait_until(lambda: _retry_scheduled(consumer, clock))
             clock.advance(1.0)
-            assert wait_until(lambda: len(log.of("POISON")) >= attempt + 1), log.of("POISON")
+            assert wait_until(lambda attempt=attempt: len(log.of("POISON")) >= attempt + 1), log.of("POISON")
         assert wait_until(lambda: consumer.stats().dead_lettered == 1)
         assert wait_until(lambda: log.ok_count(lambda a: a[0] == "POISON") == len(poison_offsets) - 1)
         clock.advance(0.1)
@@ -229,7 +229,9 @@ def test_bad_json_is_retried_then_dead_lettered_with_the_reason():
         assert wait_until(lambda: seen == [5, 7])
     (d,) = _dlq(broker)
     assert d.body == b"{not json"
-    assert d.properties["DLQ_REASON"].startswith("listener raised MessageDecodeError: cannot decode the body of T#0 offset 1")
+    assert d.properties["DLQ_REASON"].startswith(
+        "listener raised MessageDecodeError: cannot decode the body of T#0 offset 1"
+    )
 
 
 def test_unlimited_retries_never_dead_letter():
@@ -240,7 +242,7 @@ def test_unlimited_retries_never_dead_letter():
     clock = ManualClock()
     with _consumer(broker, log, clock, lanes=1, max_reconsume_times=-1, suspend_ms=10) as consumer:
         for i in range(1, 31):
-            assert wait_until(lambda: len(log.attempts) == i and _retry_scheduled(consumer, clock))
+            assert wait_until(lambda i=i: len(log.attempts) == i and _retry_scheduled(consumer, clock))
             clock.advance(0.01)
         assert wait_until(lambda: len(log.attempts) == 31)
         assert wait_until(lambda: consumer.stats().consumed == 1)
@@ -298,7 +300,7 @@ def test_concurrently_sends_back_with_delay_levels_and_loses_nothing():
     for i in range(total):
         times = deliveries[i]
         assert [r for r, _ in times] == list(range(min(fails[i], 2) + 1)), (i, times)
-        for (r0, t0), (r1, t1) in zip(times, times[1:]):
+        for (r0, t0), (_, t1) in itertools.pairwise(times):
             assert t1 - t0 >= levels[3 - 1 + r0] - 1e-6, (i, times)  # never before its level's delay
     dead = _dlq(broker)
     assert sorted(int(m.body) for m in dead) == sorted(i for i, f in fails.items() if f == 3)
@@ -326,7 +328,9 @@ def test_send_back_failure_retries_locally_and_keeps_the_offset_uncommitted():
 
     source.send_back = failing_send_back  # type: ignore[method-assign]
     consumer = EX.consumer(
-        ConsumerConfig(group="g", mode=ConsumeMode.CONCURRENTLY, lanes=2, poll_timeout=0.02, commit_interval=0.05, suspend_ms=500),
+        ConsumerConfig(
+            group="g", mode=ConsumeMode.CONCURRENTLY, lanes=2, poll_timeout=0.02, commit_interval=0.05, suspend_ms=500
+        ),
         source=source,
         listener=listener,
         clock=clock,
@@ -400,7 +404,7 @@ def test_kill_9_with_parked_messages_loses_none_and_replays_only_the_unfinished(
     total = 6000
     keys = [f"P{(i // 400) % 5}" if i % 400 == 7 else f"k{i % 700}" for i in range(total)]
     results = broker.send_batch("T", [(b"x", k) for k in keys])
-    every = {(r.queue.queue_id, r.offset): k for r, k in zip(results, keys)}
+    every = {(r.queue.queue_id, r.offset): k for r, k in zip(results, keys, strict=True)}
     poison = {qo for qo, k in every.items() if k.startswith("P")}
     broker.close()
     root = Path(__file__).resolve().parents[1]
@@ -410,7 +414,9 @@ def test_kill_9_with_parked_messages_loses_none_and_replays_only_the_unfinished(
         stderr=subprocess.PIPE,
     )
     try:
-        assert wait_until(lambda: len(read_offset_log(log)) == total - len(poison) or child.poll() is not None, timeout=60)
+        assert wait_until(
+            lambda: len(read_offset_log(log)) == total - len(poison) or child.poll() is not None, timeout=60
+        )
         assert child.poll() is None, child.stderr.read().decode()
         time.sleep(0.5)  # many commits (every 20 ms) while the poison is parked
         os.kill(child.pid, signal.SIGKILL)
@@ -474,7 +480,7 @@ def test_rebalance_hands_parked_messages_to_the_next_owner_without_waiting_for_t
     broker = EmbeddedBroker()
     broker.create_topic("T", queue_count=2)
     results = broker.send_batch("T", [(b"x", poison_key if i % 50 == 5 else f"k{i}") for i in range(2000)])
-    poison = {(r.queue.queue_id, r.offset) for r, i in zip(results, range(2000)) if i % 50 == 5}
+    poison = {(r.queue.queue_id, r.offset) for r, i in zip(results, range(2000), strict=True) if i % 50 == 5}
     log_a = Log(fail=lambda m: m.keys == poison_key)
     seen_b: list[tuple[int, int]] = []
 
@@ -483,7 +489,9 @@ def test_rebalance_hands_parked_messages_to_the_next_owner_without_waiting_for_t
 
     def member(listener, client_id, clock=None):
         c = EX.consumer(
-            ConsumerConfig(group="g", lanes=4, poll_timeout=0.02, commit_interval=0.05, suspend_ms=60_000, revoke_timeout=30),
+            ConsumerConfig(
+                group="g", lanes=4, poll_timeout=0.02, commit_interval=0.05, suspend_ms=60_000, revoke_timeout=30
+            ),
             source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET, client_id=client_id),
             listener=listener,
             clock=clock,
@@ -496,7 +504,9 @@ def test_rebalance_hands_parked_messages_to_the_next_owner_without_waiting_for_t
         assert wait_until(lambda: log_a.ok_count() == 2000 - len(poison))
         assert a.stats().parked == len(poison)
         t0 = time.monotonic()
-        with member(listener_b, "c2"):  # joins the group here  # queue 1 moves to b: a drops its parked messages (no 30 s revoke wait)
+        with member(
+            listener_b, "c2"
+        ):  # joins the group here  # queue 1 moves to b: a drops its parked messages (no 30 s revoke wait)
             assert wait_until(lambda: set(seen_b) >= poison, timeout=8)
             assert time.monotonic() - t0 < 8
             time.sleep(0.2)
@@ -516,7 +526,9 @@ def test_random_failures_under_concurrency_keep_key_order_and_lose_nothing(seed)
     broker.create_topic("T", queue_count=3)
     total = 3000
     broker.send_batch("T", [(b"%d" % i, f"k{rng.randrange(120)}") for i in range(total)])
-    fails = {i: (9 if rng.random() < 0.01 else (rng.randrange(1, 3) if rng.random() < 0.08 else 0)) for i in range(total)}
+    fails = {
+        i: (9 if rng.random() < 0.01 else (rng.randrange(1, 3) if rng.random() < 0.08 else 0)) for i in range(total)
+    }
     lock = threading.Lock()
     done: dict[str, list[tuple[int, int]]] = defaultdict(list)
     active: set[str] = set()
@@ -542,7 +554,9 @@ def test_random_failures_under_concurrency_keep_key_order_and_lose_nothing(seed)
 
     with _consumer(broker, listener, lanes=16, suspend_ms=5, max_reconsume_times=2) as consumer:
         dead = sum(1 for f in fails.values() if f > 2)
-        assert wait_until(lambda: consumer.stats().consumed == total - dead and consumer.stats().dead_lettered == dead, timeout=60), consumer.stats()
+        assert wait_until(
+            lambda: consumer.stats().consumed == total - dead and consumer.stats().dead_lettered == dead, timeout=60
+        ), consumer.stats()
     assert overlaps == []
     for key, seq in done.items():
         for q in {q for q, _ in seq}:

@@ -7,11 +7,10 @@ import time
 
 import psutil
 import pytest
-
 from executors import EX
 from helpers import wait_until
-from lite_push import ConsumeFromWhere, ConsumerConfig, EmbeddedBroker, LitePushConsumer
 
+from lite_push import ConsumeFromWhere, ConsumerConfig, EmbeddedBroker
 
 pytestmark = pytest.mark.usefixtures("executor")
 
@@ -70,7 +69,11 @@ def test_byte_threshold_pauses_queue():
     broker.send_batch("T", ((b"y" * 1000, f"k{i}") for i in range(500)))
     gate = threading.Event()
     consumer = _consumer(
-        broker, lambda msgs: None if gate.wait(20) else None, lanes=2, pull_threshold_size_for_queue=10_000, pull_batch_size=4
+        broker,
+        lambda msgs: None if gate.wait(20) else None,
+        lanes=2,
+        pull_threshold_size_for_queue=10_000,
+        pull_batch_size=4,
     )
     with consumer:
         assert wait_until(lambda: len(consumer.stats().paused) == 1)
@@ -141,7 +144,12 @@ def test_full_lane_pauses_queue_instead_of_blocking_the_pull_thread():
     broker.send_batch("T", ((b"w", "hot") for _ in range(3000)))
     gate = threading.Event()
     consumer = _consumer(
-        broker, lambda msgs: None if gate.wait(20) else None, lanes=4, lane_capacity=50, pull_batch_size=20, pull_threshold_for_queue=100_000
+        broker,
+        lambda msgs: None if gate.wait(20) else None,
+        lanes=4,
+        lane_capacity=50,
+        pull_batch_size=20,
+        pull_threshold_for_queue=100_000,
     )
     with consumer:
         assert wait_until(lambda: len(consumer.stats().paused) >= 1)

@@ -182,7 +182,7 @@ def test_estimate_size_bounds_long_spans(base: int, gaps: list[int], parked: lis
     bound holds where the run-length form is the one chosen."""
     unfinished: list[int] = []
     off = base
-    for gap, count in zip(gaps, parked):
+    for gap, count in zip(gaps, parked, strict=False):
         unfinished.extend(range(off, off + count))
         off += count + gap
     end = off - gaps[min(len(gaps), len(parked)) - 1] + tail  # the last gap is cut to ``tail``

@@ -319,7 +319,7 @@ def test_unfinished_agrees_on_random_patterns(
     c, py = offsets_c.OffsetTracker(start), PyTracker(start)
     next_offset = None if skip is None else offs[-1] + 1 + skip
     assert step(c, py, Call("add_many", tuple(offs), next_offset=next_offset))
-    finished = tuple(o for o, d in zip(offs, done) if d)
+    finished = tuple(o for o, d in zip(offs, done, strict=False) if d)
     if finished:
         assert step(c, py, Call("complete_many", finished))
     assert c.unfinished() == py.unfinished() == sorted(set(offs) - set(finished))

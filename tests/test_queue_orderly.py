@@ -8,7 +8,8 @@ import threading
 import time
 
 from helpers import Recorder, assert_offsets_increase, wait_consumed, wait_until
-from lite_push import ConsumeFromWhere, ConsumeMode, ConsumeResult, ConsumerConfig, EmbeddedBroker, LitePushConsumer
+
+from lite_push import ConsumeFromWhere, ConsumeMode, ConsumerConfig, ConsumeResult, EmbeddedBroker, LitePushConsumer
 
 
 def _make(broker, listener, **cfg):

@@ -6,12 +6,11 @@ from __future__ import annotations
 from types import ModuleType
 
 import pytest
+from conftest import compiled_twin
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import compiled_twin
-from lite_push import MessageExt
-from lite_push import _router_py
+from lite_push import MessageExt, _router_py
 
 
 def _msg(qid: int, off: int, key: str | None) -> MessageExt:

@@ -25,7 +25,7 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 if str(BENCHMARKS) not in sys.path:
     sys.path.insert(0, str(BENCHMARKS))
 
-from workloads import (
+from workloads import (  # noqa: E402  (benchmarks/ is put on sys.path above)
     KEY_SPACE,
     LONGTAIL_SIGMA,
     WORKLOADS,
@@ -320,7 +320,7 @@ def test_partition_bound_is_the_busiest_partitions_total_cost() -> None:
     keys = ["a", "b", "c", "a", "b", "a"]
     costs = [1000, 2000, 3000, 1000, 2000, 1000]  # us; total 10 ms
     loads = [0, 0]
-    for k, c in zip(keys, costs):
+    for k, c in zip(keys, costs, strict=True):
         loads[lane_of(k, 2)] += c
     assert partition_bound(keys, costs, 3, "KEY_ORDERLY", 2) == pytest.approx(6 / (max(loads) / 1e6))
     # a single lane runs everything one after another
@@ -328,7 +328,7 @@ def test_partition_bound_is_the_busiest_partitions_total_cost() -> None:
     assert partition_bound(keys, costs, 3, "CONCURRENTLY", 4) == pytest.approx(6 / 0.0025)
     # QUEUE_ORDERLY: the busiest queue, but never faster than total / threads
     qloads = [0, 0, 0]
-    for k, c in zip(keys, costs):
+    for k, c in zip(keys, costs, strict=True):
         qloads[queue_of(k, 3)] += c
     assert partition_bound(keys, costs, 3, "QUEUE_ORDERLY", 20) == pytest.approx(6 / (max(qloads) / 1e6))
     assert partition_bound(keys, costs, 3, "QUEUE_ORDERLY", 1) == pytest.approx(6 / 0.010)
@@ -403,7 +403,7 @@ def test_generator_fail_times_match_the_poisoned_ranks(spark: Any, tmp_path: Pat
     assert 0 < sum(1 for f in expected if f) < 2_000
     assert read_workload(tmp_path / "pois") == w
     summary = poison_summary(tmp_path / "pois")
-    counts = Counter(k for k, f in zip(t["key"].to_pylist(), expected) if f)
+    counts = Counter(k for k, f in zip(t["key"].to_pylist(), expected, strict=True) if f)
     assert summary.keys == 10 and summary.messages == sum(counts.values())
     assert summary.per_key == dict(counts) and summary.largest_key == max(counts.values())
     assert sum(summary.per_queue.values()) == summary.messages
