@@ -31,9 +31,12 @@ __all__ = [
     "RunResult",
     "account_keys",
     "add_arguments",
+    "count_arg",
     "fill_broker",
     "lane_balance",
     "main",
+    "non_negative_number",
+    "run_args",
     "run_demo",
     "run_once",
 ]
@@ -224,7 +227,7 @@ class LiveStats:
         return text
 
 
-def _count(low: int) -> Callable[[str], int]:
+def count_arg(low: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -237,7 +240,7 @@ def _count(low: int) -> Callable[[str], int]:
     return parse
 
 
-def _non_negative_number(text: str) -> float:
+def non_negative_number(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -250,13 +253,13 @@ def _non_negative_number(text: str) -> float:
 def add_arguments(parser: argparse.ArgumentParser, *, metrics_port: int | None = None) -> None:
     """Add the demo's options to ``parser``; ``metrics_port`` is the
     default of ``--metrics-port`` (``None``: no metrics unless asked)."""
-    parser.add_argument("--messages", type=_count(0), default=100_000, help="messages to produce (default 100000)")
-    parser.add_argument("--queues", type=_count(1), default=8, help="queues of the topic (default 8)")
-    parser.add_argument("--keys", type=_count(1), default=10_000, help="distinct ordering keys (default 10000)")
+    parser.add_argument("--messages", type=count_arg(0), default=100_000, help="messages to produce (default 100000)")
+    parser.add_argument("--queues", type=count_arg(1), default=8, help="queues of the topic (default 8)")
+    parser.add_argument("--keys", type=count_arg(1), default=10_000, help="distinct ordering keys (default 10000)")
     parser.add_argument("--lanes", type=int, default=64, help="consumer lanes (default 64)")
     parser.add_argument(
         "--io-ms",
-        type=_non_negative_number,
+        type=non_negative_number,
         default=1.0,
         metavar="MS",
         help="simulated I/O per message (sleep), ms (default 1)",

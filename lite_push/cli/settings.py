@@ -27,21 +27,25 @@ allowed: :data:`NON_CONFIG_ENV`).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import enum
 import os
 import tomllib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._config import ConsumerConfig
-from ._errors import ConfigError
+from .._config import ConsumerConfig
+from .._errors import ConfigError
+from .errors import CliError
 
 __all__ = [
+    "require",
+    "settings_of",
     "ENV_PREFIX",
     "NON_CONFIG_ENV",
     "SERVICE_SETTINGS",
@@ -332,3 +336,34 @@ def load_settings(
                 )
             consumer[name] = _convert(name, ft, raw, origin)
     return Settings(consumer=consumer, service=service, origins=origins)
+
+
+# -- for the commands ----------------------------------------------------------
+
+
+def settings_of(args: argparse.Namespace, names: Sequence[str]) -> Settings:
+    """Load the settings of a command: the flags in ``names`` that were
+    given (argparse dest == setting name), the environment, ``--config``."""
+    flags: dict[str, object] = {}
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None:
+            flags[name] = value
+    if getattr(args, "no_metrics", False):
+        flags["metrics_port"] = None
+    return load_settings(flags, config_file=args.config)
+
+
+def require(settings: Settings, name: str, flag: str) -> str:
+    """The setting ``name``, which the command cannot do without: a
+    :class:`~lite_push.cli.errors.CliError` saying where to give it when it
+    is missing or blank."""
+    value = (
+        settings.get(name) if name in SERVICE_SETTINGS else settings.consumer.get(name)
+    )
+    if value is None or (isinstance(value, str) and not value.strip()):
+        table, key = SERVICE_SETTINGS.get(name, ("consumer", name))
+        raise CliError(
+            f"{flag} is required (or {env_name(name)}, or {key} in the config file's [{table}] table)"
+        )
+    return str(value)

@@ -1,0 +1,53 @@
+"""The ``lite-push`` command.
+
+``lite-push demo``       the embedded broker, a producer and a consumer, with
+                         live stats and a Prometheus endpoint
+``lite-push consume``    run a listener (``module:function``) as a service
+``lite-push dlq list``   show a group's dead letters
+``lite-push dlq resend`` send dead letters back to their topics
+
+Bad arguments and bad settings print one line, ``lite-push: error: ...``, on
+stderr and exit with status 2; a source that fails at run time exits 1.
+Settings of ``consume`` and ``dlq`` come from flags, ``LITE_PUSH_*``
+environment variables and a TOML file, in that order of precedence
+(:mod:`lite_push.cli.settings`).
+
+Modules: ``parser`` (the commands and their options), ``settings`` (flags,
+environment, file), ``sources`` (the ``--source`` URL), ``consume``, ``dlq``,
+``errors`` (the one-line error).  The benchmarks are run from the source
+checkout (``python benchmarks/bench.py``), not through this command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from .._errors import ConfigError
+from .consume import load_listener
+from .errors import PROG, CliError, exit_code, one_line
+from .parser import build_parser
+from .sources import open_source
+
+__all__ = ["PROG", "CliError", "build_parser", "load_listener", "main", "open_source"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``lite-push`` with ``argv`` (default ``sys.argv[1:]``); return
+    the exit status."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(args_list)
+        handler: Callable[[argparse.Namespace], int] = args.handler
+        return handler(args)
+    except CliError as e:
+        print(f"{PROG}: error: {one_line(str(e))}", file=sys.stderr)
+        return e.code
+    except ConfigError as e:
+        print(f"{PROG}: error: {one_line(str(e))}", file=sys.stderr)
+        return 2
+    except SystemExit as e:  # --help, --version
+        return exit_code(e)
+    except KeyboardInterrupt:
+        return 130

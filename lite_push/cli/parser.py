@@ -1,0 +1,225 @@
+"""The ``lite-push`` argument parser: every command, its options and help.
+
+Argument errors are one line (:class:`~lite_push.cli.errors.CliError`, exit
+status 2), never argparse's usage dump.
+"""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+from typing import NoReturn
+
+from .._version import __version__
+from ..demo import add_arguments, count_arg, non_negative_number, run_args
+from .consume import FROM, cmd_consume
+from .dlq import cmd_dlq_list, cmd_dlq_resend
+from .errors import PROG, CliError
+
+__all__ = ["DEMO_METRICS_PORT", "build_parser"]
+
+#: The default port of ``lite-push demo``'s metrics endpoint.
+DEMO_METRICS_PORT = 9464
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (no usage dump): they
+    raise :class:`CliError`, which ``main`` prints and turns into 2."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog[len(PROG) :].strip()
+        raise CliError(f"{command}: {message}" if command else message)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    return run_args(args)
+
+
+_SETTINGS_EPILOG = """\
+settings: a flag wins over its environment variable, which wins over the
+--config file, which wins over the default.  Environment: LITE_PUSH_<FIELD>
+for every ConsumerConfig field (LITE_PUSH_LANES=64, LITE_PUSH_MODE=CONCURRENTLY,
+LITE_PUSH_METRICS_PORT=9464, LITE_PUSH_MAX_RECONSUME_TIMES=3, ...) and
+LITE_PUSH_SOURCE, LITE_PUSH_GROUP, LITE_PUSH_TOPIC, LITE_PUSH_TAGS,
+LITE_PUSH_LISTENER, LITE_PUSH_FROM.  TOML file:
+  [consumer]      ConsumerConfig fields: group, mode, lanes, batch_size, ...
+  [source]        url
+  [listener]      path = "module:function"
+  [subscription]  topic, tags, from
+An unknown key, table or LITE_PUSH_* variable is an error.
+"""
+
+
+#: argparse types shared with the demo's options
+_nonneg = count_arg(0)
+_seconds = non_negative_number
+
+
+def _add_source_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--source",
+        metavar="URL",
+        help="redis://host:port[/db][?namespace=NS] or embedded:/path/to/dir",
+    )
+    p.add_argument("--group", metavar="G", help="consumer group")
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML settings file ([consumer], [source], ...)",
+    )
+
+
+def _para(text: str) -> str:
+    """``text`` wrapped for a help screen whose epilog is preformatted."""
+    return textwrap.fill(text, 79)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``lite-push`` argument parser; each command's ``handler`` is set
+    as its default."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = _Parser(
+        prog=PROG,
+        description="lite_push: key-ordered parallel consumption of partitioned logs.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"{PROG} {__version__}"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser(
+        "demo",
+        help="produce to the embedded broker and consume it with live stats and metrics",
+        description=_para(
+            "Produce to an in-memory embedded broker and consume in KEY_ORDERLY mode, printing live "
+            "stats once a second (throughput, lag, in flight, paused queues) and serving Prometheus metrics; "
+            "then check per-key order (exit 1 if it fails)."
+        ),
+    )
+    add_arguments(p, metrics_port=DEMO_METRICS_PORT)
+    p.set_defaults(handler=_cmd_demo)
+
+    p = sub.add_parser(
+        "consume",
+        help="run a listener (module:function) as a service",
+        description=_para(
+            "Consume TOPIC as group G from a source and call the listener for each batch; "
+            "SIGTERM or SIGINT stops polling, drains, commits and exits 0."
+        ),
+        epilog=_SETTINGS_EPILOG,
+        formatter_class=fmt,
+    )
+    _add_source_options(p)
+    p.add_argument("--topic", metavar="T", help="topic to consume")
+    p.add_argument(
+        "--listener",
+        metavar="MODULE:FUNCTION",
+        help="the listener, imported with the current directory on sys.path; an async def one "
+        "runs on the asyncio executor unless --executor says otherwise",
+    )
+    p.add_argument(
+        "--tags", metavar="EXPR", help="tag filter, e.g. 'TagA || TagB' (default *)"
+    )
+    p.add_argument(
+        "--mode",
+        choices=["KEY_ORDERLY", "CONCURRENTLY", "QUEUE_ORDERLY"],
+        help="default KEY_ORDERLY",
+    )
+    p.add_argument("--lanes", type=int, metavar="N", help="lanes (default 16)")
+    p.add_argument(
+        "--executor",
+        choices=["thread", "asyncio"],
+        help="default thread (asyncio for async def)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="P",
+        help="serve Prometheus metrics (0: any free port)",
+    )
+    p.add_argument(
+        "--metrics-addr",
+        metavar="ADDR",
+        help="metrics bind address (default 127.0.0.1)",
+    )
+    p.add_argument(
+        "--no-metrics",
+        action="store_true",
+        help="no metrics, whatever the environment or file say",
+    )
+    p.add_argument(
+        "--from",
+        dest="from",
+        choices=sorted(FROM),
+        help="where a group with no committed offset starts (default last)",
+    )
+    p.add_argument(
+        "--shutdown-timeout",
+        type=_seconds,
+        default=30.0,
+        metavar="S",
+        help="longest drain at shutdown (30)",
+    )
+    p.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="default INFO",
+    )
+    p.set_defaults(handler=cmd_consume)
+
+    p = sub.add_parser(
+        "dlq",
+        help="list and re-send dead letters",
+        description="Dead letters of a consumer group (topic %DLQ%<group>).",
+    )
+    dlq = p.add_subparsers(dest="dlq_command", metavar="ACTION", required=True)
+    p = dlq.add_parser(
+        "list",
+        help="print the dead letters of a group",
+        description=_para(
+            "Print one line per dead letter of the group (DLQ offset, origin topic/queue/offset, "
+            "original message id, reconsume times, reason), or JSON lines with --json.  Reads only: "
+            "joins no group and commits nothing."
+        ),
+        epilog=_SETTINGS_EPILOG,
+        formatter_class=fmt,
+    )
+    _add_source_options(p)
+    p.add_argument(
+        "--start",
+        type=_nonneg,
+        default=0,
+        metavar="OFFSET",
+        help="first DLQ offset (default 0)",
+    )
+    p.add_argument(
+        "--limit", type=_nonneg, metavar="N", help="read at most N offsets from --start"
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.set_defaults(handler=cmd_dlq_list)
+    p = dlq.add_parser(
+        "resend",
+        help="send dead letters back to their original topics",
+        description=_para(
+            "Send dead letters back to their original topics as new messages (original body, keys, "
+            "tags and properties).  The DLQ is append-only: a dead letter stays there after it is resent."
+        ),
+        epilog=_SETTINGS_EPILOG,
+        formatter_class=fmt,
+    )
+    _add_source_options(p)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--offset",
+        type=_nonneg,
+        nargs="+",
+        action="extend",
+        metavar="N",
+        help="DLQ offsets to resend",
+    )
+    which.add_argument(
+        "--all", action="store_true", help="resend every dead letter of the group"
+    )
+    p.set_defaults(handler=cmd_dlq_resend)
+    return parser
