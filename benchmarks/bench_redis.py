@@ -55,12 +55,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import redis  # noqa: E402
-import redis.utils  # noqa: E402
+import redis
+import redis.utils
 
-from lite_push import ConsumeFromWhere, ConsumeMode, ConsumerConfig, LitePushConsumer  # noqa: E402
-from lite_push.sources.redis_server import RedisServer  # noqa: E402
-from lite_push.sources.redis_streams import RedisBroker  # noqa: E402
+from lite_push import ConsumeFromWhere, ConsumeMode, ConsumerConfig, LitePushConsumer
+from lite_push.sources.redis_server import RedisServer
+from lite_push.sources.redis_streams import RedisBroker
 
 TOPIC = "BENCH"
 
@@ -119,7 +119,7 @@ def cmd_read(args: argparse.Namespace) -> int:
         body = b"\0" * args.body
         for start in range(0, total, 20_000):
             broker.send_batch(TOPIC, [(body, f"k{rnd.randrange(10_000)}") for _ in range(min(20_000, total - start))])
-        keys = [broker._qkey(TOPIC, q, "log") for q in range(queues)]
+        keys = [broker.queue_key(TOPIC, q, "log") for q in range(queues)]
         client = redis.Redis.from_url(server.url)
         for count in args.count:
             raw_rates, lite_rates, ratios = [], [], []
@@ -342,8 +342,11 @@ def cmd_failover(args: argparse.Namespace) -> int:
             time.sleep(args.settle + random.uniform(0, args.heartbeat))
             victim = procs[rep % 3]
             victim_id = cids[rep % 3]
-            owned = [q for q in broker.queues(TOPIC)
-                     if broker.client.get(broker._gkey("bench", f"owner:{TOPIC}#{q.queue_id}")) == victim_id.encode()]  # fmt: skip
+            owned = [
+                q
+                for q in broker.queues(TOPIC)
+                if broker.client.get(broker.group_key("bench", f"owner:{TOPIC}#{q.queue_id}")) == victim_id.encode()
+            ]
             kill_ns = time.perf_counter_ns()
             os.kill(victim.pid, signal.SIGKILL)
             victim.wait(10)
@@ -351,7 +354,7 @@ def cmd_failover(args: argparse.Namespace) -> int:
             taken_at: dict[int, float] = {}
             while time.monotonic() < deadline and len(taken_at) < len(owned):
                 for q in owned:
-                    t = broker.client.get(broker._gkey("bench", f"owner:{TOPIC}#{q.queue_id}"))
+                    t = broker.client.get(broker.group_key("bench", f"owner:{TOPIC}#{q.queue_id}"))
                     if t is not None and t != victim_id.encode() and q.queue_id not in taken_at:
                         taken_at[q.queue_id] = (time.perf_counter_ns() - kill_ns) / 1e9
                 time.sleep(0.02)
@@ -362,7 +365,8 @@ def cmd_failover(args: argparse.Namespace) -> int:
         table = pq.read_table(log).to_pydict()
         firsts = []
         for q in owned:
-            starts = [s for s, qq in zip(table["start_ns"], table["queue"], strict=True) if qq == q.queue_id and s > kill_ns]
+            pairs = zip(table["start_ns"], table["queue"], strict=True)
+            starts = [s for s, qq in pairs if qq == q.queue_id and s > kill_ns]
             if not starts:
                 raise SystemExit(f"queue {q.queue_id} was not consumed again after the kill")
             firsts.append((min(starts) - kill_ns) / 1e9)
@@ -375,7 +379,10 @@ def cmd_failover(args: argparse.Namespace) -> int:
         )
     print(f"session {args.session} s, heartbeat {args.heartbeat} s, rebalance {args.rebalance} s; "
           f"3 members, 8 queues, KEY_ORDERLY {args.lanes} lanes each\n")  # fmt: skip
-    print("| try | killed | its queues | s until a survivor owned each | s until its first delivery there | committed at stop |")
+    print(
+        "| try | killed | its queues | s until a survivor owned each | s until its first delivery there "
+        "| committed at stop |"
+    )
     print("|---:|---|---|---|---|---|")
     print("\n".join(lines))
     print(f"\nowned again: median {statistics.median(takes):.1f} s, max {max(takes):.1f} s; "

@@ -17,12 +17,11 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from executors import EXECUTORS, Executor, executor_fixture
 
 import lite_push
 from lite_push import _router_py
 from lite_push.sources.redis_server import RedisCluster
-
-from executors import EXECUTORS, Executor, executor_fixture
 
 PACKAGE_DIR = Path(lite_push.__file__).resolve().parent
 

@@ -545,7 +545,9 @@ class SourceContract:
             assert _wait(lambda: len(log.owned_by("a")) == 8), log.events
             b.subscribe("T")  # join
             tb.start()
-            assert _wait(lambda: log.owned_by("a") == set(queues[:4]) and log.owned_by("b") == set(queues[4:])), log.events
+            assert _wait(lambda: log.owned_by("a") == set(queues[:4]) and log.owned_by("b") == set(queues[4:])), (
+                log.events
+            )
             send_round(20)
             assert _wait(all_seen), (len(seen), sent)
             stop_b.set()  # leave
@@ -773,7 +775,12 @@ class SourceContract:
         wait_assigned(c, 1)
         wait_assigned(reader, 1)
         ((retry_q,), (dlq_q,)) = (c.assignment(), reader.assignment())
-        assert (retry_q.topic, retry_q.queue_id, dlq_q.topic, dlq_q.queue_id) == (retry_topic("g"), 0, dlq_topic("g"), 0)
+        assert (retry_q.topic, retry_q.queue_id, dlq_q.topic, dlq_q.queue_id) == (
+            retry_topic("g"),
+            0,
+            dlq_topic("g"),
+            0,
+        )
         harness.create_topic("T", 1)
         harness.send("T", b"payload")
         c.subscribe("T")

@@ -4,6 +4,7 @@ sharing the queues."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
@@ -126,7 +127,8 @@ _MEMBER = textwrap.dedent(
         for m in msgs:
             start = time.time_ns()
             time.sleep(0.002)
-            os.write(log, f"{{pid}} {{m.queue_id}} {{m.queue_offset}} {{m.keys}} {{start}} {{time.time_ns()}}\\n".encode())
+            line = f"{{pid}} {{m.queue_id}} {{m.queue_offset}} {{m.keys}} {{start}} {{time.time_ns()}}\\n"
+            os.write(log, line.encode())
     consumer = LitePushConsumer(
         ConsumerConfig(group="g", lanes=4, commit_interval=0.05, poll_timeout=0.02),
         source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET, client_id={cid!r}),
@@ -169,7 +171,9 @@ def test_three_processes_one_killed_its_queues_move_and_keys_stay_ordered(server
         assert wait_until(
             lambda: len({r[0] for r in _read_log(log)}) == 3 or any(p.poll() is not None for p in procs), timeout=60
         )
-        assert all(p.poll() is None for p in procs), [p.stderr.read().decode()[-2000:] for p in procs if p.poll() is not None]
+        assert all(p.poll() is None for p in procs), [
+            p.stderr.read().decode()[-2000:] for p in procs if p.poll() is not None
+        ]
         rows = _read_log(log)
         assert len(rows) < total // 2  # killed mid-run
         busiest = max({r[0] for r in rows}, key=lambda pid: sum(1 for r in rows if r[0] == pid))
@@ -190,7 +194,9 @@ def test_three_processes_one_killed_its_queues_move_and_keys_stay_ordered(server
     # failed hand-off.
     expired = _queues_lost_to_expiry(p.stderr.read().decode(errors="replace") for p in procs if p is not victim)
     # every message processed at least once
-    assert {(q, o) for _, q, o, _, _, _ in rows} == {(q.queue_id, o) for q in broker.queues("T") for o in range(broker_max(server, ns, q))}
+    assert {(q, o) for _, q, o, _, _, _ in rows} == {
+        (q.queue_id, o) for q in broker.queues("T") for o in range(broker_max(server, ns, q))
+    }
     # each key's first deliveries in offset order, never overlapping, across processes
     first: dict[tuple[int, int], tuple[int, str, int, int]] = {}
     for pid, q, o, k, s, e in sorted(rows, key=lambda r: r[4]):
@@ -200,21 +206,25 @@ def test_three_processes_one_killed_its_queues_move_and_keys_stay_ordered(server
         by_key.setdefault(k, []).append((q, o, s, e))
     for k, items in by_key.items():
         items.sort()
-        for (_, _, _s1, e1), (_, _, s2, _e2) in zip(items, items[1:]):
+        for (_, _, _s1, e1), (_, _, s2, _e2) in itertools.pairwise(items):
             assert e1 <= s2, k
     # duplicates only from the queues the killed process owned, after the kill
     victim_queues = {q for pid, q, *_ in rows if pid == victim.pid}
     assert victim_queues
     seen: dict[tuple[int, int], int] = {}
-    for pid, q, o, *_rest in rows:
+    for _pid, q, o, *_rest in rows:
         seen[(q, o)] = seen.get((q, o), 0) + 1
     dups = {qo for qo, n in seen.items() if n > 1 and qo[0] not in expired}
     where = {
-        q: sorted({(pid, round((s - killed_at) / 1e9, 2)) for pid, qq, o, k, s, e in rows if qq == q and (qq, o) in dups})[:6]
+        q: sorted(
+            {(pid, round((s - killed_at) / 1e9, 2)) for pid, qq, o, k, s, e in rows if qq == q and (qq, o) in dups}
+        )[:6]
         for q in {q for q, _ in dups}
     }
     assert {q for q, _ in dups} <= victim_queues, (victim.pid, victim_queues, where)
-    assert all(s >= killed_at - 5_000_000_000 for pid, q, o, k, s, e in rows if (q, o) in dups and pid != victim.pid), where
+    assert all(s >= killed_at - 5_000_000_000 for pid, q, o, k, s, e in rows if (q, o) in dups and pid != victim.pid), (
+        where
+    )
     # its queues were consumed again within the session timeout (2 s) plus slack
     # the queues it held at the kill (it delivered on them in its last 0.5 s)
     # were consumed again by the others within the session timeout (2 s) plus slack
@@ -277,9 +287,7 @@ def test_redis_restarted_mid_run_consumption_resumes_and_nothing_is_lost(tmp_pat
             broker.send_batch("T", [(b"y", f"k{i % 50}") for i in range(half)])
             assert wait_until(lambda: len(set(rec.seen)) == 2 * half, timeout=60)
             queues = broker.queues("T")
-            assert wait_until(
-                lambda: sum(consumer.stats().committed.get(q, 0) for q in queues) == 2 * half, timeout=30
-            )
+            assert wait_until(lambda: sum(consumer.stats().committed.get(q, 0) for q in queues) == 2 * half, timeout=30)
         assert sum(broker.committed("g", q).offset for q in queues) == 2 * half
         assert {(q.queue_id, o) for q in queues for o in range(broker.max_offset(q))} == {
             (qid, o) for _, qid, o in rec.seen
@@ -308,7 +316,7 @@ def cluster_broker(redis_cluster) -> Iterator[RedisBroker]:
 def test_runtime_on_a_redis_cluster_produces_and_consumes_in_key_order(cluster_broker):
     broker = cluster_broker
     queues = broker.create_topic("T", queue_count=6)
-    slots = {broker.client.keyslot(broker._qkey("T", q.queue_id, "log")) for q in queues}
+    slots = {broker.client.keyslot(broker.queue_key("T", q.queue_id, "log")) for q in queues}
     owners = {broker.client.nodes_manager.get_node_from_slot(s).port for s in slots}
     assert len(owners) > 1  # the queues really are spread over the masters
     total = 3000

@@ -317,7 +317,9 @@ def test_custom_allocation_strategy(broker: EmbeddedBroker) -> None:
     b.close()
 
 
-def test_a_raising_listener_does_not_block_the_hand_off(broker: EmbeddedBroker, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_raising_listener_does_not_block_the_hand_off(
+    broker: EmbeddedBroker, caplog: pytest.LogCaptureFixture
+) -> None:
     broker.create_topic("T", 2)
 
     class Boom:
@@ -585,7 +587,7 @@ def test_kill_9_loses_no_acknowledged_message(tmp_path: Path) -> None:
                 assert m.queue_offset == off  # consecutive
                 i, j, rest = m.body.split(b"-", 2)
                 assert rest == b"x" * 300  # intact
-                assert m.keys == "k%d" % (int(j) % 13) and q.queue_id == lane_of(m.keys, 4)
+                assert m.keys == f"k{int(j) % 13}" and q.queue_id == lane_of(m.keys, 4)
                 seq = (int(i), int(j))
                 assert last_seq.get(m.keys, (-1, -1)) < seq  # per key in send order
                 last_seq[m.keys] = seq

@@ -12,14 +12,14 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 import pytest
-from helpers import wait_until
 import redis
+from helpers import wait_until
 from source_contract import SkewedClock, SourceContract, SourceHarness, offsets, poll_messages, poll_until, split
 
 from lite_push import ConfigError, MessageQueue, MessageTooLargeError, UnknownTopicError
 from lite_push._router import lane_of
 from lite_push.sources import ConsumeFromWhere, PullSource, RebalanceListener, redis_streams
-from lite_push.sources.redis_server import RedisServer
+from lite_push.sources.redis_server import RedisCluster, RedisServer
 from lite_push.sources.redis_streams import RedisBroker, RedisPullConsumer
 
 FIRST = ConsumeFromWhere.FIRST_OFFSET
@@ -171,7 +171,7 @@ def test_a_gap_in_a_stream_keeps_every_offset_right(harness: RedisHarness) -> No
     # every offset comes from its own id
     (q0,) = harness.create_topic("T", 1)
     harness.broker.send_batch("T", [b"%d" % i for i in range(600)])
-    key = harness.broker._qkey("T", 0, "log")
+    key = harness.broker.queue_key("T", 0, "log")
     harness.broker.client.xdel(key, "11-0", "301-0")  # offsets 10 and 300
     c = harness.consumer("g")
     c.subscribe("T")

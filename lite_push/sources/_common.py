@@ -1,36 +1,104 @@
-"""What the embedded and the Redis sources share: input checks (topic
-names, delay levels, messages handed to send_back/send_to_dlq, ``send_batch``
-items) and the per-member queue state (assignment, pause/resume) behind the
+"""What the embedded and the Redis sources share, written once: the broker
+clock protocol, tag expressions, input checks (topic names, delay levels,
+messages handed to send_back/send_to_dlq, ``send_batch`` items and the queue
+an item goes to), where a new group starts on a queue (``consume_from``),
+and the per-member queue state (assignment, pause/resume) behind the
 PullSource contract."""
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Collection, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
-
 import os
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from .._errors import ConfigError, LitePushError, MessageTooLargeError, NotSubscribedError
 from .._types import MessageExt, MessageQueue, OffsetAndMetadata
-from ._base import MessageModel, RebalanceListener
+from ._base import ConsumeFromWhere, MessageModel, RebalanceListener
 from .local_offsets import LocalOffsetStore, default_offset_file
 
 __all__ = [
+    "DEFAULT_TIMESTAMP_LAG_MS",
     "ITEM_FIELDS",
+    "BrokerClock",
     "QueueStates",
     "check_delay_levels",
     "check_message",
     "check_message_model",
     "commit_entries",
+    "initial_position",
+    "now_ms",
     "open_offset_store",
+    "parse_tag_expression",
     "no_send_back",
+    "unpack_item",
     "unpack_mapping",
     "validate_topic",
 ]
 
 logger = logging.getLogger(__name__)
+
+#: ``ConsumeFromWhere.TIMESTAMP`` without a timestamp starts this long ago
+#: (RocketMQ's default ``consumeTimestamp``: half an hour back).
+DEFAULT_TIMESTAMP_LAG_MS = 30 * 60 * 1000
+
+
+class BrokerClock(Protocol):
+    """What a broker needs of a clock (lite_push's ``Clock`` fits):
+    ``monotonic()`` for session timeouts and lock leases, ``time()`` (epoch
+    seconds) for the due times of delayed retries."""
+
+    def monotonic(self) -> float: ...
+
+    def time(self) -> float: ...
+
+
+def now_ms() -> int:
+    """Wall-clock time in epoch milliseconds (born and store timestamps)."""
+    return time.time_ns() // 1_000_000
+
+
+def parse_tag_expression(expression: str) -> frozenset[str] | None:
+    """``"*"`` → ``None`` (everything); ``"A || B"`` → ``{"A", "B"}``.
+    Whitespace around ``*`` and around tags is ignored.  Raises ``ValueError``
+    naming the expression when it is empty, has an empty alternative, or a
+    tag containing ``|``, ``*`` or whitespace."""
+    if not isinstance(expression, str):
+        raise ValueError(f"tag expression must be a string, got {expression!r}")
+    if expression.strip() == "*":
+        return None
+    tags = []
+    for part in expression.split("||"):
+        tag = part.strip()
+        if not tag or "|" in tag or "*" in tag or any(c.isspace() for c in tag):
+            raise ValueError(f"malformed tag expression {expression!r}: expected '*' or 'TagA || TagB'")
+        tags.append(tag)
+    return frozenset(tags)
+
+
+def initial_position(
+    consume_from: ConsumeFromWhere,
+    consume_timestamp: int | None,
+    lo: int,
+    hi: int,
+    first_stored_at: Callable[[int], int],
+) -> int:
+    """Where a group with no committed offset starts on a queue whose stored
+    offsets are ``[lo, hi)``: ``lo`` for FIRST_OFFSET, ``hi`` for
+    LAST_OFFSET, and for TIMESTAMP the first offset stored at or after
+    ``consume_timestamp`` (epoch ms; ``DEFAULT_TIMESTAMP_LAG_MS`` ago when
+    ``None``), which ``first_stored_at(ts)`` finds in the source's log."""
+    if consume_from is ConsumeFromWhere.FIRST_OFFSET:
+        return lo
+    if consume_from is ConsumeFromWhere.TIMESTAMP:
+        ts = consume_timestamp
+        if ts is None:
+            ts = now_ms() - DEFAULT_TIMESTAMP_LAG_MS
+        return first_stored_at(ts)
+    return hi
+
 
 #: The keys a mapping item of ``send_batch`` may have.
 ITEM_FIELDS = frozenset({"body", "keys", "tags", "properties", "queue_id"})
@@ -56,6 +124,22 @@ def unpack_mapping(item: Mapping[str, Any]) -> tuple[Any, str | None, str | None
             if type(k) is not str or type(v) is not str:
                 raise TypeError(f"properties must map str to str, got {k!r}: {v!r}")
     return item["body"], item.get("keys"), tags or None, props, item.get("queue_id")
+
+
+def unpack_item(item: Any) -> tuple[Any, Any, str | None, dict[str, str], Any]:
+    """``(body, keys, tags, properties, queue_id)`` of one ``send_batch``
+    item: ``body``, ``(body, keys)`` or a mapping; ``TypeError`` naming what
+    is wrong with its shape (body and keys are checked by the caller)."""
+    tp = type(item)
+    if tp is bytes:
+        return item, None, None, {}, None
+    if tp is tuple:
+        if len(item) != 2:
+            raise TypeError(f"send_batch items are body, (body, keys) or a mapping; got a {len(item)}-tuple")
+        return item[0], item[1], None, {}, None
+    if isinstance(item, Mapping):
+        return unpack_mapping(item)
+    raise TypeError(f"send_batch items are body, (body, keys) or a mapping; got {tp.__name__}")
 
 
 def commit_entries(offsets: Mapping[MessageQueue, OffsetAndMetadata | int]) -> dict[MessageQueue, OffsetAndMetadata]:
@@ -146,16 +230,23 @@ class _State(Protocol):
     paused: bool
 
 
-class QueueStates:
+class _EndOffsets(Protocol):
+    def max_offset(self, queue: MessageQueue) -> int: ...
+
+
+_S = TypeVar("_S", bound=_State)
+
+
+class QueueStates(Generic[_S]):
     """Mixin for a source consumer that keeps ``_states`` (its owned queues'
     state objects, each with ``paused``) and ``_active`` (the unpaused ones in
     queue order), and has ``_listener``, ``client_id`` and ``_check_open()``."""
 
-    _states: dict[MessageQueue, Any]
-    _active: list[Any]
+    _states: dict[MessageQueue, _S]
+    _active: list[_S]
     _listener: RebalanceListener | None
     #: The broker (embedded or Redis); both have ``max_offset(queue)``.
-    _broker: Any
+    _broker: _EndOffsets
     #: BROADCASTING: the member's offsets file (None: CLUSTERING).
     _store: LocalOffsetStore | None
 
@@ -231,7 +322,7 @@ class QueueStates:
         self._check_open()
         return frozenset(q for q, st in self._states.items() if st.paused)
 
-    def _owned(self, queue: MessageQueue) -> Any:
+    def _owned(self, queue: MessageQueue) -> _S:
         st = self._states.get(queue)
         if st is None:
             raise NotSubscribedError(f"{queue} is not assigned to consumer {self.client_id!r}")

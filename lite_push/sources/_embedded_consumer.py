@@ -9,7 +9,7 @@ import math
 import os
 import time
 from collections.abc import Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from .._errors import (
     ConfigError,
@@ -25,7 +25,15 @@ from ._base import (
     RebalanceListener,
     is_retry_or_dlq_topic,
 )
-from ._common import QueueStates, check_message_model, commit_entries, no_send_back, open_offset_store
+from ._common import (
+    BrokerClock,
+    QueueStates,
+    check_message_model,
+    commit_entries,
+    no_send_back,
+    open_offset_store,
+    parse_tag_expression,
+)
 from .local_offsets import LocalOffsetStore
 
 if TYPE_CHECKING:
@@ -59,36 +67,8 @@ SCHEDULE_GROUP = "%SCHEDULE%"
 _INF = math.inf
 
 
-class BrokerClock(Protocol):
-    """What the broker needs of a clock (lite_push's ``Clock`` fits):
-    ``monotonic()`` for session timeouts and lock leases, ``time()`` (epoch
-    seconds) for the due times of delayed retries."""
-
-    def monotonic(self) -> float: ...
-
-    def time(self) -> float: ...
-
-
 #: The former name of :class:`BrokerClock` (it then had ``monotonic()`` only).
 MonotonicClock = BrokerClock
-
-
-def parse_tag_expression(expression: str) -> frozenset[str] | None:
-    """``"*"`` → ``None`` (everything); ``"A || B"`` → ``{"A", "B"}``.
-    Whitespace around ``*`` and around tags is ignored.  Raises ``ValueError``
-    naming the expression when it is empty, has an empty alternative, or a
-    tag containing ``|``, ``*`` or whitespace."""
-    if not isinstance(expression, str):
-        raise ValueError(f"tag expression must be a string, got {expression!r}")
-    if expression.strip() == "*":
-        return None
-    tags = []
-    for part in expression.split("||"):
-        tag = part.strip()
-        if not tag or "|" in tag or "*" in tag or any(c.isspace() for c in tag):
-            raise ValueError(f"malformed tag expression {expression!r}: expected '*' or 'TagA || TagB'")
-        tags.append(tag)
-    return frozenset(tags)
 
 
 class _Member:
@@ -157,7 +137,7 @@ class _QState:
         self.tags = tags
 
 
-class EmbeddedPullConsumer(QueueStates, PullSource):
+class EmbeddedPullConsumer(QueueStates[_QState], PullSource):
     """A member of a consumer group on an :class:`EmbeddedBroker`; see
     :class:`~lite_push.sources.PullSource` for the contract of each method.
     Create it with :meth:`EmbeddedBroker.pull_consumer`.
@@ -165,6 +145,8 @@ class EmbeddedPullConsumer(QueueStates, PullSource):
     Owned by one thread; only :meth:`wakeup` may be called from others.
     Listener exceptions are logged and do not stop the hand-off (a revoked
     queue is released even if ``on_revoked`` raised)."""
+
+    _broker: EmbeddedBroker
 
     def __init__(
         self,
@@ -224,7 +206,8 @@ class EmbeddedPullConsumer(QueueStates, PullSource):
             g.clients.add(client_id)
             broker._consumers.add(self)
             self._group = g
-            self._member = _Member(client_id, allocate, consume_from, consume_timestamp, timeout, self._clock.monotonic())
+            now = self._clock.monotonic()
+            self._member = _Member(client_id, allocate, consume_from, consume_timestamp, timeout, now)
         self._subscribed = False
 
     # -- identity -----------------------------------------------------------

@@ -151,16 +151,23 @@ from ._base import (
     reconsume_times_of,
     retry_topic,
 )
-from ._common import check_delay_levels, check_message, unpack_mapping, validate_topic
+from ._common import (
+    BrokerClock,
+    check_delay_levels,
+    check_message,
+    initial_position,
+    now_ms,
+    parse_tag_expression,
+    unpack_mapping,
+    validate_topic,
+)
 from ._embedded_consumer import (
     SCHEDULE_GROUP,
     SCHEDULE_TOPIC,
-    BrokerClock,
     EmbeddedPullConsumer,
     MonotonicClock,
     _Group,
     _Member,
-    parse_tag_expression,
 )
 from ._embedded_store import (
     HEADER,
@@ -192,17 +199,12 @@ _CHUNK = 65536
 #: millions of objects otherwise triggers many full collections).
 _GC_PAUSE_MIN = 4096
 #: RocketMQ's default consume_timestamp: half an hour ago.
-_DEFAULT_TIMESTAMP_LAG_MS = 30 * 60 * 1000
 #: Due messages moved per lock acquisition by a delivery run.
 _DELIVER_CHUNK = 4096
 #: How long delivery waits before trying again after it failed (seconds).
 _DELIVER_RETRY_DELAY = 1.0
 _INF = math.inf
 _store_ts = attrgetter("store_timestamp")
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _due_ms(m: MessageExt) -> int:
@@ -399,7 +401,9 @@ class EmbeddedBroker:
         if topic == SCHEDULE_TOPIC:
             raise ValueError(f"topic {topic!r} is internal to the broker")
         if queue_count != 1 and is_retry_or_dlq_topic(topic):
-            raise ConfigError("queue_count", f"retry and dead-letter topics have 1 queue, not {queue_count} ({topic!r})")
+            raise ConfigError(
+                "queue_count", f"retry and dead-letter topics have 1 queue, not {queue_count} ({topic!r})"
+            )
         with self._lock:
             self._check_open()
             existing = self._topics.get(topic)
@@ -526,7 +530,7 @@ class EmbeddedBroker:
         limit = self.max_message_size
         durable = t.files is not None
         name, bname = t.name, self.broker_name
-        born = _now_ms()
+        born = now_ms()
         per_q: list[list[MessageExt]] = [[] for _ in range(n)]
         # durable only: per queue, the metadata lengths and meta+body payloads
         meta_lens: list[list[int]] = [[] for _ in range(n)]
@@ -548,7 +552,9 @@ class EmbeddedBroker:
                 props: dict[str, str] = {}
                 if tp is tuple:
                     if len(item) != 2:
-                        raise TypeError(f"send_batch items are body, (body, keys) or a mapping; got a {len(item)}-tuple")
+                        raise TypeError(
+                            f"send_batch items are body, (body, keys) or a mapping; got a {len(item)}-tuple"
+                        )
                     body, keys = item
                 elif tp is bytes:
                     body = item
@@ -639,7 +645,7 @@ class EmbeddedBroker:
         """(lock held) Give the messages of ``slices`` their offsets, ids and
         store time, append them to the logs (file, then memory), wake the
         pollers."""
-        now = self._last_store_ms = max(_now_ms(), self._last_store_ms)  # never goes back
+        now = self._last_store_ms = max(now_ms(), self._last_store_ms)  # never goes back
         logs = t.logs
         pending = [0] * len(logs)  # a queue may have several slices here
         for q, start, stop in slices:
@@ -698,7 +704,9 @@ class EmbeddedBroker:
                     m = msgs[i]
                     payload = pays[i]
                     meta_len = lens[i]
-                    header = pack(MAGIC, meta_len, len(payload) - meta_len, m.queue_offset, m.born_timestamp, m.store_timestamp)
+                    header = pack(
+                        MAGIC, meta_len, len(payload) - meta_len, m.queue_offset, m.born_timestamp, m.store_timestamp
+                    )
                     put(header)
                     put(payload)
                     put(crc_pack(_crc32(payload, _crc32(header))))
@@ -799,7 +807,7 @@ class EmbeddedBroker:
         for i, item in enumerate(items):
             try:
                 copies.append(copy(item))
-            except Exception as e:  # noqa: BLE001 -- this item's result
+            except Exception as e:
                 results[i] = e
             else:
                 built.append(i)
@@ -815,7 +823,7 @@ class EmbeddedBroker:
                 self._store_slices_locked(t, *encoded)
                 if topic == SCHEDULE_TOPIC:
                     self._recompute_next_due_locked()
-        except Exception as e:  # noqa: BLE001 -- every copy's result
+        except Exception as e:
             logger.warning("storing %d message(s) in %r failed: %s", len(copies), topic, e)
             for i in built:
                 results[i] = e
@@ -858,7 +866,7 @@ class EmbeddedBroker:
         budget = _DELIVER_CHUNK
         more = False
         broker_name = self.broker_name
-        for q, log in zip(t.queues, t.logs):
+        for q, log in zip(t.queues, t.logs, strict=True):
             om = committed.get(q)
             start = pos = om.offset if om is not None else 0
             end = len(log)
@@ -909,7 +917,7 @@ class EmbeddedBroker:
         g = self._groups.get(SCHEDULE_GROUP)
         best = _INF
         if t is not None:
-            for q, log in zip(t.queues, t.logs):
+            for q, log in zip(t.queues, t.logs, strict=True):
                 om = g.committed.get(q) if g is not None else None
                 pos = om.offset if om is not None else 0
                 if pos < len(log):
@@ -1033,14 +1041,13 @@ class EmbeddedBroker:
     def _initial_position(self, member: _Member, q: MessageQueue) -> int:
         """(lock held) Where ``member.consume_from`` starts on ``q``."""
         log = self._topics[q.topic].logs[q.queue_id]
-        if member.consume_from is ConsumeFromWhere.FIRST_OFFSET:
-            return 0
-        if member.consume_from is ConsumeFromWhere.TIMESTAMP:
-            ts = member.consume_timestamp
-            if ts is None:
-                ts = _now_ms() - _DEFAULT_TIMESTAMP_LAG_MS
-            return bisect.bisect_left(log, ts, key=_store_ts)
-        return len(log)
+        return initial_position(
+            member.consume_from,
+            member.consume_timestamp,
+            0,
+            len(log),
+            lambda ts: bisect.bisect_left(log, ts, key=_store_ts),
+        )
 
     # -- lifecycle ----------------------------------------------------------
 

@@ -147,17 +147,20 @@ from ._base import (
     retry_topic,
 )
 from ._common import (
+    BrokerClock,
     QueueStates,
     check_delay_levels,
     check_message,
     check_message_model,
     commit_entries,
+    initial_position,
     no_send_back,
+    now_ms,
     open_offset_store,
-    unpack_mapping,
+    parse_tag_expression,
+    unpack_item,
     validate_topic,
 )
-from ._embedded_consumer import BrokerClock, parse_tag_expression
 
 __all__ = ["RedisBroker", "RedisPullConsumer"]
 
@@ -175,7 +178,6 @@ _WAIT_SLICE = 0.25
 _MIN_WAIT = 0.001
 #: Delayed retries moved per MOVE_DUE call.
 _MOVE_LIMIT = 1000
-_DEFAULT_TIMESTAMP_LAG_MS = 30 * 60 * 1000
 #: Messages of one queue stored per SEND call: a batch is atomic per queue up
 #: to this size (a bigger one is split, so one call does not block the
 #: server for long, and another sender's messages may then interleave).
@@ -183,10 +185,6 @@ _CHUNK = 65536
 #: A poll that may read at least this many entries runs with the cyclic GC
 #: paused while it parses and decodes them.
 _GC_PAUSE_MIN = 256
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _qfield(q: MessageQueue) -> str:
@@ -303,10 +301,14 @@ class RedisBroker:
 
     # -- keys -----------------------------------------------------------------
 
-    def _qkey(self, topic: str, qid: int, what: str) -> str:
+    def queue_key(self, topic: str, qid: int, what: str) -> str:
+        """The Redis key of one queue's ``what`` (``log``, ...): a hash tag per
+        queue, so a queue's keys share a cluster slot."""
         return f"{self.namespace}:{{{topic}#{qid}}}:{what}"
 
-    def _gkey(self, group: str, what: str) -> str:
+    def group_key(self, group: str, what: str) -> str:
+        """The Redis key of one group's ``what`` (``offsets``,
+        ``owner:<topic>#<queue>``, ...): a hash tag per group."""
         return f"{self.namespace}:{{g:{group}}}:{what}"
 
     def _notify_channel(self, topic: str) -> str:
@@ -314,7 +316,8 @@ class RedisBroker:
 
     @property
     def client(self) -> redis.Redis:
-        return self._client
+        client: redis.Redis = self._client
+        return client
 
     @property
     def delay_levels(self) -> tuple[float, ...]:
@@ -374,7 +377,7 @@ class RedisBroker:
 
     def max_offset(self, queue: MessageQueue) -> int:
         """The offset the next message of ``queue`` will get."""
-        raw = self._client.get(self._qkey(queue.topic, queue.queue_id, "seq"))
+        raw = self._client.get(self.queue_key(queue.topic, queue.queue_id, "seq"))
         return int(raw) if raw is not None else 0
 
     def min_offset(self, queue: MessageQueue) -> int:
@@ -382,8 +385,8 @@ class RedisBroker:
         # seq is read first: were the stream empty, a message sent between the
         # two reads would otherwise be skipped
         pipe = self._pipeline()
-        pipe.get(self._qkey(queue.topic, queue.queue_id, "seq"))
-        pipe.xrange(self._qkey(queue.topic, queue.queue_id, "log"), "-", "+", count=1)
+        pipe.get(self.queue_key(queue.topic, queue.queue_id, "seq"))
+        pipe.xrange(self.queue_key(queue.topic, queue.queue_id, "log"), "-", "+", count=1)
         seq, first = pipe.execute()
         if first:
             return _offset_of(first[0][0])
@@ -394,7 +397,7 @@ class RedisBroker:
         hi = "+" if stop is None else f"{stop}-0"
         if stop is not None and stop <= start:
             return []
-        entries = self._client.xrange(self._qkey(queue.topic, queue.queue_id, "log"), f"{start + 1}-0", hi)
+        entries = self._client.xrange(self.queue_key(queue.topic, queue.queue_id, "log"), f"{start + 1}-0", hi)
         return self._decode(queue, entries)
 
     def _decode(self, q: MessageQueue, entries: Sequence[Any]) -> list[MessageExt]:
@@ -469,11 +472,11 @@ class RedisBroker:
         t = self._topic(topic)
         n = len(t.queues)
         limit = self.max_message_size
-        born = _now_ms()
+        born = now_ms()
         args: dict[int, list[bytes]] = {}
         order: list[tuple[int, int]] = []  # (queue, index within the queue's part)
         for item in items:
-            body, keys, tags, props, qid = _unpack(item)
+            body, keys, tags, props, qid = unpack_item(item)
             if type(body) is not bytes:
                 raise TypeError(f"message body must be bytes, got {type(body).__name__}")
             if len(body) > limit:
@@ -523,14 +526,14 @@ class RedisBroker:
                 part = a[start : start + 2 * _CHUNK]
                 self._script(
                     self._s_send,
-                    [self._qkey(topic, q, "seq"), self._qkey(topic, q, "log")],
+                    [self.queue_key(topic, q, "seq"), self.queue_key(topic, q, "log")],
                     [len(part) // 2, self._notify_channel(topic), *part],
                     pipe,
                 )
                 calls.append(q)
         res = pipe.execute()
         first: dict[int, list[int]] = {}
-        for q, r in zip(calls, res):
+        for q, r in zip(calls, res, strict=True):
             first.setdefault(q, []).append(int(r[0]))
         return first
 
@@ -561,7 +564,7 @@ class RedisBroker:
                     message.body,
                     _meta(message, props),
                 )
-            except Exception as e:  # noqa: BLE001 -- this item's result
+            except Exception as e:
                 results[i] = e
             else:
                 built.append(i)
@@ -569,9 +572,9 @@ class RedisBroker:
             return results
         try:
             self._ensure_topic(target, 1)
-            keys = [self._qkey(target, 0, "sched"), self._qkey(target, 0, "sbody"), self._qkey(target, 0, "smeta")]
+            keys = [self.queue_key(target, 0, what) for what in ("sched", "sbody", "smeta")]
             self._script(self._s_schedule, keys, sched)
-        except Exception as e:  # noqa: BLE001 -- every copy's result
+        except Exception as e:
             logger.warning(
                 "storing %d retr%s for group %r failed: %s", len(built), "y" if len(built) == 1 else "ies", group, e
             )
@@ -597,7 +600,7 @@ class RedisBroker:
                 props[RECONSUME_TIME] = str(message.reconsume_times)
                 a.append(message.body)
                 a.append(_meta(message, props))
-            except Exception as e:  # noqa: BLE001 -- this item's result
+            except Exception as e:
                 results[i] = e
             else:
                 built.append(i)
@@ -606,7 +609,7 @@ class RedisBroker:
         try:
             self._ensure_topic(target, 1)
             self._store(target, {0: a})
-        except Exception as e:  # noqa: BLE001 -- every copy's result
+        except Exception as e:
             logger.warning("storing %d dead letter(s) for group %r failed: %s", len(built), group, e)
             for i in built:
                 results[i] = e
@@ -623,11 +626,11 @@ class RedisBroker:
         return self._script(
             self._s_move,
             [
-                self._qkey(target, 0, "sched"),
-                self._qkey(target, 0, "sbody"),
-                self._qkey(target, 0, "smeta"),
-                self._qkey(target, 0, "seq"),
-                self._qkey(target, 0, "log"),
+                self.queue_key(target, 0, "sched"),
+                self.queue_key(target, 0, "sbody"),
+                self.queue_key(target, 0, "smeta"),
+                self.queue_key(target, 0, "seq"),
+                self.queue_key(target, 0, "log"),
             ],
             [int(self._clock.time() * 1000), _MOVE_LIMIT, self._notify_channel(target)],
             pipe,
@@ -663,7 +666,7 @@ class RedisBroker:
 
     def committed(self, group: str, queue: MessageQueue) -> OffsetAndMetadata | None:
         """What ``group`` committed for ``queue`` (admin view)."""
-        raw = self._client.hget(self._gkey(group, "offsets"), _qfield(queue))
+        raw = self._client.hget(self.group_key(group, "offsets"), _qfield(queue))
         if raw is None:
             return None
         off, meta = orjson.loads(raw)
@@ -722,19 +725,6 @@ def _meta(message: MessageExt, props: dict[str, str]) -> bytes:
     return orjson.dumps(meta)
 
 
-def _unpack(item: Any) -> tuple[Any, Any, str | None, dict[str, str], Any]:
-    tp = type(item)
-    if tp is bytes:
-        return item, None, None, {}, None
-    if tp is tuple:
-        if len(item) != 2:
-            raise TypeError(f"send_batch items are body, (body, keys) or a mapping; got a {len(item)}-tuple")
-        return item[0], item[1], None, {}, None
-    if isinstance(item, Mapping):
-        return unpack_mapping(item)
-    raise TypeError(f"send_batch items are body, (body, keys) or a mapping; got {tp.__name__}")
-
-
 class _Notifier:
     """A daemon thread on its own pub/sub connection: every message on the
     subscribed channels (new messages of a topic, membership changes of the
@@ -744,7 +734,8 @@ class _Notifier:
     connection only makes polls fall back to their wait slices."""
 
     def __init__(self, client: redis.Redis, event: threading.Event, name: str) -> None:
-        self._client = client
+        # Any: redis-py's pubsub() is unannotated (see RedisBroker._client)
+        self._client: Any = client
         self._event = event
         self._lock = threading.Lock()
         self._new: list[str] = []
@@ -781,7 +772,7 @@ class _Notifier:
                         self._event.set()
                     if msg is not None:
                         self._event.set()
-                except Exception as e:  # noqa: BLE001 -- the thread must survive (and exit when stopped)
+                except Exception as e:
                     if self._stop.is_set():
                         break
                     if not down:
@@ -789,7 +780,7 @@ class _Notifier:
                         down = True
                     try:
                         ps.close()
-                    except Exception:  # noqa: BLE001
+                    except Exception:
                         pass
                     ps = self._client.pubsub(ignore_subscribe_messages=True)
                     with self._lock:
@@ -799,7 +790,7 @@ class _Notifier:
         finally:
             try:
                 ps.close()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
 
 
@@ -835,10 +826,12 @@ class _QState:
         self.tags = tags
 
 
-class RedisPullConsumer(QueueStates, PullSource):
+class RedisPullConsumer(QueueStates[_QState], PullSource):
     """A member of a consumer group on a :class:`RedisBroker`; see
     :class:`~lite_push.sources.PullSource`.  Owned by one thread; only
     :meth:`wakeup` may be called from others."""
+
+    _broker: RedisBroker
 
     def __init__(
         self,
@@ -892,12 +885,12 @@ class RedisPullConsumer(QueueStates, PullSource):
         self._closed = False
         self._down_since: float | None = None
         self._backoff = 0.1
-        self._k_members = broker._gkey(group, "members")
-        self._k_subs = broker._gkey(group, "subs")
-        self._k_version = broker._gkey(group, "version")
-        self._k_offsets = broker._gkey(group, "offsets")
-        self._k_initial = broker._gkey(group, "initial")
-        self._channel = broker._gkey(group, "events")
+        self._k_members = broker.group_key(group, "members")
+        self._k_subs = broker.group_key(group, "subs")
+        self._k_version = broker.group_key(group, "version")
+        self._k_offsets = broker.group_key(group, "offsets")
+        self._k_initial = broker.group_key(group, "initial")
+        self._channel = broker.group_key(group, "events")
         self._notifier: _Notifier | None = None
         # BROADCASTING: every queue, offsets in a local file (opened last:
         # it locks the file, and nothing above may fail after that)
@@ -930,10 +923,10 @@ class RedisPullConsumer(QueueStates, PullSource):
             raise SourceClosedError(f"consumer {self._cid!r} of group {self._group!r} is closed")
 
     def _owner_key(self, q: MessageQueue) -> str:
-        return self._broker._gkey(self._group, f"owner:{_qfield(q)}")
+        return self._broker.group_key(self._group, f"owner:{_qfield(q)}")
 
     def _lock_key(self, q: MessageQueue) -> str:
-        return self._broker._gkey(self._group, f"lock:{_qfield(q)}")
+        return self._broker.group_key(self._group, f"lock:{_qfield(q)}")
 
     # -- subscription ---------------------------------------------------------
 
@@ -1076,7 +1069,7 @@ class RedisPullConsumer(QueueStates, PullSource):
         self, out: list[PollBatch], order: list[_QState], replies: list[Any], max_per_queue: int
     ) -> None:
         broker = self._broker
-        for st, entries in zip(order, replies):
+        for st, entries in zip(order, replies, strict=True):
             if not entries or self._states.get(st.mq) is not st or st.paused:
                 continue
             mq = st.mq
@@ -1108,7 +1101,7 @@ class RedisPullConsumer(QueueStates, PullSource):
             args=[self._cid, self._ttl_ms, orjson.dumps(sorted(self._filters)), self._channel],
         )
         self._last_hb = time.monotonic()
-        lost = [q for q, f in zip(owned, flags) if not int(f)]
+        lost = [q for q, f in zip(owned, flags, strict=True) if not int(f)]
         by_topic: dict[str, list[str]] = {}
         for j in range(0, len(subs), 2):
             cid = subs[j].decode()
@@ -1158,12 +1151,13 @@ class RedisPullConsumer(QueueStates, PullSource):
         taken: list[MessageQueue] = []
         if new:
             flags = broker._s_acquire(keys=[self._owner_key(q) for q in new], args=[self._cid, self._ttl_ms])
-            taken = [q for q, f in zip(new, flags) if int(f)]
+            taken = [q for q, f in zip(new, flags, strict=True) if int(f)]
             # all positions first: if Redis fails here, nothing is half taken
             # (the owner keys are ours; the next attempt takes them again)
             positions = [self._start_position(q) for q in taken]
-            for q, pos in zip(taken, positions):
-                self._states[q] = _QState(q, broker._qkey(q.topic, q.queue_id, "log"), pos, self._filters.get(q.topic))
+            for q, pos in zip(taken, positions, strict=True):
+                log_key = broker.queue_key(q.topic, q.queue_id, "log")
+                self._states[q] = _QState(q, log_key, pos, self._filters.get(q.topic))
         self._pending = len(taken) < len(new)
         self._seen_version = version
         if changed or taken:
@@ -1199,7 +1193,7 @@ class RedisPullConsumer(QueueStates, PullSource):
             except OSError as e:
                 logger.warning("%r: storing the start offsets in %s failed: %s", self, store.path, e)
         for q, pos in starts.items():
-            self._states[q] = _QState(q, broker._qkey(q.topic, q.queue_id, "log"), pos, self._filters.get(q.topic))
+            self._states[q] = _QState(q, broker.queue_key(q.topic, q.queue_id, "log"), pos, self._filters.get(q.topic))
         self._pending = False
         if new:
             self._rebuild_active()
@@ -1208,14 +1202,9 @@ class RedisPullConsumer(QueueStates, PullSource):
 
     def _initial_position(self, q: MessageQueue, lo: int, hi: int) -> int:
         """Where ``consume_from`` starts on ``q`` (stored range ``[lo, hi)``)."""
-        if self._consume_from is ConsumeFromWhere.FIRST_OFFSET:
-            return lo
-        if self._consume_from is ConsumeFromWhere.TIMESTAMP:
-            ts = self._consume_timestamp
-            if ts is None:
-                ts = _now_ms() - _DEFAULT_TIMESTAMP_LAG_MS
-            return self._search_timestamp(q, lo, hi, ts)
-        return hi
+        return initial_position(
+            self._consume_from, self._consume_timestamp, lo, hi, lambda ts: self._search_timestamp(q, lo, hi, ts)
+        )
 
     def _start_position(self, q: MessageQueue) -> int:
         broker = self._broker
@@ -1233,7 +1222,7 @@ class RedisPullConsumer(QueueStates, PullSource):
 
     def _search_timestamp(self, q: MessageQueue, lo: int, hi: int, ts: int) -> int:
         """The first offset in [lo, hi) stored at or after ``ts`` (hi if none)."""
-        key = self._broker._qkey(q.topic, q.queue_id, "log")
+        key = self._broker.queue_key(q.topic, q.queue_id, "log")
 
         def stored(off: int) -> int:
             e = self._client.xrange(key, f"{off + 1}-0", f"{off + 1}-0")
@@ -1293,7 +1282,7 @@ class RedisPullConsumer(QueueStates, PullSource):
         flags = self._broker._s_lock(
             keys=[self._lock_key(q) for q in qs], args=[self._cid, max(1, round(lease * 1000))]
         )
-        held = frozenset(q for q, f in zip(qs, flags) if int(f))
+        held = frozenset(q for q, f in zip(qs, flags, strict=True) if int(f))
         self._locks |= held
         return held
 
