@@ -32,7 +32,7 @@ Layout (one concern per module; underscored modules are implementation;
 * ``metrics``          the metrics collector and the HTTP exporter
 * ``codec``            JSON bodies (orjson)
 * ``dlq``              reading dead letters and re-sending them
-* ``cli``              the ``lite-push`` command; ``demo``: the embedded-broker demo
+* ``cli/``             the ``lite-push`` command (parser, settings, sources, consume, dlq); ``demo``: the demo
 * ``sources/``         the source contract, the embedded broker, the Redis Streams source
 * ``rebalance/``       queue allocation strategies
 """
