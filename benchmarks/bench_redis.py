@@ -59,8 +59,8 @@ import redis
 import redis.utils
 
 from lite_push import ConsumeFromWhere, ConsumeMode, ConsumerConfig, LitePushConsumer
+from lite_push.sources.redis import RedisBroker
 from lite_push.sources.redis_server import RedisServer
-from lite_push.sources.redis_streams import RedisBroker
 
 TOPIC = "BENCH"
 

@@ -25,8 +25,8 @@ from lite_push import (
 )
 from lite_push.sources import ConsumeFromWhere, EmbeddedBroker, retry_topic
 from lite_push.sources.local_offsets import LocalOffsetStore, OffsetFileError, default_offset_file
+from lite_push.sources.redis import RedisBroker
 from lite_push.sources.redis_server import RedisServer
-from lite_push.sources.redis_streams import RedisBroker
 
 BROADCASTING = MessageModel.BROADCASTING
 FIRST = ConsumeFromWhere.FIRST_OFFSET

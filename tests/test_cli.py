@@ -37,8 +37,8 @@ from lite_push import (
 from lite_push.__main__ import main as module_main
 from lite_push.cli.settings import NON_CONFIG_ENV, load_settings
 from lite_push.sources import ConsumeFromWhere, EmbeddedBroker
+from lite_push.sources.redis import RedisBroker
 from lite_push.sources.redis_server import RedisServer, free_port
-from lite_push.sources.redis_streams import RedisBroker
 
 FIRST = ConsumeFromWhere.FIRST_OFFSET
 REPO = Path(__file__).resolve().parent.parent

@@ -24,8 +24,8 @@ from helpers import Recorder, assert_offsets_increase, wait_until
 
 from lite_push import ConsumeMode, ConsumerConfig, LitePushConsumer, ManualClock
 from lite_push.sources import ConsumeFromWhere
+from lite_push.sources.redis import RedisBroker
 from lite_push.sources.redis_server import RedisServer
-from lite_push.sources.redis_streams import RedisBroker
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +119,7 @@ _MEMBER = textwrap.dedent(
     sys.path.insert(0, {root!r})
     from lite_push import ConsumerConfig, LitePushConsumer
     from lite_push.sources import ConsumeFromWhere
-    from lite_push.sources.redis_streams import RedisBroker
+    from lite_push.sources.redis import RedisBroker
     broker = RedisBroker({url!r}, namespace={ns!r}, session_timeout=2.0, heartbeat_interval=0.3)
     log = os.open({log!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     pid = os.getpid()

@@ -11,21 +11,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 PACKAGE = Path(__file__).resolve().parent.parent / "lite_push"
 MAX_MODULE_LINES = 600
 MAX_CLASS_LINES = 400
-
-#: Modules still over the limits, each with the issue that splits it.  The
-#: sources become packages with an internal API between broker and consumer
-#: (issue 15, point 3); nothing else may be added here.
-KNOWN_UNTIL_SPLIT = {
-    "lite_push/sources/embedded.py",
-    "lite_push/sources/_embedded_consumer.py",
-    "lite_push/sources/redis_streams.py",
-}
-
 
 def module_name(path: Path) -> str:
     rel = path.relative_to(PACKAGE.parent).with_suffix("")
@@ -167,7 +155,8 @@ def test_no_module_over_600_lines() -> None:
         for p in modules().values()
         if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
     }
-    assert set(long) - KNOWN_UNTIL_SPLIT == set(), long
+    # a module that grows past the limit is split by concern in the same change
+    assert long == {}
 
 
 def test_no_class_over_400_lines() -> None:
@@ -178,14 +167,4 @@ def test_no_class_over_400_lines() -> None:
                 n = node.end_lineno - node.lineno + 1
                 if n > MAX_CLASS_LINES:
                     big[f"{_rel(p)}:{node.name}"] = n
-    assert {k for k in big if k.split(":")[0] not in KNOWN_UNTIL_SPLIT} == set(), big
-
-
-@pytest.mark.parametrize("path", sorted(KNOWN_UNTIL_SPLIT))
-def test_the_known_exceptions_are_still_exceptions(path: str) -> None:
-    """An allow-listed module that was split comes off the list."""
-    p = PACKAGE.parent / path
-    assert p.exists(), f"{path} is gone: take it off KNOWN_UNTIL_SPLIT"
-    assert len(p.read_text(encoding="utf-8").splitlines()) > MAX_MODULE_LINES, (
-        f"{path} is under {MAX_MODULE_LINES} lines: take it off KNOWN_UNTIL_SPLIT"
-    )
+    assert big == {}

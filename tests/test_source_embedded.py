@@ -41,7 +41,7 @@ from lite_push import (
 )
 from lite_push._router import java_hash, lane_of
 from lite_push.sources import ConsumeFromWhere, EmbeddedBroker, EmbeddedPullConsumer, PullSource
-from lite_push.sources._embedded_store import HEADER, TRAILER
+from lite_push.sources.embedded.files import HEADER, TRAILER
 
 ROOT = Path(__file__).resolve().parents[1]
 FIRST = ConsumeFromWhere.FIRST_OFFSET
@@ -731,7 +731,7 @@ def test_a_failed_store_fails_every_item_of_the_batch(broker: EmbeddedBroker, mo
     def broken(*args: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(broker, "_store_slices_locked", broken)
+    monkeypatch.setattr(broker.log, "append_locked", broken)
     results = c.send_back([(m, 1), (m, 0), (m, 2)])
     assert isinstance(results[0], OSError) and isinstance(results[2], OSError)
     assert isinstance(results[1], ValueError)
@@ -747,17 +747,17 @@ def test_a_failed_delivery_does_not_break_polls(
         c.subscribe("%RETRY%g")
         assert c.send_back([(m, 1)]) == [None]
         clock.advance(1.0)
-        real = b._store_slices_locked
+        real = b.log.append_locked
 
         def broken(*args: object) -> None:
             raise OSError("disk full")
 
-        monkeypatch.setattr(b, "_store_slices_locked", broken)
+        monkeypatch.setattr(b.log, "append_locked", broken)
         (rq,) = b.queues("%RETRY%g")
         with caplog.at_level(logging.ERROR):
             assert c.poll(0) == []  # logged, not raised
         assert "delayed retries failed" in caplog.text
-        monkeypatch.setattr(b, "_store_slices_locked", real)
+        monkeypatch.setattr(b.log, "append_locked", real)
         assert c.poll(0) == [] and b.max_offset(rq) == 0  # backs off: not tried again at once
         clock.advance(1.0)
         (r,) = poll_topic(c, "%RETRY%g", 1)

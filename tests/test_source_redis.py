@@ -18,9 +18,10 @@ from source_contract import SkewedClock, SourceContract, SourceHarness, offsets,
 
 from lite_push import ConfigError, MessageQueue, MessageTooLargeError, UnknownTopicError
 from lite_push._router import lane_of
-from lite_push.sources import ConsumeFromWhere, PullSource, RebalanceListener, redis_streams
+from lite_push.sources import ConsumeFromWhere, PullSource, RebalanceListener
+from lite_push.sources.redis import RedisBroker, RedisPullConsumer
+from lite_push.sources.redis import broker as redis_broker
 from lite_push.sources.redis_server import RedisCluster, RedisServer
-from lite_push.sources.redis_streams import RedisBroker, RedisPullConsumer
 
 FIRST = ConsumeFromWhere.FIRST_OFFSET
 
@@ -216,7 +217,7 @@ def test_a_server_outage_is_logged_once_and_consumption_resumes(caplog: pytest.L
         c = h.consumer("g")
         c.subscribe("T")
         got = poll_messages(c, 3)
-        caplog.set_level(logging.WARNING, logger="lite_push.sources.redis_streams")
+        caplog.set_level(logging.WARNING, logger="lite_push.sources.redis")
         server.stop(remove=False)
         for _ in range(5):
             t0 = time.monotonic()
@@ -327,7 +328,7 @@ def test_body_rules_and_duplicate_client_ids(redis_server: RedisServer) -> None:
 def test_a_big_batch_is_split_into_chunks_with_correct_results(
     harness: RedisHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(redis_streams, "_CHUNK", 7)
+    monkeypatch.setattr(redis_broker, "SEND_CHUNK", 7)
     q0, q1 = harness.create_topic("T", 2)
     harness.broker.send("T", b"first", queue_id=1)
     results = harness.broker.send_batch("T", [{"body": b"%d" % i, "queue_id": i % 2} for i in range(30)])

@@ -15,7 +15,7 @@ from .errors import CliError
 
 if TYPE_CHECKING:
     from ..sources.embedded import EmbeddedBroker
-    from ..sources.redis_streams import RedisBroker
+    from ..sources.redis import RedisBroker
 
 __all__ = ["Broker", "open_source", "redact", "source_errors"]
 
@@ -37,7 +37,7 @@ def open_source(url: str) -> Broker:
     """The broker that ``url`` names.
 
     * ``redis://host:port[/db][?namespace=NS]`` (also ``rediss://``): a
-      :class:`~lite_push.sources.redis_streams.RedisBroker` on that server;
+      :class:`~lite_push.sources.redis.RedisBroker` on that server;
       ``namespace`` is the broker's key prefix (default ``lite_push``), the
       other query parameters go to redis-py.
     * ``embedded:/path/to/dir``: the durable
@@ -65,7 +65,7 @@ def open_source(url: str) -> Broker:
         if not parts.hostname:
             raise CliError(f"source {redact(url)!r}: expected redis://host:port[/db]")
         try:
-            from ..sources.redis_streams import RedisBroker
+            from ..sources.redis import RedisBroker
         except ImportError:
             raise CliError(
                 "redis:// sources need the redis extra: pip install 'lite-push[redis]'"

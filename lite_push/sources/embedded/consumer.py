@@ -1,6 +1,15 @@
-"""The embedded broker's pull consumer and the group state it shares with the
-broker.  The storage format, the hand-off protocol and the locks are explained
-in the block comment at the top of ``embedded.py``."""
+"""EmbeddedPullConsumer: a member of a consumer group on the embedded broker.
+
+It reaches the broker through its parts only: the log store (``broker.log``:
+the queues' message lists, which a poll slices without the lock), the group
+coordinator (``broker.groups``: joining, the owner map, commits, locks) and
+the schedule (``broker.schedule``: retries, dead letters, due deliveries).
+The hand-off protocol is described in :mod:`.groups`.
+
+A consumer has no lock of its own: it belongs to one thread (the PullSource
+contract).  ``wakeup()``, the one method other threads may call, sets a flag
+and notifies the broker's condition, on which blocked polls wait.
+"""
 
 from __future__ import annotations
 
@@ -11,22 +20,11 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from .._errors import (
-    ConfigError,
-    SourceClosedError,
-    UnknownTopicError,
-)
-from .._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
-from ..rebalance.allocate import AVERAGELY, AllocateStrategy
-from ._base import (
-    ConsumeFromWhere,
-    MessageModel,
-    PullSource,
-    RebalanceListener,
-    is_retry_or_dlq_topic,
-)
-from ._common import (
-    BrokerClock,
+from ..._errors import ConfigError, SourceClosedError, UnknownTopicError
+from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
+from ...rebalance.allocate import AVERAGELY, AllocateStrategy
+from .._base import ConsumeFromWhere, MessageModel, PullSource, RebalanceListener, is_retry_or_dlq_topic
+from .._common import (
     QueueStates,
     check_message_model,
     commit_entries,
@@ -34,110 +32,45 @@ from ._common import (
     open_offset_store,
     parse_tag_expression,
 )
-from .local_offsets import LocalOffsetStore
+from ..local_offsets import LocalOffsetStore
+from .groups import SCHEDULE_GROUP, Member
+from .reading import QueueReader, scan
+from .schedule import SCHEDULE_TOPIC
 
 if TYPE_CHECKING:
-    from .embedded import EmbeddedBroker
+    from .broker import EmbeddedBroker
 
-__all__ = [
-    "SCHEDULE_GROUP",
-    "SCHEDULE_TOPIC",
-    "BrokerClock",
-    "EmbeddedPullConsumer",
-    "MonotonicClock",
-    "parse_tag_expression",
-]
+__all__ = ["EmbeddedPullConsumer"]
 
-logger = logging.getLogger("lite_push.sources.embedded")
+logger = logging.getLogger(__name__)
 
-#: With a tag filter, one poll scans at most this many messages per queue
-#: beyond ``4 * max_per_queue`` (so a queue of filtered-out messages cannot
-#: make a poll long).
-_SCAN_EXTRA = 256
 #: Shortest wait of a poll bounded by the next delayed retry's due time (a
 #: due time already past -- delivery failed and waits to retry -- must not
 #: make the poll spin).
 _MIN_DUE_WAIT = 0.001
-#: The broker's internal topic of delayed retries, one queue per delay level
-#: (see ``embedded.py``); consumers cannot subscribe to it.
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-#: The internal group whose committed offsets on SCHEDULE_TOPIC say what was
-#: already delivered; no consumer may use this group name.
-SCHEDULE_GROUP = "%SCHEDULE%"
 _INF = math.inf
 
 
-#: The former name of :class:`BrokerClock` (it then had ``monotonic()`` only).
-MonotonicClock = BrokerClock
+def _check_arguments(
+    group: object, consume_from: object, session_timeout: float | None, client_id: object, allocate: object
+) -> None:
+    """A consumer's arguments, checked at construction: ``ConfigError``
+    naming the first bad one."""
+    if not isinstance(group, str) or not group:
+        raise ConfigError("group", f"must be a non-empty string, got {group!r}")
+    if group == SCHEDULE_GROUP:
+        raise ConfigError("group", f"{group!r} is internal to the broker")
+    if not isinstance(consume_from, ConsumeFromWhere):
+        raise ConfigError("consume_from", f"must be a ConsumeFromWhere, got {consume_from!r}")
+    if session_timeout is not None and not session_timeout > 0:
+        raise ConfigError("session_timeout", f"must be positive, got {session_timeout!r}")
+    if client_id is not None and (not isinstance(client_id, str) or not client_id):
+        raise ConfigError("client_id", f"must be a non-empty string, got {client_id!r}")
+    if not callable(allocate):
+        raise ConfigError("allocate", f"must be an allocation strategy, got {allocate!r}")
 
 
-class _Member:
-    """A group member as the broker sees it (guarded by the broker lock,
-    except ``last_seen``, which its own poll stamps without it)."""
-
-    __slots__ = (
-        "cid",
-        "topics",
-        "allocate",
-        "consume_from",
-        "consume_timestamp",
-        "session_timeout",
-        "last_seen",
-        "target",
-        "expired",
-    )
-
-    def __init__(
-        self,
-        cid: str,
-        allocate: AllocateStrategy,
-        consume_from: ConsumeFromWhere,
-        consume_timestamp: int | None,
-        session_timeout: float,
-        now: float,
-    ) -> None:
-        self.cid = cid
-        self.topics: set[str] = set()
-        self.allocate = allocate
-        self.consume_from = consume_from
-        self.consume_timestamp = consume_timestamp
-        self.session_timeout = session_timeout
-        self.last_seen = now
-        self.target: frozenset[MessageQueue] = frozenset()
-        self.expired = False
-
-
-class _Group:
-    """A consumer group's shared state (guarded by the broker lock)."""
-
-    __slots__ = ("name", "clients", "members", "owner", "committed", "initial", "version", "next_check", "locks")
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.clients: set[str] = set()  # client ids of the open consumers
-        self.members: dict[str, _Member] = {}  # subscribed, live members
-        self.owner: dict[MessageQueue, str] = {}  # the hand-off's source of truth
-        self.committed: dict[MessageQueue, OffsetAndMetadata] = {}
-        self.initial: dict[MessageQueue, int] = {}  # start position fixed when first owned
-        self.version = 0  # bumped on every target change and release
-        self.next_check = float("-inf")  # next session-expiry scan (clock time)
-        self.locks: dict[MessageQueue, tuple[str, float]] = {}  # queue -> (client id, lease end)
-
-
-class _QState:
-    """An owned queue, as its owner sees it (owner thread only)."""
-
-    __slots__ = ("mq", "log", "pos", "paused", "tags")
-
-    def __init__(self, mq: MessageQueue, log: list[MessageExt], pos: int, tags: frozenset[str] | None) -> None:
-        self.mq = mq
-        self.log = log  # the broker's list for this queue; it only grows
-        self.pos = pos
-        self.paused = False
-        self.tags = tags
-
-
-class EmbeddedPullConsumer(QueueStates[_QState], PullSource):
+class EmbeddedPullConsumer(QueueStates[QueueReader], PullSource):
     """A member of a consumer group on an :class:`EmbeddedBroker`; see
     :class:`~lite_push.sources.PullSource` for the contract of each method.
     Create it with :meth:`EmbeddedBroker.pull_consumer`.
@@ -162,30 +95,22 @@ class EmbeddedPullConsumer(QueueStates[_QState], PullSource):
         offset_file: str | os.PathLike[str] | None = None,
     ) -> None:
         check_message_model(message_model, offset_file)
-        if not isinstance(group, str) or not group:
-            raise ConfigError("group", f"must be a non-empty string, got {group!r}")
-        if group == SCHEDULE_GROUP:
-            raise ConfigError("group", f"{group!r} is internal to the broker")
-        if not isinstance(consume_from, ConsumeFromWhere):
-            raise ConfigError("consume_from", f"must be a ConsumeFromWhere, got {consume_from!r}")
-        if session_timeout is not None and not session_timeout > 0:
-            raise ConfigError("session_timeout", f"must be positive, got {session_timeout!r}")
-        if client_id is not None and (not isinstance(client_id, str) or not client_id):
-            raise ConfigError("client_id", f"must be a non-empty string, got {client_id!r}")
-        if not callable(allocate):
-            raise ConfigError("allocate", f"must be an allocation strategy, got {allocate!r}")
+        _check_arguments(group, consume_from, session_timeout, client_id, allocate)
         self._broker = broker
-        self._clock = broker._clock
-        self._lock = broker._lock
-        self._cond = broker._cond
+        self._clock = broker.clock
+        self._log = broker.log
+        self._groups = broker.groups
+        self._schedule = broker.schedule
+        self._lock = broker.log.lock
+        self._cond = broker.log.cond
         timeout = float(session_timeout) if session_timeout is not None else broker.session_timeout
         # A blocked poll wakes up this often to stamp its heartbeat and look
         # for expired members.
         self._wait_slice = max(0.01, timeout / 3)
         self._listener: RebalanceListener | None = None
         self._filters: dict[str, frozenset[str] | None] = {}
-        self._states: dict[MessageQueue, _QState] = {}
-        self._active: list[_QState] = []  # owned and not paused, sorted
+        self._states: dict[MessageQueue, QueueReader] = {}
+        self._active: list[QueueReader] = []  # owned and not paused, sorted
         self._rr = 0
         self._seen_version = -1
         self._wakeup = False
@@ -194,20 +119,19 @@ class EmbeddedPullConsumer(QueueStates[_QState], PullSource):
         # topic was subscribed whose queues are not taken yet
         self._store: LocalOffsetStore | None = None
         self._pending = False
+        groups = self._groups
         with self._lock:
-            broker._check_open()
-            g = broker._group(group)
+            broker.check_open()
+            g = groups.group(group)
             if client_id is None:
-                client_id = f"{broker.broker_name}@{os.getpid()}@{next(broker._client_seq):06d}"
-            if client_id in g.clients:
-                raise ConfigError("client_id", f"{client_id!r} is already used by an open consumer of group {group!r}")
+                client_id = groups.new_client_id()
+            groups.check_client_id(g, client_id)
             # last: it locks the file, and nothing above may fail after that
             self._store = open_offset_store(message_model, offset_file, broker.broker_name, group)
-            g.clients.add(client_id)
-            broker._consumers.add(self)
+            groups.register(self, g, client_id)
             self._group = g
             now = self._clock.monotonic()
-            self._member = _Member(client_id, allocate, consume_from, consume_timestamp, timeout, now)
+            self._member = Member(client_id, allocate, consume_from, consume_timestamp, timeout, now)
         self._subscribed = False
 
     # -- identity -----------------------------------------------------------
@@ -221,7 +145,7 @@ class EmbeddedPullConsumer(QueueStates[_QState], PullSource):
         return self._member.cid
 
     def queue_count(self, topic: str) -> int | None:
-        t = self._broker._topics.get(topic)
+        t = self._log.get(topic)
         return len(t.queues) if t is not None else None
 
     @property
@@ -230,6 +154,11 @@ class EmbeddedPullConsumer(QueueStates[_QState], PullSource):
 
     def __repr__(self) -> str:
         return f"<EmbeddedPullConsumer {self._group.name!r}/{self._member.cid!r}{' closed' if self._closed else ''}>"
+
+    def mark_closed(self) -> None:
+        """The broker closed (under its lock): every later call but
+        :meth:`close` raises ``SourceClosedError``."""
+        self._closed = True
 
     def _check_open(self) -> None:
         if self._closed:
@@ -245,13 +174,12 @@ class EmbeddedPullConsumer(QueueStates[_QState], PullSource):
         internal ``SCHEDULE_TOPIC_XXXX`` is unknown to consumers."""
         self._check_open()
         tags = parse_tag_expression(expression)
-        broker = self._broker
         with self._lock:
             self._check_open()
-            if topic not in broker._topics or topic == SCHEDULE_TOPIC:
+            if self._log.get(topic) is None or topic == SCHEDULE_TOPIC:
                 if not is_retry_or_dlq_topic(topic):
                     raise UnknownTopicError(topic)
-                broker._ensure_topic_locked(topic, 1)
+                self._log.ensure_locked(topic, 1)
             self._filters[topic] = tags
             for st in self._states.values():
                 if st.mq.topic == topic:
@@ -263,10 +191,8 @@ class EmbeddedPullConsumer(QueueStates[_QState], PullSource):
                     self._pending = True
             elif topic not in m.topics:
                 m.topics.add(topic)
-                m.last_seen = self._clock.monotonic()
-                self._group.members[m.cid] = m
                 self._subscribed = True
-                broker._recompute(self._group)
+                self._groups.join(self._group, m)
         logger.debug("%r subscribed to %r with %r", self, topic, expression)
 
     def set_rebalance_listener(self, listener: RebalanceListener | None) -> None:
@@ -290,12 +216,12 @@ class EmbeddedPullConsumer(QueueStates[_QState], PullSource):
         member = self._member
         group = self._group
         clock = self._clock
-        broker = self._broker
+        schedule = self._schedule
         deadline = -1.0
         while True:
-            due = broker._next_due_ms
+            due = schedule.next_due_ms
             if due < _INF and due <= clock.time() * 1000.0:
-                broker._deliver_from_poll()
+                schedule.deliver_from_poll()
             if self._store is not None:
                 if self._pending:
                     self._assign_all()
@@ -308,7 +234,7 @@ class EmbeddedPullConsumer(QueueStates[_QState], PullSource):
                 now = clock.monotonic()
                 member.last_seen = now
                 if now >= group.next_check:
-                    self._broker._check_expiry(group, member, now)
+                    self._groups.check_expiry(group, member, now)
                 if group.version != self._seen_version or member.expired:
                     self._rebalance()
                     self._check_open()
@@ -338,7 +264,7 @@ class EmbeddedPullConsumer(QueueStates[_QState], PullSource):
                     changed = group.version != self._seen_version or member.expired
                 if not changed and not self._ready():
                     wait = min(remaining, self._wait_slice)
-                    due = broker._next_due_ms
+                    due = schedule.next_due_ms
                     if due < _INF:  # wake when the next delayed retry is due
                         wait = min(wait, max(_MIN_DUE_WAIT, due / 1000.0 - clock.time()))
                     self._cond.wait(wait)
@@ -350,48 +276,16 @@ class EmbeddedPullConsumer(QueueStates[_QState], PullSource):
         return False
 
     def _scan(self, max_per_queue: int) -> list[PollBatch]:
-        active = self._active
-        n = len(active)
-        start = self._rr % n
+        start = self._rr % len(self._active)
         self._rr = start + 1
-        out: list[PollBatch] = []
-        for i in range(n):
-            st = active[(start + i) % n]
-            log = st.log
-            pos = st.pos
-            end = len(log)
-            if pos >= end:
-                continue
-            if st.tags is None:
-                stop = pos + max_per_queue
-                if stop > end:
-                    stop = end
-                out.append(PollBatch(st.mq, log[pos:stop], stop))
-                st.pos = stop
-            else:
-                tags = st.tags
-                limit = pos + 4 * max_per_queue + _SCAN_EXTRA
-                if limit > end:
-                    limit = end
-                picked: list[MessageExt] = []
-                j = pos
-                while j < limit:
-                    m = log[j]
-                    j += 1
-                    if m.tags in tags:
-                        picked.append(m)
-                        if len(picked) >= max_per_queue:
-                            break
-                out.append(PollBatch(st.mq, picked, j))
-                st.pos = j
-        return out
+        return scan(self._active, start, max_per_queue)
 
     def _assign_all(self) -> None:
         """BROADCASTING: own every queue of the subscribed topics, each from
         its offset in the local file, else from ``consume_from`` (stored in
         the file at once, so a restart before the first commit starts there
         too)."""
-        broker = self._broker
+        log_store = self._log
         store = self._store
         assert store is not None
         fresh: dict[MessageQueue, OffsetAndMetadata] = {}
@@ -399,17 +293,17 @@ class EmbeddedPullConsumer(QueueStates[_QState], PullSource):
             if self._closed:
                 return
             new = sorted(
-                q for topic in self._member.topics for q in broker._topics[topic].queues if q not in self._states
+                q for topic in self._member.topics for q in log_store.topic(topic).queues if q not in self._states
             )
             for q in new:
-                log = broker._topics[q.topic].logs[q.queue_id]
+                log = log_store.log_of(q)
                 om = store.get(q)
                 if om is None:
-                    pos = broker._initial_position(self._member, q)
+                    pos = self._groups.initial_position(self._member, q)
                     fresh[q] = OffsetAndMetadata(pos)
                 else:
                     pos = min(max(om.offset, 0), len(log))
-                self._states[q] = _QState(q, log, pos, self._filters.get(q.topic))
+                self._states[q] = QueueReader(q, log, pos, self._filters.get(q.topic))
             self._pending = False
             if new:
                 self._rebuild_active()
@@ -424,7 +318,7 @@ class EmbeddedPullConsumer(QueueStates[_QState], PullSource):
     def _rebalance(self) -> None:
         """Bring the owned set to the target: release what left the target
         (after ``on_revoked``), take what is free (then ``on_assigned``)."""
-        broker = self._broker
+        groups = self._groups
         group = self._group
         member = self._member
         cid = member.cid
@@ -436,23 +330,14 @@ class EmbeddedPullConsumer(QueueStates[_QState], PullSource):
                 if member.expired:
                     # Evicted for silence: its queues are already released.
                     # Rejoin; the local state goes through on_revoked below.
-                    member.expired = False
-                    member.last_seen = self._clock.monotonic()
-                    group.members[cid] = member
-                    broker._recompute(group)
-                    logger.warning("group %r: member %r rejoins after its session expired", group.name, cid)
+                    groups.rejoin(group, member)
                     continue
-                owner = group.owner
-                lost = [q for q in self._states if owner.get(q) != cid]
-                drop = [q for q in self._states if q not in member.target and owner.get(q) == cid]
+                lost, drop = groups.to_give_up(group, cid, self._states, member.target)
                 if not lost and not drop:
-                    new = sorted(q for q in member.target if q not in self._states and q not in owner)
-                    for q in new:
-                        owner[q] = cid
-                        pos = broker._start_position(group, member, q)
-                        log = broker._topics[q.topic].logs[q.queue_id]
-                        self._states[q] = _QState(q, log, pos, self._filters.get(q.topic))
-                    if new:
+                    taken = groups.take_free(group, member, self._states)
+                    for q, pos in taken:
+                        self._states[q] = QueueReader(q, self._log.log_of(q), pos, self._filters.get(q.topic))
+                    if taken:
                         self._rebuild_active()
                     self._seen_version = version
                     break
@@ -461,16 +346,12 @@ class EmbeddedPullConsumer(QueueStates[_QState], PullSource):
                 logger.warning("group %r: %r lost %s to the broker", group.name, cid, [str(q) for q in lost])
             self._notify("on_revoked", revoked)
             with self._lock:
-                for q in drop:
-                    if owner.get(q) == cid:
-                        del owner[q]
+                groups.release(group, cid, drop)
                 for q in revoked:
                     self._states.pop(q, None)
                 self._rebuild_active()
-                if drop:
-                    broker._bump(group)
-        if new:
-            self._notify("on_assigned", new)
+        if taken:
+            self._notify("on_assigned", [q for q, _ in taken])
 
     # -- queue control: assignment, pause, resume (QueueStates) ---------------
 
@@ -499,22 +380,14 @@ class EmbeddedPullConsumer(QueueStates[_QState], PullSource):
         if self._store is not None:
             self._commit_local(entries)
             return
-        broker = self._broker
-        cid = self._member.cid
-        group = self._group
+        groups = self._groups
         with self._lock:
             self._check_open()
-            stored = 0
-            for q, om in entries.items():
-                if group.owner.get(q) == cid:
-                    group.committed[q] = om
-                    stored += 1
-                else:
-                    logger.debug("%r: commit of %s ignored: not its queue", self, q)
-            if not stored or broker._store is None:
+            stored = groups.commit(self._group, self._member.cid, entries)
+            if not stored or not self._log.durable:
                 return
-            snapshot, version = broker._offsets_snapshot()
-        broker._save_offsets(snapshot, version)
+            snapshot, version = groups.offsets_snapshot()
+        groups.save_offsets(snapshot, version)
 
     def committed(self, queue: MessageQueue) -> OffsetAndMetadata | None:
         self._check_open()
@@ -532,31 +405,17 @@ class EmbeddedPullConsumer(QueueStates[_QState], PullSource):
             raise ValueError(f"lease must be positive, got {lease!r}")
         if self._store is not None:  # BROADCASTING: no other member reads "our" copy
             return frozenset(queues)
-        cid = self._member.cid
         with self._lock:
             self._check_open()
-            now = self._clock.monotonic()
-            locks = self._group.locks
-            held = []
-            for q in queues:
-                current = locks.get(q)
-                if current is None or current[0] == cid or current[1] <= now:
-                    locks[q] = (cid, now + lease)
-                    held.append(q)
-            return frozenset(held)
+            return self._groups.lock_queues(self._group, self._member.cid, queues, lease)
 
     def unlock(self, queues: Collection[MessageQueue]) -> None:
         """See :meth:`PullSource.unlock`."""
         self._check_open()
         if self._store is not None:
             return
-        cid = self._member.cid
         with self._lock:
-            locks = self._group.locks
-            for q in queues:
-                current = locks.get(q)
-                if current is not None and current[0] == cid:
-                    del locks[q]
+            self._groups.unlock_queues(self._group, self._member.cid, queues)
 
     # -- failures -------------------------------------------------------------
 
@@ -572,12 +431,12 @@ class EmbeddedPullConsumer(QueueStates[_QState], PullSource):
         self._check_open()
         if self._store is not None:
             return [no_send_back(self)] * len(items)
-        return self._broker._send_back(self._group.name, items)
+        return self._schedule.send_back(self._group.name, items)
 
     def send_to_dlq(self, items: Sequence[tuple[MessageExt, str, str]]) -> list[BaseException | None]:
         """See :meth:`PullSource.send_to_dlq`."""
         self._check_open()
-        return self._broker._send_to_dlq(self._group.name, items)
+        return self._schedule.send_to_dlq(self._group.name, items)
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -589,24 +448,13 @@ class EmbeddedPullConsumer(QueueStates[_QState], PullSource):
     def close(self) -> None:
         """Leave the group; the owned queues are released at once (commit
         first: nothing is committed here and no listener is called)."""
-        broker = self._broker
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            broker._consumers.discard(self)
-            group = self._group
-            group.clients.discard(self._member.cid)
-            for q in [q for q, (cid, _end) in group.locks.items() if cid == self._member.cid]:
-                del group.locks[q]
-            if group.members.get(self._member.cid) is self._member:
-                del group.members[self._member.cid]
-                for q in [q for q, cid in group.owner.items() if cid == self._member.cid]:
-                    del group.owner[q]
-                broker._recompute(group)
+            self._groups.leave(self, self._group, self._member)
             self._states.clear()
             self._active = []
-            self._cond.notify_all()
         if self._store is not None:
             self._store.close()
         logger.debug("%r closed", self)

@@ -1,5 +1,5 @@
-"""Lua scripts of the Redis Streams source (see the mapping in
-``redis_streams.py``).  Every script touches keys of one hash tag only, so
+"""Lua scripts of the Redis Streams source (see the key layout in the
+package docstring).  Every script touches keys of one hash tag only, so
 each runs on one Cluster slot."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Files of the durable embedded broker (see the block comment in
-``embedded.py`` for the layout and how the broker uses them).
+"""Files of the durable embedded broker (the layout is in the package
+docstring; :mod:`.log` appends to them).
 
 Everything here is single-threaded by contract: the broker calls
 :class:`QueueLog` and the topics methods of :class:`Store` with its main lock
@@ -19,9 +19,9 @@ from typing import Any
 
 import orjson
 
-from .._errors import LitePushError
-from .._types import MessageExt
-from ._base import reconsume_times_of
+from ..._errors import LitePushError
+from ..._types import MessageExt
+from .._base import reconsume_times_of
 
 try:  # POSIX advisory lock; elsewhere the directory is simply not locked
     import fcntl
@@ -39,7 +39,7 @@ __all__ = [
     "msg_id_prefix",
 ]
 
-logger = logging.getLogger("lite_push.sources.embedded")
+logger = logging.getLogger(__name__)
 
 #: First four bytes of every record: b"LPR1" read as a little-endian u32.
 MAGIC = 0x3152504C

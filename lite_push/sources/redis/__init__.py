@@ -1,0 +1,97 @@
+"""The Redis Streams source: topics, queues and consumer groups on a Redis server.
+
+The package, one concern per module:
+
+* :mod:`.broker`      ``RedisBroker``: topics, sending, retries and dead
+  letters, the consumers of its groups;
+* :mod:`.connection`  the client, the reader client, the Lua scripts
+  (:mod:`.scripts`), pipelines and key names;
+* :mod:`.codec`       a message as a stream entry, and back;
+* :mod:`.membership`  a member's session in its group: heartbeats, owner
+  keys, start positions, commits, queue locks;
+* :mod:`.reading`     a poll's read of its queues' streams;
+* :mod:`.notifier`    the pub/sub thread that wakes a waiting poll;
+* :mod:`.consumer`    ``RedisPullConsumer``.
+
+Mapping onto Redis (``ns`` is the broker's ``namespace``)
+
+Topics
+  ns:topics                       hash  topic -> queue count
+  ns:{<topic>#<q>}:seq            string: the next offset of queue q
+  ns:{<topic>#<q>}:log            stream: the messages of queue q
+    A queue's keys share the hash tag {<topic>#<q>}, so they live in one
+    Cluster slot.  Offsets are consecutive integers per queue, assigned at
+    send time by the SEND script: INCRBY seq, then XADD with the explicit
+    stream id "<offset+1>-0" (ids must be > 0-0), so reading from offset o
+    is XRANGE log (o+1)-0 + .  Entry fields: b = body (raw bytes), m =
+    orjson {"k": keys, "t": tags, "p": properties, "bt": born ms}, s = store
+    ms (server TIME).  A batch send is one SEND call per queue (pipelined),
+    so a batch's messages of one queue are contiguous (up to 65536 per
+    queue per call; bigger batches are split).  msg_id is
+    "<namespace>-<topic>-<q>-<offset>"; MessageQueue.broker_name is the
+    namespace.
+
+Retry and dead-letter topics (%RETRY%<group>, %DLQ%<group>): normal topics
+  of one queue, created on first use (send_back, send_to_dlq, subscribe).
+  Delayed retries wait in the retry queue's own hash tag:
+  ns:{%RETRY%<g>#0}:sched        zset  copy id -> due ms (broker clock .time())
+  ns:{%RETRY%<g>#0}:sbody / :smeta  hashes copy id -> body / meta
+  The MOVE_DUE script moves every due copy to the retry stream (same slot,
+  atomic), returning the next due time.  Every poll iteration runs it for
+  its group, and a waiting poll never waits past the next due time.
+
+Consumer groups (hash tag {g:<group>})
+  ns:{g:<g>}:members    zset  client id -> session expiry (server ms)
+  ns:{g:<g>}:subs       hash  client id -> orjson list of subscribed topics
+  ns:{g:<g>}:version    counter bumped on every membership change/release
+  ns:{g:<g>}:owner:<topic>#<q>   string: owning client id, PX session_timeout
+  ns:{g:<g>}:offsets    hash  "<topic>#<q>" -> orjson [offset, metadata]
+  ns:{g:<g>}:initial    hash  "<topic>#<q>" -> start offset fixed when the
+                        group first owned the queue (ConsumeFromWhere)
+  ns:{g:<g>}:lock:<topic>#<q>    string: orderly lock holder, PX lease
+  ns:{g:<g>}:events     pub/sub channel announcing membership changes
+
+Rebalance and the hand-off (all on the owning thread, inside poll)
+  HEARTBEAT (at subscribe, on a version change, at least every
+  heartbeat_interval, every rebalance_interval, while a wanted queue is
+  still taken) drops members whose session expired, (re)adds the caller
+  with expiry now + session_timeout, bumps the version on a change, renews
+  the caller's owner keys (reporting those it lost) and returns the live
+  members' subscriptions.  The target is the allocation strategy over the
+  topic's sorted queues and the sorted ids of the members subscribed to
+  it.  Owned queues that left the target (or were lost) go through
+  on_revoked, then their owner keys are compare-and-deleted (RELEASE,
+  which bumps the version so the others look at once).  Target queues are
+  taken by ACQUIRE (free, or already ours); their start position is the
+  committed offset, else the group's initial position; then on_assigned.
+  A queue still owned by another member is retried on every poll
+  iteration until it is released or its owner key expires (the previous
+  owner missed its session).  commit() stores only offsets of queues whose
+  owner key holds the caller's id (COMMIT), so late commits are fenced.
+  Every poll iteration reads the version (pipelined with the reads), so a
+  membership change is seen at once (pub/sub, below) or within one wait
+  slice.  Sessions expire on the server's clock (TIME in the scripts), so
+  members on different machines agree on them.
+
+BROADCASTING members (message_model=BROADCASTING) touch none of the group
+  keys above: no registry entry, no owner keys, no locks.  A member owns
+  every queue of its topics from its first poll after subscribe, starting
+  at its offset in its local file (lite_push.sources.local_offsets), else
+  at consume_from (written to the file at once); commit() writes the file.
+  send_back is refused (the runtime retries failures in the member).
+
+
+Redis Cluster: every script's keys share one hash tag (a queue's, or a
+  group's, or the retry queue's for the schedule), and ns:topics is only
+  used by single-key commands.  A redis.RedisCluster client cannot
+  pipeline scripts, so on a cluster the pipelined steps (batch send, the
+  poll's reads) run one by one (_Sequential).
+
+"""
+
+from __future__ import annotations
+
+from .broker import RedisBroker
+from .consumer import RedisPullConsumer
+
+__all__ = ["RedisBroker", "RedisPullConsumer"]

@@ -1,0 +1,81 @@
+"""How a message is stored in a Redis stream entry, and read back.
+
+Entry fields: ``b`` = body (raw bytes), ``m`` = orjson ``{"k": keys, "t":
+tags, "p": properties, "bt": born ms}``, ``s`` = store ms (server TIME).  A
+message's offset is its stream id minus one: id ``"<offset+1>-0"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from ..._types import MessageExt, MessageQueue
+from .._base import reconsume_times_of
+
+__all__ = ["decode", "encode_meta", "offset_of"]
+
+
+def offset_of(eid: bytes | str) -> int:
+    """The offset of the stream entry with id ``eid``."""
+    if isinstance(eid, bytes):
+        eid = eid.decode()
+    return int(eid.split("-", 1)[0]) - 1
+
+
+def encode_meta(message: MessageExt, props: dict[str, str]) -> bytes:
+    """The ``m`` field of a copy of ``message`` with properties ``props``."""
+    meta: dict[str, Any] = {"bt": message.born_timestamp, "p": props}
+    if message.keys:
+        meta["k"] = message.keys
+    if message.tags:
+        meta["t"] = message.tags
+    return orjson.dumps(meta)
+
+
+def decode(namespace: str, q: MessageQueue, entries: Sequence[Any]) -> list[MessageExt]:
+    """Stream entries of ``q`` as messages.  An entry's fields come as the
+    flat list ``[b"b", body, b"m", meta, b"s", stored]`` (the reader's raw
+    XRANGE) or as a dict (a cluster client's parsed reply).  Offsets are
+    parsed from the ids only when the entries are not consecutive (never,
+    unless a stream was edited)."""
+    n = len(entries)
+    if not n:
+        return []
+    first = offset_of(entries[0][0])
+    consecutive = n == 1 or offset_of(entries[-1][0]) - first == n - 1
+    topic = q.topic
+    qid = q.queue_id
+    prefix = f"{namespace}-{topic}-{qid}-"
+    loads = orjson.loads
+    out = []
+    off = first
+    for eid, f in entries:
+        if not consecutive:
+            off = offset_of(eid)
+        if type(f) is list and len(f) == 6 and f[0] == b"b" and f[2] == b"m":
+            body, raw, stored = f[1], f[3], f[5]
+        else:
+            if type(f) is list:
+                f = dict(zip(f[::2], f[1::2], strict=True))
+            body, raw, stored = f[b"b"], f[b"m"], f[b"s"]
+        meta = loads(raw)
+        props = meta.get("p")
+        rt = 0
+        if props:
+            try:
+                rt = reconsume_times_of(props)
+            except ValueError:
+                rt = 0
+        else:
+            props = {}
+        out.append(
+            MessageExt(
+                topic, qid, off, body, meta.get("k"), meta.get("t"), props, meta.get("bt", 0), int(stored), rt,
+                prefix + str(off), namespace,
+            )  # fmt: skip
+        )
+        off += 1
+    return out

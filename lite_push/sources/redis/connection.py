@@ -1,0 +1,124 @@
+"""The Redis Streams source's connection: the client, the reader client,
+the registered Lua scripts, pipelines, and the names of every key.
+
+Reading: polls go through a second client on the broker's connection pool
+whose XRANGE replies are left as hiredis' lists (redis-py would build a dict
+per entry).  A ``redis.RedisCluster`` client cannot pipeline scripts, so on
+a cluster the pipelined steps run one by one (:class:`Sequential`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+from redis.exceptions import ClusterDownError, TryAgainError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ..._types import MessageQueue
+from . import scripts
+
+__all__ = ["CONN_ERRORS", "Connection", "Sequential", "qfield"]
+
+#: What a poll treats as "Redis is unreachable for now" (BusyLoadingError is
+#: a ConnectionError; ClusterDownError/TryAgainError are cluster fail-overs).
+CONN_ERRORS = (RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError, OSError)
+
+
+def qfield(q: MessageQueue) -> str:
+    """A queue's field in the group hashes (offsets, initial): ``topic#id``."""
+    return f"{q.topic}#{q.queue_id}"
+
+
+def _raw_entries(response: Any, **options: Any) -> Any:
+    return response
+
+
+class Sequential:
+    """Stands in for a pipeline on a Redis Cluster client: runs each command
+    at once and collects the results for :meth:`execute`."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.results: list[Any] = []
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._client, name)
+
+        def call(*args: Any, **kwargs: Any) -> None:
+            self.results.append(method(*args, **kwargs))
+
+        return call
+
+    def execute(self) -> list[Any]:
+        out, self.results = self.results, []
+        return out
+
+
+class Connection:
+    """One broker's link to Redis.  Thread-safe as redis-py's clients are."""
+
+    def __init__(self, client: Any, namespace: str) -> None:
+        # Typed Any: redis-py types every command as "value or awaitable"
+        # (one stub for its sync and asyncio clients); this one is sync.
+        self.client: Any = client
+        self.namespace = namespace
+        c = client
+        self.send = c.register_script(scripts.SEND)
+        self.move_due = c.register_script(scripts.MOVE_DUE)
+        self.heartbeat = c.register_script(scripts.HEARTBEAT)
+        self.acquire = c.register_script(scripts.ACQUIRE)
+        self.release = c.register_script(scripts.RELEASE)
+        self.leave = c.register_script(scripts.LEAVE)
+        self.commit = c.register_script(scripts.COMMIT)
+        self.lock = c.register_script(scripts.LOCK)
+        self.unlock = c.register_script(scripts.UNLOCK)
+        self.schedule = c.register_script(scripts.SCHEDULE)
+        # Redis Cluster clients cannot pipeline scripts: they run one by one
+        self._cluster = isinstance(c, redis.RedisCluster)
+        # Polls read through a second client on the same connection pool
+        # whose XRANGE replies stay hiredis' nested lists: redis-py would make
+        # a dict of every entry's fields, which costs more than the rest of
+        # decoding (a caller's own client is left as it is).
+        self._reader: Any = c
+        if not self._cluster:
+            self._reader = redis.Redis(connection_pool=c.connection_pool)
+            self._reader.set_response_callback("XRANGE", _raw_entries)
+
+    def pipeline(self, reader: bool = False) -> Any:
+        """A non-transactional pipeline (a sequential stand-in on a cluster);
+        ``reader``: on the reader client, whose XRANGE replies are not
+        parsed into dicts."""
+        if self._cluster:
+            return Sequential(self.client)
+        return (self._reader if reader else self.client).pipeline(transaction=False)
+
+    def run(self, script: Any, keys: list[str], args: list[Any], pipe: Any = None) -> Any:
+        """Run ``script`` now (``pipe`` None) or queue it on ``pipe``."""
+        if pipe is None:
+            return script(keys=keys, args=args, client=self.client)
+        if isinstance(pipe, Sequential):
+            pipe.results.append(script(keys=keys, args=args, client=self.client))
+            return None
+        return script(keys=keys, args=args, client=pipe)
+
+    # -- key names --------------------------------------------------------------
+
+    def queue_key(self, topic: str, qid: int, what: str) -> str:
+        """The key of one queue's ``what`` (``seq``, ``log``, ...): a hash
+        tag per queue, so a queue's keys share a cluster slot."""
+        return f"{self.namespace}:{{{topic}#{qid}}}:{what}"
+
+    def group_key(self, group: str, what: str) -> str:
+        """The key of one group's ``what`` (``offsets``,
+        ``owner:<topic>#<queue>``, ...): a hash tag per group."""
+        return f"{self.namespace}:{{g:{group}}}:{what}"
+
+    def notify_channel(self, topic: str) -> str:
+        """The pub/sub channel announcing new messages of ``topic``."""
+        return f"{self.namespace}:notify:{topic}"
+
+    def topics_key(self) -> str:
+        """The hash of topic -> queue count."""
+        return f"{self.namespace}:topics"

@@ -1,0 +1,197 @@
+"""A member's session in its consumer group on Redis: heartbeats, taking and
+releasing queues, start positions, commits, queue locks, leaving.
+
+Every call is one Lua script (or a few plain commands) on the group's hash
+tag, so it runs on one cluster slot; sessions expire on the server's clock,
+so members on different machines agree on them.  The keys and the hand-off
+protocol are described in the package docstring.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, Protocol
+
+import orjson
+
+from ..._types import MessageQueue, OffsetAndMetadata
+from .._base import ConsumeFromWhere
+from .._common import initial_position
+from ..local_offsets import LocalOffsetStore
+from .connection import Connection, qfield
+
+__all__ = ["Membership", "StoredRange"]
+
+logger = logging.getLogger(__name__)
+
+
+class StoredRange(Protocol):
+    """Where a queue's stored messages are (the broker)."""
+
+    def min_offset(self, queue: MessageQueue) -> int: ...
+
+    def max_offset(self, queue: MessageQueue) -> int: ...
+
+
+class Membership:
+    """The group side of one :class:`~lite_push.sources.redis.RedisPullConsumer`."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        group: str,
+        cid: str,
+        session_timeout: float,
+        consume_from: ConsumeFromWhere,
+        consume_timestamp: int | None,
+    ) -> None:
+        self._conn = conn
+        self.group = group
+        self.cid = cid
+        self._ttl_ms = max(1, round(session_timeout * 1000))
+        self._consume_from = consume_from
+        self._consume_timestamp = consume_timestamp
+        self._k_members = conn.group_key(group, "members")
+        self._k_subs = conn.group_key(group, "subs")
+        self.version_key = conn.group_key(group, "version")
+        self._k_offsets = conn.group_key(group, "offsets")
+        self._k_initial = conn.group_key(group, "initial")
+        #: The pub/sub channel announcing the group's membership changes.
+        self.channel = conn.group_key(group, "events")
+        #: ``time.monotonic()`` of the last successful heartbeat.
+        self.last_heartbeat = -float("inf")
+
+    def _owner_key(self, q: MessageQueue) -> str:
+        return self._conn.group_key(self.group, f"owner:{qfield(q)}")
+
+    def _lock_key(self, q: MessageQueue) -> str:
+        return self._conn.group_key(self.group, f"lock:{qfield(q)}")
+
+    # -- membership and ownership ------------------------------------------------
+
+    def heartbeat(
+        self, owned: Sequence[MessageQueue], topics: Collection[str]
+    ) -> tuple[bytes, list[MessageQueue], dict[str, list[str]]]:
+        """Run HEARTBEAT: drop expired members, (re)add this one subscribed
+        to ``topics``, renew the owner keys of ``owned``.  Returns (the
+        group's version, the owned queues lost, topic -> member ids)."""
+        version, flags, subs = self._conn.heartbeat(
+            keys=[self._k_members, self._k_subs, self.version_key, *(self._owner_key(q) for q in owned)],
+            args=[self.cid, self._ttl_ms, orjson.dumps(sorted(topics)), self.channel],
+        )
+        self.last_heartbeat = time.monotonic()
+        lost = [q for q, f in zip(owned, flags, strict=True) if not int(f)]
+        by_topic: dict[str, list[str]] = {}
+        for j in range(0, len(subs), 2):
+            cid = subs[j].decode()
+            for topic in orjson.loads(subs[j + 1]):
+                by_topic.setdefault(topic, []).append(cid)
+        if isinstance(version, int):
+            version = str(version).encode()
+        return version, lost, by_topic
+
+    def acquire(self, queues: Sequence[MessageQueue]) -> list[MessageQueue]:
+        """Take the owner keys of ``queues`` that are free (or already
+        this member's); return those taken."""
+        flags = self._conn.acquire(keys=[self._owner_key(q) for q in queues], args=[self.cid, self._ttl_ms])
+        return [q for q, f in zip(queues, flags, strict=True) if int(f)]
+
+    def release(self, queues: Collection[MessageQueue]) -> None:
+        """Compare-and-delete the owner keys of ``queues`` (bumps the version)."""
+        self._conn.release(
+            keys=[self.version_key, *(self._owner_key(q) for q in queues)], args=[self.cid, self.channel]
+        )
+
+    def leave(self, owned: Collection[MessageQueue], locked: Collection[MessageQueue], member: bool) -> None:
+        """Release ``owned`` and ``locked`` at once and, when subscribed
+        (``member``), leave the group's registry."""
+        keys = [self._owner_key(q) for q in owned] + [self._lock_key(q) for q in locked]
+        if member:
+            self._conn.leave(
+                keys=[self._k_members, self._k_subs, self.version_key, *keys], args=[self.cid, self.channel]
+            )
+        elif keys:
+            self._conn.unlock(keys=keys, args=[self.cid])
+
+    # -- positions -----------------------------------------------------------------
+
+    def start_position(self, q: MessageQueue, stored: StoredRange) -> int:
+        """Where this member reads ``q`` from when it takes it: the group's
+        committed offset, else the position fixed when the group first owned
+        it (by ``consume_from``), clamped to the stored range."""
+        client = self._conn.client
+        lo, hi = stored.min_offset(q), stored.max_offset(q)
+        field = qfield(q)
+        raw = client.hget(self._k_offsets, field)
+        if raw is not None:
+            return min(max(int(orjson.loads(raw)[0]), lo), hi)
+        init = client.hget(self._k_initial, field)
+        if init is None:
+            pos = self.initial_position(q, lo, hi)
+            client.hsetnx(self._k_initial, field, str(pos))
+            init = client.hget(self._k_initial, field)
+        return min(max(int(init), lo), hi)
+
+    def local_starts(
+        self, queues: Sequence[MessageQueue], store: LocalOffsetStore, stored: StoredRange
+    ) -> dict[MessageQueue, int]:
+        """BROADCASTING: where this member starts on each of ``queues``: its
+        offset in the local file, else ``consume_from`` (written to the file
+        at once, so a restart before the first commit starts there too)."""
+        starts: dict[MessageQueue, int] = {}
+        fresh: dict[MessageQueue, OffsetAndMetadata] = {}
+        for q in queues:
+            lo, hi = stored.min_offset(q), stored.max_offset(q)
+            om = store.get(q)
+            if om is None:
+                pos = self.initial_position(q, lo, hi)
+                fresh[q] = OffsetAndMetadata(pos)
+            else:
+                pos = om.offset
+            starts[q] = min(max(pos, lo), hi)
+        if fresh:
+            try:
+                store.commit(fresh)
+            except OSError as e:
+                logger.warning("%s: storing the start offsets in %s failed: %s", self.cid, store.path, e)
+        return starts
+
+    def initial_position(self, q: MessageQueue, lo: int, hi: int) -> int:
+        """Where ``consume_from`` starts on ``q`` (stored range ``[lo, hi)``)."""
+        return initial_position(
+            self._consume_from, self._consume_timestamp, lo, hi, lambda ts: self._search_timestamp(q, lo, hi, ts)
+        )
+
+    def _search_timestamp(self, q: MessageQueue, lo: int, hi: int, ts: int) -> int:
+        """The first offset in [lo, hi) stored at or after ``ts`` (hi if none)."""
+        key = self._conn.queue_key(q.topic, q.queue_id, "log")
+        client = self._conn.client
+
+        def stored(off: int) -> int:
+            e = client.xrange(key, f"{off + 1}-0", f"{off + 1}-0")
+            return int(e[0][1][b"s"]) if e else 0
+
+        return bisect.bisect_left(range(lo, hi), ts, key=stored) + lo
+
+    # -- offsets and locks -----------------------------------------------------------
+
+    def commit(self, entries: Mapping[MessageQueue, OffsetAndMetadata]) -> int:
+        """Store the offsets of the queues whose owner key holds this member
+        (late commits of a lost queue are fenced); return how many."""
+        keys = [self._owner_key(q) for q in entries]
+        args: list[Any] = [self.cid]
+        for q, om in entries.items():
+            args += (qfield(q), orjson.dumps([om.offset, om.metadata]))
+        return int(self._conn.commit(keys=[self._k_offsets, *keys], args=args))
+
+    def lock(self, queues: Sequence[MessageQueue], lease: float) -> frozenset[MessageQueue]:
+        """Take or renew the orderly locks of ``queues``; return those held."""
+        flags = self._conn.lock(keys=[self._lock_key(q) for q in queues], args=[self.cid, max(1, round(lease * 1000))])
+        return frozenset(q for q, f in zip(queues, flags, strict=True) if int(f))
+
+    def unlock(self, queues: Sequence[MessageQueue]) -> None:
+        """Release this member's orderly locks of ``queues``."""
+        self._conn.unlock(keys=[self._lock_key(q) for q in queues], args=[self.cid])

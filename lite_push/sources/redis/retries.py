@@ -1,0 +1,135 @@
+"""Retries and dead letters on Redis.
+
+A retry waits in its group's schedule (a sorted set of due times and two
+hashes of bodies and metadata, under the retry queue's hash tag) until the
+MOVE_DUE script, run by every poll of the group, moves it to the group's
+retry stream.  A dead letter goes straight to ``%DLQ%<group>``.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..._types import MessageExt
+from .._base import DLQ_EXCEPTION, DLQ_GROUP, DLQ_REASON, RECONSUME_TIME, dlq_topic, origin_properties, retry_topic
+from .._common import check_message
+from .codec import encode_meta
+
+if TYPE_CHECKING:
+    from .broker import RedisBroker
+
+__all__ = ["Retries"]
+
+logger = logging.getLogger(__name__)
+
+#: Delayed retries moved per MOVE_DUE call.
+MOVE_LIMIT = 1000
+
+
+class Retries:
+    """Stores a broker's retries and dead letters, and moves due retries."""
+
+    def __init__(self, broker: RedisBroker) -> None:
+        self._broker = broker
+        self._conn = broker.conn
+
+    def store_retries(self, group: str, items: Sequence[tuple[MessageExt, int]]) -> list[BaseException | None]:
+        """``send_back`` of a consumer of ``group``: each copy waits in the
+        group's schedule until its delay level's time is up."""
+        levels = self._broker.delay_levels
+        target = retry_topic(group)
+        now_ms = int(self._broker.clock.time() * 1000)
+        results: list[BaseException | None] = [None] * len(items)
+        built: list[int] = []
+        sched: list[Any] = []
+        for i, item in enumerate(items):
+            try:
+                message, level = item
+                check_message(message, self._broker.max_message_size)
+                if isinstance(level, bool) or not isinstance(level, int):
+                    raise TypeError(f"delay level must be an int, got {level!r}")
+                if level < 1:
+                    raise ValueError(f"delay level must be >= 1, got {level}")
+                level = min(level, len(levels))
+                times = message.reconsume_times + 1
+                props = origin_properties(message)
+                props[RECONSUME_TIME] = str(times)
+                sched += (
+                    uuid.uuid4().hex,
+                    now_ms + round(levels[level - 1] * 1000),
+                    message.body,
+                    encode_meta(message, props),
+                )
+            except Exception as e:
+                results[i] = e
+            else:
+                built.append(i)
+        if not built:
+            return results
+        try:
+            self._broker.ensure_topic(target, 1)
+            keys = [self._conn.queue_key(target, 0, what) for what in ("sched", "sbody", "smeta")]
+            self._conn.run(self._conn.schedule, keys, sched)
+        except Exception as e:
+            logger.warning(
+                "storing %d retr%s for group %r failed: %s", len(built), "y" if len(built) == 1 else "ies", group, e
+            )
+            for i in built:
+                results[i] = e
+        return results
+
+    def store_dead_letters(
+        self, group: str, items: Sequence[tuple[MessageExt, str, str]]
+    ) -> list[BaseException | None]:
+        """``send_to_dlq`` of a consumer of ``group``."""
+        target = dlq_topic(group)
+        results: list[BaseException | None] = [None] * len(items)
+        built: list[int] = []
+        a: list[bytes] = []
+        for i, item in enumerate(items):
+            try:
+                message, reason, text = item
+                check_message(message, self._broker.max_message_size)
+                if type(reason) is not str or type(text) is not str:
+                    raise TypeError(f"reason and exception text must be str, got {reason!r}, {text!r}")
+                props = origin_properties(message)
+                props[DLQ_REASON] = reason
+                props[DLQ_EXCEPTION] = text
+                props[DLQ_GROUP] = group
+                props[RECONSUME_TIME] = str(message.reconsume_times)
+                a.append(message.body)
+                a.append(encode_meta(message, props))
+            except Exception as e:
+                results[i] = e
+            else:
+                built.append(i)
+        if not built:
+            return results
+        try:
+            self._broker.ensure_topic(target, 1)
+            self._broker.store(target, {0: a})
+        except Exception as e:
+            logger.warning("storing %d dead letter(s) for group %r failed: %s", len(built), group, e)
+            for i in built:
+                results[i] = e
+        return results
+
+    def move_due(self, pipe: Any, group: str) -> Any:
+        """Run (or queue on ``pipe``) MOVE_DUE for ``group``: returns (how
+        many moved, the next due time in ms or -1)."""
+        target = retry_topic(group)
+        return self._conn.run(
+            self._conn.move_due,
+            [
+                self._conn.queue_key(target, 0, "sched"),
+                self._conn.queue_key(target, 0, "sbody"),
+                self._conn.queue_key(target, 0, "smeta"),
+                self._conn.queue_key(target, 0, "seq"),
+                self._conn.queue_key(target, 0, "log"),
+            ],
+            [int(self._broker.clock.time() * 1000), MOVE_LIMIT, self._conn.notify_channel(target)],
+            pipe,
+        )
