@@ -16,7 +16,16 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from .._errors import ConfigError, LitePushError, MessageTooLargeError, NotSubscribedError
 from .._types import MessageExt, MessageQueue, OffsetAndMetadata
-from ._base import ConsumeFromWhere, MessageModel, RebalanceListener
+from ._base import (
+    DLQ_EXCEPTION,
+    DLQ_GROUP,
+    DLQ_REASON,
+    RECONSUME_TIME,
+    ConsumeFromWhere,
+    MessageModel,
+    RebalanceListener,
+    origin_properties,
+)
 from .local_offsets import LocalOffsetStore, default_offset_file
 
 __all__ = [
@@ -28,10 +37,12 @@ __all__ = [
     "check_message",
     "check_message_model",
     "commit_entries",
+    "dead_letter_item",
     "initial_position",
     "now_ms",
     "open_offset_store",
     "parse_tag_expression",
+    "retry_item",
     "no_send_back",
     "unpack_item",
     "unpack_mapping",
@@ -207,6 +218,40 @@ def check_delay_levels(levels: object) -> tuple[float, ...]:
         if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
             raise ConfigError("delay_levels", f"every level must be a positive, finite number of seconds, got {x!r}")
     return tuple(float(x) for x in out)
+
+
+def retry_item(
+    item: tuple[MessageExt, int], levels: tuple[float, ...], limit: int
+) -> tuple[MessageExt, int, dict[str, str]]:
+    """One ``send_back`` item checked: the message, its delay level clamped
+    to the last of ``levels``, and the properties of its retry copy (the
+    origin's, with ``RECONSUME_TIME`` one more).  ``TypeError`` or
+    ``ValueError`` naming what is wrong."""
+    message, level = item
+    check_message(message, limit)
+    if isinstance(level, bool) or not isinstance(level, int):
+        raise TypeError(f"delay level must be an int, got {level!r}")
+    if level < 1:
+        raise ValueError(f"delay level must be >= 1, got {level}")
+    props = origin_properties(message)
+    props[RECONSUME_TIME] = str(message.reconsume_times + 1)
+    return message, min(level, len(levels)), props
+
+
+def dead_letter_item(item: tuple[MessageExt, str, str], group: str, limit: int) -> tuple[MessageExt, dict[str, str]]:
+    """One ``send_to_dlq`` item checked: the message and the properties of
+    its dead letter (the origin's, the reason, the exception text, the
+    group).  ``TypeError`` naming what is wrong."""
+    message, reason, text = item
+    check_message(message, limit)
+    if type(reason) is not str or type(text) is not str:
+        raise TypeError(f"reason and exception text must be str, got {reason!r}, {text!r}")
+    props = origin_properties(message)
+    props[DLQ_REASON] = reason
+    props[DLQ_EXCEPTION] = text
+    props[DLQ_GROUP] = group
+    props[RECONSUME_TIME] = str(message.reconsume_times)
+    return message, props
 
 
 def check_message(m: object, limit: int) -> MessageExt:

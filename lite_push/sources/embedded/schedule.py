@@ -39,17 +39,12 @@ from typing import Any
 from ..._errors import SourceClosedError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata
 from .._base import (
-    DLQ_EXCEPTION,
-    DLQ_GROUP,
-    DLQ_REASON,
     REAL_TOPIC,
-    RECONSUME_TIME,
     TIMER_DELIVER_MS,
     dlq_topic,
-    origin_properties,
     retry_topic,
 )
-from .._common import BrokerClock, check_message, validate_topic
+from .._common import BrokerClock, dead_letter_item, retry_item, validate_topic
 from .groups import SCHEDULE_GROUP, GroupCoordinator
 from .log import LogStore
 
@@ -121,16 +116,8 @@ class Schedule:
         broker_name = self._log.broker_name
 
         def copy(item: tuple[MessageExt, int]) -> MessageExt:
-            message, level = item
-            check_message(message, self._max_size)
-            if isinstance(level, bool) or not isinstance(level, int):
-                raise TypeError(f"delay level must be an int, got {level!r}")
-            if level < 1:
-                raise ValueError(f"delay level must be >= 1, got {level}")
-            level = min(level, len(levels))
+            message, level, props = retry_item(item, levels, self._max_size)
             times = message.reconsume_times + 1
-            props = origin_properties(message)
-            props[RECONSUME_TIME] = str(times)
             props[REAL_TOPIC] = target
             props[TIMER_DELIVER_MS] = str(now_ms + round(levels[level - 1] * 1000))
             return MessageExt(
@@ -154,15 +141,7 @@ class Schedule:
         broker_name = self._log.broker_name
 
         def copy(item: tuple[MessageExt, str, str]) -> MessageExt:
-            message, reason, text = item
-            check_message(message, self._max_size)
-            if type(reason) is not str or type(text) is not str:
-                raise TypeError(f"reason and exception text must be str, got {reason!r}, {text!r}")
-            props = origin_properties(message)
-            props[DLQ_REASON] = reason
-            props[DLQ_EXCEPTION] = text
-            props[DLQ_GROUP] = group
-            props[RECONSUME_TIME] = str(message.reconsume_times)
+            message, props = dead_letter_item(item, group, self._max_size)
             return MessageExt(
                 target,
                 0,

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..._types import MessageExt
-from .._base import DLQ_EXCEPTION, DLQ_GROUP, DLQ_REASON, RECONSUME_TIME, dlq_topic, origin_properties, retry_topic
-from .._common import check_message
+from .._base import dlq_topic, retry_topic
+from .._common import dead_letter_item, retry_item
 from .codec import encode_meta
 
 if TYPE_CHECKING:
@@ -47,16 +47,7 @@ class Retries:
         sched: list[Any] = []
         for i, item in enumerate(items):
             try:
-                message, level = item
-                check_message(message, self._broker.max_message_size)
-                if isinstance(level, bool) or not isinstance(level, int):
-                    raise TypeError(f"delay level must be an int, got {level!r}")
-                if level < 1:
-                    raise ValueError(f"delay level must be >= 1, got {level}")
-                level = min(level, len(levels))
-                times = message.reconsume_times + 1
-                props = origin_properties(message)
-                props[RECONSUME_TIME] = str(times)
+                message, level, props = retry_item(item, levels, self._broker.max_message_size)
                 sched += (
                     uuid.uuid4().hex,
                     now_ms + round(levels[level - 1] * 1000),
@@ -91,15 +82,7 @@ class Retries:
         a: list[bytes] = []
         for i, item in enumerate(items):
             try:
-                message, reason, text = item
-                check_message(message, self._broker.max_message_size)
-                if type(reason) is not str or type(text) is not str:
-                    raise TypeError(f"reason and exception text must be str, got {reason!r}, {text!r}")
-                props = origin_properties(message)
-                props[DLQ_REASON] = reason
-                props[DLQ_EXCEPTION] = text
-                props[DLQ_GROUP] = group
-                props[RECONSUME_TIME] = str(message.reconsume_times)
+                message, props = dead_letter_item(item, group, self._broker.max_message_size)
                 a.append(message.body)
                 a.append(encode_meta(message, props))
             except Exception as e:
