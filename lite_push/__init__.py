@@ -43,6 +43,7 @@ from ._config import ConsumeMode, ConsumerConfig, KeyExtractor
 from ._consumer import AsyncListener, Listener, LitePushConsumer
 from ._errors import (
     ConfigError,
+    ConsumerFailedError,
     LitePushError,
     MessageDecodeError,
     MessageTooLargeError,
@@ -95,6 +96,7 @@ __all__ = [
     "LitePushConsumer",
     "LitePushError",
     "ManualClock",
+    "ConsumerFailedError",
     "MessageDecodeError",
     "MessageExt",
     "MessageModel",

@@ -20,7 +20,7 @@ from ._clock import Clock
 from ._config import ConsumerConfig
 from ._consumer import AsyncListener
 from ._consumer_core import ConsumerCore
-from ._errors import ConfigError, LitePushError
+from ._errors import ConfigError, ConsumerFailedError, LitePushError
 from ._watchdog import LoopWatchdog
 from .sources._base import PullSource
 
@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
 __all__ = ["AsyncLitePushConsumer"]
+
+
+#: How often ``run()`` looks whether the consumer failed (seconds).
+FAILURE_POLL = 0.1
 
 
 class AsyncLitePushConsumer(ConsumerCore):
@@ -87,24 +91,39 @@ class AsyncLitePushConsumer(ConsumerCore):
     def run(self, until: Awaitable[object] | None = None, *, use_uvloop: bool = True) -> None:
         """Run stand-alone: a new event loop (uvloop when installed and
         ``use_uvloop``), :meth:`start`, then wait for ``until`` or, without
-        it, for SIGINT/SIGTERM; then :meth:`shutdown` (drain, commit)."""
+        it, for SIGINT/SIGTERM; then :meth:`shutdown` (drain, commit).
+        Raises :class:`~lite_push.ConsumerFailedError` when a lane or the
+        pull thread failed and stopped the consumer."""
+
+        async def wait_for_stop() -> None:
+            if until is not None:
+                await until
+                return
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            await stop.wait()
+
+        async def failed() -> None:
+            while self.failure is None:
+                await asyncio.sleep(FAILURE_POLL)
 
         async def main() -> None:
             await self.start()
+            waits = [asyncio.ensure_future(wait_for_stop()), asyncio.ensure_future(failed())]
             try:
-                if until is not None:
-                    await until
-                else:
-                    stop = asyncio.Event()
-                    loop = asyncio.get_running_loop()
-                    for sig in (signal.SIGINT, signal.SIGTERM):
-                        loop.add_signal_handler(sig, stop.set)
-                    await stop.wait()
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             finally:
+                for w in waits:
+                    w.cancel()
                 await self.shutdown()
 
         with asyncio.Runner(loop_factory=lambda: new_event_loop(use_uvloop)) as runner:
             runner.run(main())
+        failure = self.failure
+        if failure is not None:
+            raise ConsumerFailedError(f"consumer {self.config.group!r} failed: {self.stats().failure}") from failure
 
     async def __aenter__(self) -> AsyncLitePushConsumer:
         await self.start()

@@ -66,6 +66,21 @@ def new_event_loop(use_uvloop: bool = True) -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
+#: What a listener may raise that is not a failed attempt: the process is
+#: being stopped.
+_FATAL = (KeyboardInterrupt, SystemExit)
+
+
+def _reraise_if_cancelled(e: BaseException) -> None:
+    """A listener's error is a failed attempt (retried like any other),
+    except the ``CancelledError`` of this lane's own task being cancelled
+    (shutdown): that one goes on up."""
+    if isinstance(e, asyncio.CancelledError):
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise e
+
+
 async def _adrive(steps: Steps, listener: AsyncListener, worker: LaneWorker) -> None:
     """Await the listener for each list of messages ``steps`` yields and
     send it the outcome."""
@@ -76,7 +91,10 @@ async def _adrive(steps: Steps, listener: AsyncListener, worker: LaneWorker) -> 
             t0 = clock()
             try:
                 outcome: tuple[BaseException | None, object] = (None, await listener(chunk))
-            except Exception as e:
+            except _FATAL:
+                raise
+            except BaseException as e:
+                _reraise_if_cancelled(e)
                 outcome = (e, None)
             if lm is not None:
                 lm.call(t0, len(chunk))
@@ -114,14 +132,17 @@ async def run_async_lane(lane: AsyncLane, worker: LaneWorker, listener: AsyncLis
                         if result is not None and result is not success:
                             break
                         j += 1
-                    else:
-                        worker.completed(pq, msgs, t0)
-                        continue
-                except Exception as e:
+                except _FATAL:
+                    raise
+                except BaseException as e:
+                    _reraise_if_cancelled(e)
                     exc = e
+                if j == len(msgs):  # all succeeded (outside the try: a lane bug is not a listener failure)
+                    worker.completed(pq, msgs, t0)
+                    continue
                 await _adrive(worker.failed_at(pq, msgs, j, exc, result), listener, worker)
-    except Exception:
-        worker.crashed()
+    except Exception as e:
+        worker.crashed(e)
     finally:
         worker.stop()
 

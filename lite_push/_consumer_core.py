@@ -52,6 +52,9 @@ __all__ = ["ConsumerCore", "is_async_callable"]
 
 logger = logging.getLogger(__name__)
 
+#: How long a failed consumer lets its other lanes finish what they hold.
+FAILURE_DRAIN = 10.0
+
 
 def is_async_callable(fn: object) -> bool:
     """Whether calling ``fn`` returns a coroutine: an ``async def``
@@ -123,6 +126,7 @@ class ConsumerCore:
         self._committer = Committer(rt)
         self._sender = FailureSender(rt)
         self._stopping = threading.Event()  # stop polling
+        rt.on_failure = self._on_failure
         self._stopped = threading.Event()  # the pull thread finished shutdown
         self._deadline = 0.0
         self._pull = PullLoop(rt, self._committer, self._sender, self._orderly, self._stopping)
@@ -207,6 +211,21 @@ class ConsumerCore:
         self._pull_thread.join(max(0.0, timeout) + ABORT_GRACE + 5.0)
         return self._stopped.is_set() and not self._rt.abort.is_set()
 
+    @property
+    def failure(self) -> BaseException | None:
+        """The unexpected error of a lane or the pull thread that stopped the
+        consumer (logged at ERROR with its traceback); ``None`` while it is
+        healthy.  ``stats().failure`` says the same in words."""
+        return self._rt.failure
+
+    def _on_failure(self) -> None:
+        # A lane or the pull thread failed: stop polling and shut down as
+        # shutdown() would (drain what the other lanes hold, commit).
+        if not self._stopping.is_set():
+            self._deadline = time.monotonic() + FAILURE_DRAIN
+            self._stopping.set()
+            self._source.wakeup()
+
     def _finish(self, crashed: bool) -> None:
         # The pull thread, leaving its loop.  Shutdown order: (1) polling has
         # stopped, so no new work arrives; (2) close the lanes, whose tasks
@@ -217,7 +236,7 @@ class ConsumerCore:
         # queues to the other members only after that commit.
         rt = self._rt
         if crashed and not self._deadline:
-            self._deadline = time.monotonic() + 10.0
+            self._deadline = time.monotonic() + FAILURE_DRAIN
         try:
             if self._orderly is not None:
                 self._orderly.close(self._deadline)

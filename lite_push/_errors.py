@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "ConsumerFailedError",
     "LitePushError",
     "MessageDecodeError",
     "MessageTooLargeError",
@@ -51,6 +52,13 @@ class NonRetryableError(LitePushError):
     """Raised by a listener for a message that can never succeed: it goes to
     the dead-letter queue at once, with this error as the reason, instead of
     being retried (``ConsumeResult.DLQ_NOW`` does the same)."""
+
+
+class ConsumerFailedError(LitePushError):
+    """The consumer stopped because a lane or its pull thread failed (a bug,
+    not a listener's failure, which is retried): ``__cause__`` is what
+    failed.  What it had not finished stays uncommitted and is delivered
+    again."""
 
 
 class MessageDecodeError(LitePushError, ValueError):

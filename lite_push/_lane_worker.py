@@ -97,10 +97,13 @@ class LaneWorker:
         self._parked.clear()
         counters.parked[self.index] = 0
 
-    def crashed(self) -> None:
+    def crashed(self, exc: BaseException) -> None:
         """A bug in the lane itself (not the listener's failure, which is
         handled): logged; its messages stay unfinished."""
-        logger.exception("consumer %r: lane %d failed", self._rt.config.group, self.index)
+        logger.error(
+            "consumer %r: lane %d failed; the consumer stops", self._rt.config.group, self.index, exc_info=exc
+        )
+        self._rt.fail(exc)
 
     # -- segments --------------------------------------------------------------------
 

@@ -127,10 +127,12 @@ class PullLoop:
                     elif now >= next_relock:
                         assignment.retry_locks()
                         next_relock = now + LOCK_RETRY_INTERVAL
-        except BaseException:
+        except BaseException as e:
             crashed = True
             logger.exception("pull thread of consumer %r died; shutting down", cfg.group)
-            raise
+            rt.fail(e)
+            if not isinstance(e, Exception):  # KeyboardInterrupt, SystemExit: not ours to swallow
+                raise
         finally:
             finish(crashed)
 

@@ -241,7 +241,9 @@ class QueueOrderlyService:
                 with st.consume_lock:  # lock 3: around the listener
                     try:
                         result = self._listener(msgs)
-                    except Exception as e:
+                    except (KeyboardInterrupt, SystemExit):
+                        raise
+                    except BaseException as e:  # any other error of the listener is a failed attempt
                         exc, result = e, None
                 if exc is None and result in _OK:
                     pq.complete(msgs)

@@ -118,8 +118,8 @@ class Runtime:
     """What the parts of one consumer share (see the module docstring)."""
 
     __slots__ = (
-        "abort", "broadcasting", "clock", "config", "counters", "flush", "key_of", "lane_metrics", "lanes", "outbox",
-        "park_generations", "pqs", "source", "timer",
+        "abort", "broadcasting", "clock", "config", "counters", "failure", "flush", "key_of", "lane_metrics", "lanes",
+        "on_failure", "outbox", "park_generations", "pqs", "source", "timer",
     )  # fmt: skip
 
     def __init__(
@@ -160,17 +160,34 @@ class Runtime:
         self.park_generations = itertools.count(1)
         #: BROADCASTING: no retry topic; CONCURRENTLY failures are retried here.
         self.broadcasting = source.message_model is MessageModel.BROADCASTING
+        #: The first unexpected error of a lane or the pull thread (the
+        #: consumer then stops); written once, by :meth:`fail`.
+        self.failure: BaseException | None = None
+        #: Called once on the first failure (the consumer core stops polling).
+        self.on_failure: Callable[[], None] = _nothing
 
     @property
     def keyed(self) -> bool:
         """KEY_ORDERLY: failures park their key."""
         return self.config.mode is ConsumeMode.KEY_ORDERLY
 
+    def fail(self, exc: BaseException) -> None:
+        """A lane or the pull thread failed unexpectedly (already logged
+        with its traceback): the consumer moves to its failed state and
+        stops; ``stats().failure`` reports the first such error."""
+        if self.failure is None:
+            self.failure = exc
+            self.on_failure()
+
     def hand_off(self, items: list[SendItem]) -> None:
         """From a lane (or the baseline's pool): messages for the pull
         thread to store in the dead-letter queue or the retry topic."""
         self.outbox.put(items)
         self.source.wakeup()
+
+
+def _nothing() -> None:
+    pass
 
 
 def safe_key_of(extract: KeyOf) -> KeyOf:

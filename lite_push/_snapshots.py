@@ -52,6 +52,9 @@ class ConsumerStats:
     next_retry_due: float | None = None
     #: Whether the pull thread is running (polling, dispatching, committing).
     polling: bool = False
+    #: ``None`` while healthy; else the unexpected error of a lane or the
+    #: pull thread that stopped the consumer (``"TypeName: message"``).
+    failure: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +114,7 @@ def stats_of(rt: Runtime, extra: tuple[int, int], polling: bool) -> ConsumerStat
         parked=sum(c.parked),
         next_retry_due=rt.timer.next_due(),
         polling=polling,
+        failure=None if rt.failure is None else f"{type(rt.failure).__name__}: {rt.failure}",
     )
 
 

@@ -24,6 +24,9 @@ __all__ = ["SyncListener", "ThreadExecutor"]
 SyncListener = Callable[[list[MessageExt]], object]
 
 _SUCCESS = ConsumeResult.SUCCESS
+#: What a listener may raise that is not a failed attempt: the process is
+#: being stopped.
+_FATAL = (KeyboardInterrupt, SystemExit)
 
 
 def _drive(steps: Steps, listener: SyncListener, worker: LaneWorker) -> None:
@@ -36,7 +39,9 @@ def _drive(steps: Steps, listener: SyncListener, worker: LaneWorker) -> None:
             t0 = clock()
             try:
                 outcome: tuple[BaseException | None, object] = (None, listener(chunk))
-            except Exception as e:
+            except _FATAL:
+                raise
+            except BaseException as e:  # any other error of the listener is a failed attempt
                 outcome = (e, None)
             if lm is not None:
                 lm.call(t0, len(chunk))
@@ -74,14 +79,16 @@ def run_lane(lane: Lane, worker: LaneWorker, listener: SyncListener) -> None:
                         if result is not None and result is not success:
                             break
                         j += 1
-                    else:
-                        worker.completed(pq, msgs, t0)
-                        continue
-                except Exception as e:
+                except _FATAL:
+                    raise
+                except BaseException as e:  # any other error of the listener is a failed attempt
                     exc = e
+                if j == len(msgs):  # all succeeded (outside the try: a lane bug is not a listener failure)
+                    worker.completed(pq, msgs, t0)
+                    continue
                 _drive(worker.failed_at(pq, msgs, j, exc, result), listener, worker)
-    except Exception:
-        worker.crashed()
+    except Exception as e:
+        worker.crashed(e)
     finally:
         worker.stop()
 

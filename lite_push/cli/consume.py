@@ -33,6 +33,8 @@ __all__ = ["FROM", "cmd_consume", "load_listener"]
 
 logger = logging.getLogger(__name__)
 
+#: How often the command looks whether the consumer failed (seconds).
+FAILURE_POLL = 0.2
 #: ``--from`` values: where a group with no committed offset starts.
 FROM = {"first": "FIRST_OFFSET", "last": "LAST_OFFSET"}
 
@@ -129,12 +131,16 @@ def _serve(consumer: LitePushConsumer, timeout: float, out: IO[str]) -> bool:
             file=out,
             flush=True,
         )
-        stop.event.wait()
-        print(
-            f"{stop.signal_name}: stopping (draining up to {timeout:g}s)",
-            file=out,
-            flush=True,
-        )
+        while not stop.event.wait(FAILURE_POLL):
+            if consumer.failure is not None:  # logged with its traceback already
+                print(f"consumer failed: {consumer.stats().failure}; stopping", file=out, flush=True)
+                break
+        else:
+            print(
+                f"{stop.signal_name}: stopping (draining up to {timeout:g}s)",
+                file=out,
+                flush=True,
+            )
         return consumer.shutdown(timeout=timeout)
     finally:
         stop.restore()
@@ -193,6 +199,9 @@ def cmd_consume(args: argparse.Namespace) -> int:
             st = consumer.stats()
     finally:
         broker.close()
+    if st.failure is not None:
+        print(f"stopped: the consumer failed ({st.failure}); consumed {st.consumed:,}", flush=True)
+        return 1
     if not drained:
         print(
             f"stopped: consumed {st.consumed:,}; not everything finished within {args.shutdown_timeout:g}s "
