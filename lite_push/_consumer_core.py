@@ -98,6 +98,12 @@ class ConsumerCore:
         if not isinstance(source, PullSource):
             raise ConfigError("source", f"must be a PullSource, got {type(source).__name__}")
         _check_listener(config, listener)
+        if source.group is not None and source.group != config.group:
+            raise ConfigError(
+                "group",
+                f"ConsumerConfig.group is {config.group!r} but the source is a member of group {source.group!r}: "
+                "they must be the same (retries go to the source group's retry topic)",
+            )
         self.config = config
         self._source = source
         self._executor: ThreadExecutor | AsyncExecutor = (

@@ -65,3 +65,19 @@ def test_config_is_frozen():
     c = ConsumerConfig(group="g")
     with pytest.raises(AttributeError):
         c.lanes = 3  # type: ignore[misc]
+
+
+def test_the_consumer_and_its_source_must_name_the_same_group() -> None:
+    """Retries go to the source group's retry topic: a consumer configured
+    for another group would send them where nobody reads (issue 16.5)."""
+    from lite_push import EmbeddedBroker, LitePushConsumer
+
+    with EmbeddedBroker() as broker:
+        broker.create_topic("T")
+        source = broker.pull_consumer("orders")
+        with pytest.raises(ConfigError, match="group") as info:
+            LitePushConsumer(ConsumerConfig(group="sms"), source, lambda msgs: None)
+        assert info.value.field == "group"
+        assert "'sms'" in str(info.value) and "'orders'" in str(info.value)
+        # the same name is fine
+        LitePushConsumer(ConsumerConfig(group="orders"), source, lambda msgs: None)

@@ -36,8 +36,6 @@ from lite_push import (
 from lite_push._flow_control import FlowControl
 from lite_push._lane_worker import LaneWorker
 
-pytestmark = pytest.mark.usefixtures("executor")
-
 MESSAGES = 600
 
 
@@ -66,6 +64,7 @@ def _consumer(broker: EmbeddedBroker, listener: object, **cfg: object) -> object
     return consumer
 
 
+@pytest.mark.usefixtures("executor")
 @pytest.mark.parametrize("mode", [ConsumeMode.KEY_ORDERLY, ConsumeMode.CONCURRENTLY])
 def test_a_listener_raising_a_base_exception_is_a_failed_attempt(mode: ConsumeMode) -> None:
     attempts: Counter[bytes] = Counter()
@@ -94,9 +93,8 @@ def test_a_listener_raising_a_base_exception_is_a_failed_attempt(mode: ConsumeMo
     assert all(attempts[str(i).encode()] >= 2 for i in range(0, MESSAGES, 7))
 
 
-def test_an_async_listener_cancelling_itself_is_a_failed_attempt() -> None:
-    if not EX.is_async:
-        pytest.skip("asyncio executors only")
+@pytest.mark.parametrize("executor", ["asyncio", "uvloop"], indirect=True)
+def test_an_async_listener_cancelling_itself_is_a_failed_attempt(executor: object) -> None:
     attempts: Counter[bytes] = Counter()
     done: set[bytes] = set()
 
@@ -116,6 +114,7 @@ def test_an_async_listener_cancelling_itself_is_a_failed_attempt() -> None:
     assert all(attempts[str(i).encode()] == 2 for i in range(0, MESSAGES, 5))
 
 
+@pytest.mark.usefixtures("executor")
 def test_a_lane_that_fails_stops_the_consumer_and_says_why(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -148,6 +147,7 @@ def test_a_lane_that_fails_stops_the_consumer_and_says_why(
         assert committed < MESSAGES
 
 
+@pytest.mark.usefixtures("executor")
 def test_a_pull_thread_that_fails_stops_the_consumer(monkeypatch: pytest.MonkeyPatch) -> None:
     def apply(self: FlowControl) -> None:
         raise RuntimeError("injected pull-thread bug")
@@ -165,8 +165,6 @@ def test_a_pull_thread_that_fails_stops_the_consumer(monkeypatch: pytest.MonkeyP
 
 
 def test_run_raises_when_the_consumer_failed(monkeypatch: pytest.MonkeyPatch) -> None:
-    if EX.name != "asyncio":
-        pytest.skip("AsyncLitePushConsumer.run(), once")
     real = LaneWorker.completed
     calls = [0]
 
@@ -203,8 +201,6 @@ def test_run_raises_when_the_consumer_failed(monkeypatch: pytest.MonkeyPatch) ->
 def test_the_cli_exits_1_when_the_consumer_failed(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    if EX.name != "thread":
-        pytest.skip("the command, once")
     store = tmp_path / "broker"
     store.mkdir()
     with EmbeddedBroker(store) as broker:

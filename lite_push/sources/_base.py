@@ -218,6 +218,13 @@ class RebalanceListener:
 class PullSource(abc.ABC):
     """A member of a consumer group on a partitioned log."""
 
+    @property
+    def group(self) -> str | None:
+        """The consumer group this member belongs to (``None``: a source
+        without groups).  A consumer built on the source must name the same
+        group: retries go to ``%RETRY%<group>`` of this one."""
+        return None
+
     def queue_count(self, topic: str) -> int | None:
         """How many queues ``topic`` has, if the source can tell cheaply
         (None otherwise).  The runtime uses it to warn when its lanes and
