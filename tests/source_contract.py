@@ -22,6 +22,7 @@ the source's clock (:meth:`SourceHarness.advance_clock`), not by sleeping.
 from __future__ import annotations
 
 import abc
+import logging
 import threading
 import time
 from collections import defaultdict
@@ -641,6 +642,33 @@ class SourceContract:
         harness.send("T", b"new", queue_id=0)
         got = poll_messages(c, 1)
         assert [(m.queue_offset, m.body) for b in got for m in b.messages] == [(5, b"new")]
+
+    def test_a_new_group_at_last_offset_says_what_it_skips(
+        self, harness: SourceHarness, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """One WARNING per topic: the group, the topic, how many stored
+        messages the start skips, and how to read them (issue 16.6)."""
+        harness.create_topic("T", 2)
+        harness.create_topic("U", 1)
+        for _i in range(3):
+            harness.send("T", b"old", queue_id=0)
+            harness.send("T", b"old", queue_id=1)
+        with caplog.at_level(logging.WARNING, logger="lite_push"):
+            c = harness.consumer("g-new", consume_from=ConsumeFromWhere.LAST_OFFSET)
+            c.subscribe("T")
+            c.subscribe("U")  # empty: nothing skipped, nothing said
+            wait_assigned(c, 3)
+        said = [r.getMessage() for r in caplog.records if "starts at LAST_OFFSET" in r.getMessage()]
+        assert len(said) == 1, said
+        assert "'g-new'" in said[0] and "'T'" in said[0] and " 6 message(s)" in said[0]
+        assert "FIRST_OFFSET" in said[0]
+        # a group that starts at FIRST_OFFSET, or one with commits, is not warned about
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="lite_push"):
+            f = harness.consumer("g-first-2", consume_from=ConsumeFromWhere.FIRST_OFFSET)
+            f.subscribe("T")
+            wait_assigned(f, 2)
+        assert not [r for r in caplog.records if "starts at LAST_OFFSET" in r.getMessage()]
 
     def test_new_group_starts_at_first_offset(self, harness: SourceHarness) -> None:
         (q0,) = harness.create_topic("T", 1)

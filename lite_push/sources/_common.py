@@ -43,6 +43,7 @@ __all__ = [
     "open_offset_store",
     "parse_tag_expression",
     "retry_item",
+    "warn_skipped_start",
     "no_send_back",
     "unpack_item",
     "unpack_mapping",
@@ -109,6 +110,19 @@ def initial_position(
             ts = now_ms() - DEFAULT_TIMESTAMP_LAG_MS
         return first_stored_at(ts)
     return hi
+
+
+def warn_skipped_start(group: str, topic: str, skipped: int) -> None:
+    """Say out loud that a new group skips what is stored (one WARNING per
+    group and topic, from the source that fixed the start positions)."""
+    logger.warning(
+        "group %r is new and starts at LAST_OFFSET on topic %r: the %d message(s) stored there now are "
+        "skipped; to read them, start the group with consume_from=ConsumeFromWhere.FIRST_OFFSET "
+        "(lite-push consume --from first)",
+        group,
+        topic,
+        skipped,
+    )
 
 
 #: The keys a mapping item of ``send_batch`` may have.

@@ -51,7 +51,7 @@ from ..._errors import ConfigError
 from ..._types import MessageQueue, OffsetAndMetadata
 from ...rebalance.allocate import AllocateStrategy
 from .._base import ConsumeFromWhere
-from .._common import BrokerClock, initial_position
+from .._common import BrokerClock, initial_position, warn_skipped_start
 from .log import LogStore
 
 __all__ = ["SCHEDULE_GROUP", "Group", "GroupCoordinator", "Member", "OffsetsSnapshot"]
@@ -113,7 +113,9 @@ class Member:
 class Group:
     """A consumer group's shared state (guarded by the broker lock)."""
 
-    __slots__ = ("name", "clients", "members", "owner", "committed", "initial", "version", "next_check", "locks")
+    __slots__ = (
+        "name", "clients", "members", "owner", "committed", "initial", "version", "next_check", "locks", "started",
+    )  # fmt: skip
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -125,6 +127,7 @@ class Group:
         self.version = 0  # bumped on every target change and release
         self.next_check = float("-inf")  # next session-expiry scan (clock time)
         self.locks: dict[MessageQueue, tuple[str, float]] = {}  # queue -> (client id, lease end)
+        self.started: set[str] = set()  # topics whose first start position was fixed (and said)
 
 
 class GroupCoordinator:
@@ -281,7 +284,20 @@ class GroupCoordinator:
         pos = group.initial.get(q)
         if pos is None:
             pos = group.initial[q] = self.initial_position(member, q)
+            if q.topic not in group.started:
+                group.started.add(q.topic)
+                self._say_start(group, member, q.topic)
         return min(pos, len(log))
+
+    def _say_start(self, group: Group, member: Member, topic: str) -> None:
+        """A new group fixes its first start position on ``topic``: at
+        LAST_OFFSET, the messages already stored are skipped; say so once."""
+        if member.consume_from is not ConsumeFromWhere.LAST_OFFSET:
+            return
+        t = self._log.topic(topic)
+        skipped = sum(len(log) for q, log in zip(t.queues, t.logs, strict=True) if q not in group.committed)
+        if skipped:
+            warn_skipped_start(group.name, topic, skipped)
 
     def initial_position(self, member: Member, q: MessageQueue) -> int:
         """(lock held) Where ``member.consume_from`` starts on ``q``."""

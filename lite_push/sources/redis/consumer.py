@@ -102,9 +102,8 @@ class RedisPullConsumer(QueueStates[QueueReader], PullSource):
         self._conn = broker.conn
         self._group = group
         self._cid: str = client_id if client_id is not None else broker.new_client_id()
-        self._members = Membership(
-            broker.conn, group, self._cid, broker.session_timeout, consume_from, consume_timestamp
-        )
+        timeout = broker.session_timeout
+        self._members = Membership(broker.conn, group, self._cid, timeout, consume_from, consume_timestamp)
         self._allocate = allocate
         self._listener: RebalanceListener | None = None
         self._filters: dict[str, frozenset[str] | None] = {}
@@ -338,6 +337,7 @@ class RedisPullConsumer(QueueStates[QueueReader], PullSource):
             # all positions first: if Redis fails here, nothing is half taken
             # (the owner keys are ours; the next attempt takes them again)
             positions = [self._members.start_position(q, broker) for q in taken]
+            self._members.say_skipped()
             for q, pos in zip(taken, positions, strict=True):
                 log_key = self._conn.queue_key(q.topic, q.queue_id, "log")
                 self._states[q] = QueueReader(q, log_key, pos, self._filters.get(q.topic))

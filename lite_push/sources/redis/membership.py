@@ -19,7 +19,7 @@ import orjson
 
 from ..._types import MessageQueue, OffsetAndMetadata
 from .._base import ConsumeFromWhere
-from .._common import initial_position
+from .._common import initial_position, warn_skipped_start
 from ..local_offsets import LocalOffsetStore
 from .connection import Connection, qfield
 
@@ -63,6 +63,11 @@ class Membership:
         self.channel = conn.group_key(group, "events")
         #: ``time.monotonic()`` of the last successful heartbeat.
         self.last_heartbeat = -float("inf")
+        #: Per topic, the stored messages a new group's LAST_OFFSET start
+        #: skipped on the queues this member positioned (said by
+        #: :meth:`say_skipped`, once per topic).
+        self._skipped: dict[str, int] = {}
+        self._said: set[str] = set()
 
     def _owner_key(self, q: MessageQueue) -> str:
         return self._conn.group_key(self.group, f"owner:{qfield(q)}")
@@ -131,7 +136,8 @@ class Membership:
         init = client.hget(self._k_initial, field)
         if init is None:
             pos = self.initial_position(q, lo, hi)
-            client.hsetnx(self._k_initial, field, str(pos))
+            if client.hsetnx(self._k_initial, field, str(pos)) and self._consume_from is ConsumeFromWhere.LAST_OFFSET:
+                self._skipped[q.topic] = self._skipped.get(q.topic, 0) + hi - lo
             init = client.hget(self._k_initial, field)
         return min(max(int(init), lo), hi)
 
@@ -158,6 +164,15 @@ class Membership:
             except OSError as e:
                 logger.warning("%s: storing the start offsets in %s failed: %s", self.cid, store.path, e)
         return starts
+
+    def say_skipped(self) -> None:
+        """One WARNING per topic where this member fixed a new group's
+        LAST_OFFSET start over stored messages."""
+        for topic, skipped in self._skipped.items():
+            if skipped and topic not in self._said:
+                self._said.add(topic)
+                warn_skipped_start(self.group, topic, skipped)
+        self._skipped.clear()
 
     def initial_position(self, q: MessageQueue, lo: int, hi: int) -> int:
         """Where ``consume_from`` starts on ``q`` (stored range ``[lo, hi)``)."""
