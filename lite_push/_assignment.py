@@ -29,7 +29,7 @@ from ._offset_map import FinishedOffsets, OffsetMapError, decode
 from ._process_queue import ProcessQueue
 from ._queue_orderly import QueueOrderlyService
 from ._router import lane_of
-from ._runtime import Episode, Runtime
+from ._runtime import Episode, Runtime, per_queue
 from ._types import MessageQueue
 from .sources._base import RebalanceListener
 
@@ -112,6 +112,15 @@ class Assignment(RebalanceListener):
             rt.flush()
         if pqs and self._sender.pending:
             self._sender.send(rt.clock.monotonic())
+        if pqs:
+            # What only this (pull) thread could release -- local retries on
+            # the timer, dead letters waiting to be stored again -- is left
+            # to the next owner now: the wait below is for listener calls only.
+            revoked = set(pqs)
+            self._sender.release(revoked)
+            held = rt.timer.take_local(lambda token: isinstance(token, tuple) and token[0] in revoked)
+            for pq, ms in per_queue(held).items():  # type: ignore[arg-type]
+                pq.skip(ms)
         deadline = time.monotonic() + cfg.revoke_timeout
         for pq in pqs:
             if not pq.wait_idle(max(0.0, deadline - time.monotonic())):

@@ -89,6 +89,16 @@ class FailureSender:
                 pq.skip(ms)
             self._unsent = []
 
+    def release(self, pqs: set[ProcessQueue]) -> None:
+        """Queues being revoked: their dead letters waiting to be stored
+        again are skipped at once (left uncommitted, so the next owner runs
+        them), so the revoke does not wait for them."""
+        mine = [it for it in self._unsent if it.pq in pqs]
+        if mine:
+            self._unsent = [it for it in self._unsent if it.pq not in pqs]
+            for pq, ms in per_queue([(it.pq, it.message) for it in mine]).items():
+                pq.skip(ms)
+
     def _dead_letters(self, dead: list[SendItem], now: float) -> list[tuple[ProcessQueue, MessageExt]]:
         rt = self._rt
         group = rt.config.group

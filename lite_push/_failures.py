@@ -19,6 +19,7 @@ import heapq
 import itertools
 import threading
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ._errors import NonRetryableError
@@ -87,6 +88,18 @@ class RetryTimer:
                 _, _, lane, token = heapq.heappop(heap)
                 out.append((lane, token))
         return out
+
+    def take_local(self, owners: Callable[[object], bool]) -> list[object]:
+        """Remove and return the pull thread's own tokens (lane -1) for
+        which ``owners(token)`` holds, due or not (a revoked queue's local
+        retries)."""
+        with self._lock:
+            taken = [e for e in self._heap if e[2] < 0 and owners(e[3])]
+            if not taken:
+                return []
+            self._heap = [e for e in self._heap if not (e[2] < 0 and owners(e[3]))]
+            heapq.heapify(self._heap)
+        return [e[3] for e in taken]
 
     def next_due(self) -> float | None:
         """The earliest due time, or None when nothing is waiting."""

@@ -235,3 +235,53 @@ def test_lanes_sharing_a_factor_with_the_queue_count_are_left_idle_and_the_runti
     assert used == {4, 5, 6, 7, 12, 13, 14, 15}
     # 17 lanes (coprime with 8): every lane gets keys, no warning
     assert _lanes_used(17, False, caplog) == set(range(17))
+
+
+def _revoke_with_held_failures(broker: EmbeddedBroker, what: str) -> list[int]:
+    """Member A holds a failure in every queue that only its pull thread can
+    release (``what``: a dead letter the broker refuses, or a CONCURRENTLY
+    send-back the broker refuses, retried locally in a minute); member B
+    joins and must get a queue well before A's revoke_timeout (60 s).
+    Returns the offset A committed on the queue it gave up."""
+    from lite_push import ConsumeMode, ConsumeResult
+
+    refuse = lambda group, items: [OSError("broker refuses")] * len(items)  # noqa: E731
+    if what == "dead letter":
+        broker.schedule.send_to_dlq = refuse  # type: ignore[method-assign]
+        result, mode = ConsumeResult.DLQ_NOW, ConsumeMode.KEY_ORDERLY
+    else:
+        broker.schedule.send_back = refuse  # type: ignore[method-assign]
+        result, mode = ConsumeResult.RETRY_LATER, ConsumeMode.CONCURRENTLY
+
+    def listener(msgs):  # type: ignore[no-untyped-def]
+        return result if msgs[0].body == b"bad" else None
+
+    for q in (0, 1):
+        broker.send("T", b"bad", keys=f"bad{q}", queue_id=q)
+        for i in range(5):
+            broker.send("T", b"ok", keys=f"k{q}-{i}", queue_id=q)
+    a = _consumer(broker, listener, "a", mode=mode, revoke_timeout=60.0, suspend_ms=60_000)
+    with a:
+        assert wait_until(lambda: sum(a.stats().in_flight.values()) == 2 and a.stats().consumed == 10), a.stats()
+        b = _consumer(broker, lambda msgs: None, "b", mode=mode, revoke_timeout=60.0, suspend_ms=60_000)
+        with b:
+            assert wait_until(lambda: len(b.stats().in_flight) == 1, timeout=20), "B never got a queue"
+            (given,) = b.stats().in_flight
+            om = broker.committed("g", given)
+    return [0 if om is None else om.offset]
+
+
+def test_a_revoke_does_not_wait_for_a_dead_letter_the_broker_refused():
+    """Issue 16.4: the revoked queue's unsent dead letter is left to the next
+    owner at once (uncommitted), not held until revoke_timeout (60 s here)."""
+    with EmbeddedBroker() as broker:
+        broker.create_topic("T", queue_count=2)
+        committed = _revoke_with_held_failures(broker, "dead letter")
+    assert committed == [0]  # the refused dead letter (offset 0) stays unfinished: not lost
+
+
+def test_a_revoke_does_not_wait_for_a_local_retry():
+    with EmbeddedBroker() as broker:
+        broker.create_topic("T", queue_count=2)
+        committed = _revoke_with_held_failures(broker, "send-back")
+    assert committed == [0]
