@@ -65,6 +65,22 @@ def _consumer(broker: EmbeddedBroker, listener: object, **cfg: object) -> object
 
 
 @pytest.mark.usefixtures("executor")
+def _break_a_lane(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Inject a lane bug: the second segment a lane completes raises
+    (after its listener calls succeeded).  Returns the call counter."""
+    real = LaneWorker.completed
+    calls = [0]
+
+    def completed(self: LaneWorker, *args: object) -> None:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise RuntimeError("injected lane bug")
+        real(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LaneWorker, "completed", completed)
+    return calls
+
+
 @pytest.mark.parametrize("mode", [ConsumeMode.KEY_ORDERLY, ConsumeMode.CONCURRENTLY])
 def test_a_listener_raising_a_base_exception_is_a_failed_attempt(mode: ConsumeMode) -> None:
     attempts: Counter[bytes] = Counter()
@@ -118,16 +134,7 @@ def test_an_async_listener_cancelling_itself_is_a_failed_attempt(executor: objec
 def test_a_lane_that_fails_stops_the_consumer_and_says_why(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    real = LaneWorker.completed
-    calls = [0]
-
-    def completed(self: LaneWorker, *args: object) -> None:
-        calls[0] += 1
-        if calls[0] == 2:
-            raise RuntimeError("injected lane bug")
-        real(self, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(LaneWorker, "completed", completed)
+    calls = _break_a_lane(monkeypatch)
     with _broker() as broker, caplog.at_level(logging.ERROR, logger="lite_push"):
         c = _consumer(broker, lambda msgs: None)
         c.start()
@@ -165,16 +172,7 @@ def test_a_pull_thread_that_fails_stops_the_consumer(monkeypatch: pytest.MonkeyP
 
 
 def test_run_raises_when_the_consumer_failed(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = LaneWorker.completed
-    calls = [0]
-
-    def completed(self: LaneWorker, *args: object) -> None:
-        calls[0] += 1
-        if calls[0] == 2:
-            raise RuntimeError("injected lane bug")
-        real(self, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(LaneWorker, "completed", completed)
+    _break_a_lane(monkeypatch)
 
     async def listener(msgs: list[MessageExt]) -> None:
         return None
