@@ -64,7 +64,6 @@ def _consumer(broker: EmbeddedBroker, listener: object, **cfg: object) -> object
     return consumer
 
 
-@pytest.mark.usefixtures("executor")
 def _break_a_lane(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Inject a lane bug: the second segment a lane completes raises
     (after its listener calls succeeded).  Returns the call counter."""
@@ -81,6 +80,7 @@ def _break_a_lane(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+@pytest.mark.usefixtures("executor")
 @pytest.mark.parametrize("mode", [ConsumeMode.KEY_ORDERLY, ConsumeMode.CONCURRENTLY])
 def test_a_listener_raising_a_base_exception_is_a_failed_attempt(mode: ConsumeMode) -> None:
     attempts: Counter[bytes] = Counter()
