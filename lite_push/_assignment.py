@@ -170,6 +170,19 @@ class Assignment(RebalanceListener):
         if missed:
             logger.info("consumer %r: queues locked by another member, retrying: %s", group, missed)
 
+    def renew_fences(self) -> None:
+        """After a poll: move each owned queue's fence to where the source
+        says its ownership stops being certain, less ``fence_margin``."""
+        rt = self._rt
+        left = rt.source.owned_for()
+        if left:
+            now = rt.clock.monotonic() - rt.config.fence_margin
+            pqs = rt.pqs
+            for q, seconds in left.items():
+                pq = pqs.get(q)
+                if pq is not None and not pq.dropped:
+                    pq.owned_until = now + seconds
+
     def renew_locks(self) -> None:
         """Renew every lease (RocketMQ's lockAll)."""
         self.lock(list(self._rt.pqs.values()))

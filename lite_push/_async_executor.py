@@ -31,7 +31,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from ._lane_worker import LaneWorker, Steps
+from ._lane_worker import FENCE_WAIT, FENCED, LaneWorker, Steps
 from ._lanemetrics import clock
 from ._lanes import AsyncLane, Lane, LoopWaker
 from ._runtime import ABORT_GRACE
@@ -88,6 +88,10 @@ async def _adrive(steps: Steps, listener: AsyncListener, worker: LaneWorker) -> 
     try:
         chunk = next(steps)
         while True:
+            if chunk is FENCED:  # the queue's ownership is not certain now
+                await asyncio.sleep(FENCE_WAIT)
+                chunk = steps.send((None, None))
+                continue
             t0 = clock()
             try:
                 outcome: tuple[BaseException | None, object] = (None, await listener(chunk))
@@ -106,6 +110,7 @@ async def _adrive(steps: Steps, listener: AsyncListener, worker: LaneWorker) -> 
 async def run_async_lane(lane: AsyncLane, worker: LaneWorker, listener: AsyncListener) -> None:
     """A lane coroutine's body: ``_thread_executor.run_lane``, awaiting."""
     lm = worker.metrics
+    mono = worker.monotonic
     success = _SUCCESS
     try:
         while True:
@@ -128,6 +133,8 @@ async def run_async_lane(lane: AsyncLane, worker: LaneWorker, listener: AsyncLis
                 result: object = None
                 try:
                     for msg in msgs:
+                        if mono() >= pq.owned_until:  # fenced: not certain the queue is ours
+                            break
                         result = await listener([msg])
                         if result is not None and result is not success:
                             break

@@ -115,6 +115,12 @@ class ConsumerConfig:
     #: Longest a revoked queue's in-flight work is awaited before its final
     #: commit and release (seconds).
     revoke_timeout: float = 10.0
+    #: Fencing: seconds before the end of the source's certain ownership of
+    #: a queue (:meth:`~lite_push.sources.PullSource.owned_for`) at which
+    #: lanes stop starting listener calls for it (a safety margin for the
+    #: moment between the check and the call).  ``revoke_timeout`` plus
+    #: this must be shorter than the source's session timeout.
+    fence_margin: float = 0.5
     #: Ordering key of a message; ``None`` means ``message.keys``.
     key_extractor: KeyExtractor | None = None
     #: QUEUE_ORDERLY: threads of the shared consume pool.  As in RocketMQ,
@@ -168,6 +174,7 @@ class ConsumerConfig:
         _check_int("max_reconsume_times", self.max_reconsume_times, -1, 1_000_000)
         _check_int("retry_start_level", self.retry_start_level, 1, 1000)
         _check_float("revoke_timeout", self.revoke_timeout, 0.0, 3600.0)
+        _check_float("fence_margin", self.fence_margin, 0.0, 3600.0)
         _check_int("consume_thread_min", self.consume_thread_min, 1, 1000)
         _check_int("consume_thread_max", self.consume_thread_max, 1, 1000)
         if self.consume_thread_max < self.consume_thread_min:

@@ -80,6 +80,25 @@ def _check_listener(config: ConsumerConfig, listener: object) -> None:
         )
 
 
+def _check_source(config: ConsumerConfig, source: PullSource) -> None:
+    """The consumer and its source agree: one group name, and a revoke
+    (plus the fencing margin) fits inside the source's session."""
+    if source.group is not None and source.group != config.group:
+        raise ConfigError(
+            "group",
+            f"ConsumerConfig.group is {config.group!r} but the source is a member of group {source.group!r}: "
+            "they must be the same (retries go to the source group's retry topic)",
+        )
+    session = source.session_timeout
+    if session is not None and config.revoke_timeout + config.fence_margin >= session:
+        raise ConfigError(
+            "revoke_timeout",
+            f"revoke_timeout ({config.revoke_timeout:g} s) + fence_margin ({config.fence_margin:g} s) must be "
+            f"shorter than the source's session_timeout ({session:g} s): a revoke stops the member's "
+            "heartbeats, and the group moves its queues once the session lapses",
+        )
+
+
 class ConsumerCore:
     """The parts of one consumer and their life cycle (see the module
     docstring); the public facades derive from it."""
@@ -98,12 +117,7 @@ class ConsumerCore:
         if not isinstance(source, PullSource):
             raise ConfigError("source", f"must be a PullSource, got {type(source).__name__}")
         _check_listener(config, listener)
-        if source.group is not None and source.group != config.group:
-            raise ConfigError(
-                "group",
-                f"ConsumerConfig.group is {config.group!r} but the source is a member of group {source.group!r}: "
-                "they must be the same (retries go to the source group's retry topic)",
-            )
+        _check_source(config, source)
         self.config = config
         self._source = source
         self._executor: ThreadExecutor | AsyncExecutor = (

@@ -24,6 +24,14 @@ messages and is sent back ``(exception, result)`` of that call.
 
 Messages of a revoked queue, or any after the shutdown deadline, are
 skipped: left unfinished, so they stay uncommitted and run again.
+
+**Fencing**: before every listener call the lane checks that the queue's
+ownership is still certain (``ProcessQueue.owned_until``, renewed by the pull
+thread from the source's heartbeats).  Past it the steps yield
+:data:`FENCED` instead of messages, and the executor waits
+(:data:`FENCE_WAIT`) until the fence moves (a late heartbeat that still
+found the queue ours) or the queue is dropped (the loss confirmed: its
+messages are skipped, uncommitted, for the next owner).
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from ._process_queue import ProcessQueue
 from ._runtime import Runtime, per_queue
 from ._types import ConsumeResult, MessageExt
 
-__all__ = ["PURGE", "LaneWorker", "Steps"]
+__all__ = ["FENCED", "FENCE_WAIT", "PURGE", "LaneWorker", "Steps"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +57,12 @@ PURGE = object()
 #: Listener calls to make: yields the messages of each call, is sent back
 #: ``(exception, result)`` of it.
 Steps = Generator[list[MessageExt], tuple[BaseException | None, object], None]
+
+#: Yielded by steps instead of messages: the queue's ownership is not
+#: certain now; wait :data:`FENCE_WAIT` and send back anything.
+FENCED: list[MessageExt] = []
+#: Seconds a fenced lane waits before it looks again.
+FENCE_WAIT = 0.01
 
 _SUCCESS = ConsumeResult.SUCCESS
 
@@ -61,7 +75,7 @@ def _no_steps() -> Steps:
 class LaneWorker:
     """The lane logic of lane ``index`` (see the module docstring)."""
 
-    __slots__ = ("_parked", "_rt", "index", "metrics")
+    __slots__ = ("_parked", "_rt", "index", "metrics", "monotonic")
 
     def __init__(self, runtime: Runtime, index: int) -> None:
         self._rt = runtime
@@ -70,6 +84,8 @@ class LaneWorker:
         self.metrics: LaneMetrics | None = None if runtime.lane_metrics is None else runtime.lane_metrics[index]
         # Keys parked in this lane, owned by this lane's task alone.
         self._parked: dict[Hashable, Parked] = {}
+        #: The consumer's clock, which fences are on (read before every call).
+        self.monotonic = runtime.clock.monotonic
 
     # -- taking work -----------------------------------------------------------------
 
@@ -86,6 +102,11 @@ class LaneWorker:
         if self.metrics is not None and stamps:
             self.metrics.waited(stamps)
         return taken
+
+    def wait_fenced(self) -> None:
+        """Thread executor: wait :data:`FENCE_WAIT` (less at shutdown)
+        after steps yielded :data:`FENCED`."""
+        self._rt.clock.wait(self._rt.abort, FENCE_WAIT)
 
     def stop(self) -> None:
         """The task stops: parked messages stay unfinished (uncommitted;
@@ -130,14 +151,41 @@ class LaneWorker:
     def failed_at(
         self, pq: ProcessQueue, msgs: list[MessageExt], j: int, exc: BaseException | None, result: object
     ) -> Steps:
-        """The hot path failed at ``msgs[j]``: complete what came before,
-        handle the failure; the rest goes the slow way (the steps returned)."""
+        """The hot path stopped at ``msgs[j]``: complete what came before;
+        then either the listener failed it (``exc`` set, or a result other
+        than success: handle the failure) or the queue's fence was reached
+        (it was not called).  The rest goes the slow way (the steps
+        returned), which waits at the fence."""
         if j:
             pq.complete(msgs[:j])
             self._rt.counters.consumed[self.index] += j
+        if exc is None and (result is None or result is _SUCCESS):
+            return self._slow_steps(pq, msgs[j:])  # fenced before msgs[j]
         self.fail(pq, [msgs[j]], exc, result)
         rest = msgs[j + 1 :]
         return self._slow_steps(pq, rest) if rest else _no_steps()
+
+    def _owner_steps(self, pq: ProcessQueue) -> Generator[list[MessageExt], object, bool]:
+        """Past ``pq``'s fence: yield :data:`FENCED` until it moves (return
+        True) or the queue is dropped or the shutdown deadline passed
+        (return False: skip its messages)."""
+        rt = self._rt
+        said = False
+        while True:
+            if pq.dropped or rt.abort.is_set():
+                return False
+            if self.monotonic() < pq.owned_until:
+                if said:
+                    logger.info("consumer %r: lane %d goes on with %s", rt.config.group, self.index, pq.queue)
+                return True
+            if not said:
+                said = True
+                logger.warning(
+                    "consumer %r: lane %d stops at %s: its ownership is not certain (no heartbeat for too long); "
+                    "it waits until the source renews or revokes it",
+                    rt.config.group, self.index, pq.queue,
+                )  # fmt: skip
+            yield FENCED
 
     def _slow_steps(self, pq: ProcessQueue, msgs: list[MessageExt]) -> Steps:
         """Yield the chunks (up to ``batch_size``) of a segment to process:
@@ -168,7 +216,7 @@ class LaneWorker:
                 continue
             if not chunk:
                 continue
-            if rt.abort.is_set():
+            if rt.abort.is_set() or (self.monotonic() >= pq.owned_until and not (yield from self._owner_steps(pq))):
                 pq.skip(chunk)
                 chunk = []
                 continue
@@ -268,7 +316,11 @@ class LaneWorker:
             skipped = 0
             while items:
                 pq, m = items[0]
-                if pq.dropped or rt.abort.is_set():
+                if (
+                    pq.dropped
+                    or rt.abort.is_set()
+                    or (self.monotonic() >= pq.owned_until and not (yield from self._owner_steps(pq)))
+                ):
                     pq.skip([m])
                     items.pop(0)
                     skipped += 1

@@ -9,8 +9,10 @@ revoked queue to drain.
 The queue's other state is written through its methods only, each by one
 thread: the pull thread pauses and resumes it (``pause``/``mark_resumed``),
 records which lanes it overfilled (``block_lane``/``unblock_lanes``), drops it
-on revoke (``drop``) and records commits (``committed``/``commit_current``);
-any thread may read it through the read-only properties.
+on revoke (``drop``), records commits (``committed``/``commit_current``) and
+renews its fence (``owned_until``, a plain attribute: lanes read it before
+every listener call); any thread may read it through the read-only
+properties.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class ProcessQueue:
         "queue",
         "keyless_lane",
         "finished",
+        "owned_until",
         "_dropped",
         "_paused",
         "_lane_blocked",
@@ -63,6 +66,12 @@ class ProcessQueue:
         self.queue = queue
         #: Lane of messages with no key: one per queue keeps queue order.
         self.keyless_lane = keyless_lane
+        #: Fencing: until when (the consumer's clock, ``monotonic``) this
+        #: member's ownership of the queue is certain, less the margin.
+        #: Written by the pull thread after each poll (from
+        #: ``PullSource.owned_for``); a lane starts no listener call for the
+        #: queue at or past it.  Infinite for a source without sessions.
+        self.owned_until = float("inf")
         self._dropped = False
         self._paused = False
         self._lane_blocked: frozenset[int] = frozenset()
@@ -92,8 +101,10 @@ class ProcessQueue:
         return self._dropped
 
     def drop(self) -> None:
-        """The queue was revoked (pull thread): lanes skip what is left of it."""
+        """The queue was revoked (pull thread): lanes skip what is left of it
+        (its fence closes too, so a lane stops before its next message)."""
         self._dropped = True
+        self.owned_until = -float("inf")
 
     @property
     def paused(self) -> bool:

@@ -109,6 +109,7 @@ class PullLoop:
                     clock.wait(self._stopping, POLL_ERROR_BACKOFF)
                     continue
                 self._poll_episode.ok(cfg.group)
+                assignment.renew_fences()
                 if batches:
                     self._gather(batches)
                 now = clock.monotonic()
@@ -155,6 +156,8 @@ class PullLoop:
                 break  # the next regular poll reports it
             if not more:
                 break
+            if self.assignment is not None:  # the poll may have assigned queues
+                self.assignment.renew_fences()
             total += self._track(more)
         self.route_pending()
 

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ._lane_worker import LaneWorker, Steps
+from ._lane_worker import FENCED, LaneWorker, Steps
 from ._lanemetrics import clock
 from ._lanes import Lane
 from ._types import ConsumeResult, MessageExt
@@ -36,6 +36,10 @@ def _drive(steps: Steps, listener: SyncListener, worker: LaneWorker) -> None:
     try:
         chunk = next(steps)
         while True:
+            if chunk is FENCED:  # the queue's ownership is not certain now
+                worker.wait_fenced()
+                chunk = steps.send((None, None))
+                continue
             t0 = clock()
             try:
                 outcome: tuple[BaseException | None, object] = (None, listener(chunk))
@@ -53,6 +57,7 @@ def _drive(steps: Steps, listener: SyncListener, worker: LaneWorker) -> None:
 def run_lane(lane: Lane, worker: LaneWorker, listener: SyncListener) -> None:
     """A lane thread's body: take, consume, until the lane is closed."""
     lm = worker.metrics
+    mono = worker.monotonic
     success = _SUCCESS
     try:
         while True:
@@ -75,6 +80,8 @@ def run_lane(lane: Lane, worker: LaneWorker, listener: SyncListener) -> None:
                 result: object = None
                 try:
                     for msg in msgs:
+                        if mono() >= pq.owned_until:  # fenced: not certain the queue is ours
+                            break
                         result = listener([msg])
                         if result is not None and result is not success:
                             break

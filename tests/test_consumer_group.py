@@ -274,14 +274,14 @@ def _revoke_with_held_failures(broker: EmbeddedBroker, what: str) -> list[int]:
 def test_a_revoke_does_not_wait_for_a_dead_letter_the_broker_refused():
     """Issue 16.4: the revoked queue's unsent dead letter is left to the next
     owner at once (uncommitted), not held until revoke_timeout (60 s here)."""
-    with EmbeddedBroker() as broker:
+    with EmbeddedBroker(session_timeout=120.0) as broker:
         broker.create_topic("T", queue_count=2)
         committed = _revoke_with_held_failures(broker, "dead letter")
     assert committed == [0]  # the refused dead letter (offset 0) stays unfinished: not lost
 
 
 def test_a_revoke_does_not_wait_for_a_local_retry():
-    with EmbeddedBroker() as broker:
+    with EmbeddedBroker(session_timeout=120.0) as broker:
         broker.create_topic("T", queue_count=2)
         committed = _revoke_with_held_failures(broker, "send-back")
     assert committed == [0]

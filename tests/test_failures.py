@@ -477,7 +477,7 @@ def test_rebalance_hands_parked_messages_to_the_next_owner_without_waiting_for_t
     from lite_push._router import lane_of
 
     poison_key = next(k for k in (f"P{i}" for i in range(100)) if lane_of(k, 2) == 1)  # lives in queue 1
-    broker = EmbeddedBroker()
+    broker = EmbeddedBroker(session_timeout=60.0)
     broker.create_topic("T", queue_count=2)
     results = broker.send_batch("T", [(b"x", poison_key if i % 50 == 5 else f"k{i}") for i in range(2000)])
     poison = {(r.queue.queue_id, r.offset) for r, i in zip(results, range(2000), strict=True) if i % 50 == 5}

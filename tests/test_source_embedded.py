@@ -823,3 +823,51 @@ def test_reopening_with_more_or_fewer_delay_levels(tmp_path: Path) -> None:
         assert b3.deliver_due() == 1
         clock.advance(1.0)
         assert b3.deliver_due() == 1
+
+
+@pytest.mark.parametrize("damage", ["bad_crc", "garbage_between", "bad_header"])
+def test_damage_in_the_middle_skips_only_the_damaged_record(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str
+) -> None:
+    """Issue 16.3: a damaged record with whole records after it is skipped
+    (ERROR, counted in ``unreadable``); nothing after it is truncated, and a
+    consumer goes on past it."""
+    b = EmbeddedBroker(tmp_path)
+    (q0,) = b.create_topic("T", 1)
+    for i in range(10):
+        b.send("T", b"body-%d" % i, keys=f"k{i}")
+    b.close()
+    path = tmp_path / "T" / "0.log"
+    data = path.read_bytes()
+    starts = _record_starts(data)
+    s4, s5 = starts[4], starts[5]
+    lost: list[int] = [4]
+    if damage == "bad_crc":  # a flipped bit in record 4's body
+        path.write_bytes(data[: s5 - 6] + bytes([data[s5 - 6] ^ 0x01]) + data[s5 - 5 :])
+    elif damage == "garbage_between":  # bytes inserted between records 4 and 5: nothing is lost
+        path.write_bytes(data[:s5] + b"\xde\xad\xbe\xef" * 7 + data[s5:])
+        lost = []
+    else:  # record 4's header overwritten
+        path.write_bytes(data[:s4] + b"\x00" * 8 + data[s4 + 8 :])
+    with caplog.at_level(logging.WARNING, logger="lite_push.sources.embedded"):
+        b2 = EmbeddedBroker(tmp_path)
+    assert not any("truncating" in r.getMessage() for r in caplog.records)
+    if lost:
+        assert any(r.levelno == logging.ERROR and "offset(s) 4..4" in r.getMessage() for r in caplog.records)
+        assert b2.unreadable == {q0: frozenset(lost)}
+    else:
+        assert b2.unreadable == {}
+    assert b2.max_offset(q0) == 10
+    assert b2.send("T", b"after").offset == 10
+    c = b2.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET)
+    c.subscribe("T")
+    got: list[bytes] = []
+    next_offset = 0
+    for _ in range(20):
+        for batch in c.poll(0.05, max_per_queue=3):
+            got += [m.body for m in batch.messages]
+            next_offset = batch.next_offset
+    assert got == [b"body-%d" % i for i in range(10) if i not in lost] + [b"after"]
+    assert next_offset == 11  # the commit can pass the lost record
+    c.close()
+    b2.close()

@@ -17,7 +17,9 @@ Liveness: a member that does not poll for longer than the source's session
 timeout may be evicted; its queues then move without its ``on_revoked``
 running first, and its later commits of them are ignored.  Callbacks must
 therefore return well within the session timeout (lite_push bounds its
-``on_revoked`` by ``revoke_timeout``).
+``on_revoked`` by ``revoke_timeout``).  :meth:`PullSource.owned_for` says how
+long ownership is certain, so a member stops starting work on its queues
+before another member may take them (fencing).
 
 Failures: a consumer hands a message it could not process back to the source.
 :meth:`PullSource.send_back` stores a copy in the group's retry topic
@@ -224,6 +226,26 @@ class PullSource(abc.ABC):
         without groups).  A consumer built on the source must name the same
         group: retries go to ``%RETRY%<group>`` of this one."""
         return None
+
+    @property
+    def session_timeout(self) -> float | None:
+        """Seconds a member may go without renewing its ownership (a
+        heartbeat) before the group gives its queues to another member
+        (``None``: a source without sessions, whose ownership never lapses).
+        A consumer checks at construction that its ``revoke_timeout`` and
+        ``fence_margin`` fit inside it."""
+        return None
+
+    def owned_for(self) -> Mapping[MessageQueue, float]:
+        """Fencing: for each owned queue, how many seconds from now this
+        member's ownership is certain (its last successful renewal, taken
+        as the moment the renewal was *sent*, plus the session timeout,
+        minus now; negative once it lapsed).  Until then no other member
+        can own the queue; after it, another may.  Queues left out are
+        owned without a time limit (the default: a source without
+        sessions).  Called by the owning thread after every poll; the
+        runtime starts no listener call for a queue past this time."""
+        return {}
 
     def queue_count(self, topic: str) -> int | None:
         """How many queues ``topic`` has, if the source can tell cheaply

@@ -34,6 +34,7 @@ __all__ = [
     "BrokerClock",
     "QueueStates",
     "check_delay_levels",
+    "check_lease",
     "check_message",
     "check_message_model",
     "commit_entries",
@@ -65,6 +66,13 @@ class BrokerClock(Protocol):
     def monotonic(self) -> float: ...
 
     def time(self) -> float: ...
+
+
+def check_lease(lease: object) -> None:
+    """A lock lease (:meth:`PullSource.lock`): ``ValueError`` unless a
+    positive number of seconds."""
+    if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not lease > 0:
+        raise ValueError(f"lease must be positive, got {lease!r}")
 
 
 def now_ms() -> int:

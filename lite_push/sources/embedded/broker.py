@@ -209,6 +209,14 @@ class EmbeddedBroker:
         self.log.queue_log(queue)
         return 0
 
+    @property
+    def unreadable(self) -> dict[MessageQueue, frozenset[int]]:
+        """Durable broker: per queue, the offsets of records found damaged in
+        the middle of its file at start (each logged at ERROR).  Their
+        messages are lost; their offsets hold placeholders that polls pass
+        over, so consumers and their commits go on past them."""
+        return dict(self.log.unreadable)
+
     def messages(self, queue: MessageQueue, start: int = 0, stop: int | None = None) -> list[MessageExt]:
         """The stored messages of ``queue`` in ``[start, stop)`` (for tests and
         tools; consumers use :meth:`pull_consumer`)."""

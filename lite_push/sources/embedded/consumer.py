@@ -26,6 +26,7 @@ from ...rebalance.allocate import AVERAGELY, AllocateStrategy
 from .._base import ConsumeFromWhere, MessageModel, PullSource, RebalanceListener, is_retry_or_dlq_topic
 from .._common import (
     QueueStates,
+    check_lease,
     check_message_model,
     commit_entries,
     no_send_back,
@@ -133,6 +134,9 @@ class EmbeddedPullConsumer(QueueStates[QueueReader], PullSource):
             now = self._clock.monotonic()
             self._member = Member(client_id, allocate, consume_from, consume_timestamp, timeout, now)
         self._subscribed = False
+        #: Fencing: when a heartbeat last found this member in its group
+        #: (the broker clock); its queues are its own until then + timeout.
+        self._confirmed = -math.inf
 
     # -- identity -----------------------------------------------------------
 
@@ -143,6 +147,16 @@ class EmbeddedPullConsumer(QueueStates[QueueReader], PullSource):
     @property
     def client_id(self) -> str:
         return self._member.cid
+
+    @property
+    def session_timeout(self) -> float | None:
+        return None if self._store is not None else self._member.session_timeout
+
+    def owned_for(self) -> dict[MessageQueue, float]:
+        """See :meth:`PullSource.owned_for` (BROADCASTING: no sessions)."""
+        if self._store is not None:
+            return {}
+        return dict.fromkeys(self._states, self._confirmed + self._member.session_timeout - self._clock.monotonic())
 
     def queue_count(self, topic: str) -> int | None:
         t = self._log.get(topic)
@@ -235,9 +249,12 @@ class EmbeddedPullConsumer(QueueStates[QueueReader], PullSource):
                 member.last_seen = now
                 if now >= group.next_check:
                     self._groups.check_expiry(group, member, now)
-                if group.version != self._seen_version or member.expired:
+                changed = group.version != self._seen_version or member.expired
+                if changed:
                     self._rebalance()
                     self._check_open()
+                if (changed or now - self._confirmed >= self._wait_slice) and self._groups.confirm(group, member, now):
+                    self._confirmed = now
                 if self._active:
                     batches = self._scan(max_per_queue)
                     if batches:
@@ -278,40 +295,25 @@ class EmbeddedPullConsumer(QueueStates[QueueReader], PullSource):
     def _scan(self, max_per_queue: int) -> list[PollBatch]:
         start = self._rr % len(self._active)
         self._rr = start + 1
-        return scan(self._active, start, max_per_queue)
+        return scan(self._active, start, max_per_queue, self._log.unreadable)
 
     def _assign_all(self) -> None:
         """BROADCASTING: own every queue of the subscribed topics, each from
         its offset in the local file, else from ``consume_from`` (stored in
         the file at once, so a restart before the first commit starts there
         too)."""
-        log_store = self._log
         store = self._store
         assert store is not None
-        fresh: dict[MessageQueue, OffsetAndMetadata] = {}
         with self._lock:
             if self._closed:
                 return
-            new = sorted(
-                q for topic in self._member.topics for q in log_store.topic(topic).queues if q not in self._states
-            )
-            for q in new:
-                log = log_store.log_of(q)
-                om = store.get(q)
-                if om is None:
-                    pos = self._groups.initial_position(self._member, q)
-                    fresh[q] = OffsetAndMetadata(pos)
-                else:
-                    pos = min(max(om.offset, 0), len(log))
-                self._states[q] = QueueReader(q, log, pos, self._filters.get(q.topic))
+            new = sorted(q for t in self._member.topics for q in self._log.topic(t).queues if q not in self._states)
+            starts = self._groups.local_starts(self._member, new, store)
+            for q, pos in starts.items():
+                self._states[q] = QueueReader(q, self._log.log_of(q), pos, self._filters.get(q.topic))
             self._pending = False
             if new:
                 self._rebuild_active()
-        if fresh:
-            try:
-                store.commit(fresh)
-            except OSError as e:
-                logger.warning("%r: storing the start offsets in %s failed: %s", self, store.path, e)
         if new:
             self._notify("on_assigned", new)
 
@@ -401,8 +403,7 @@ class EmbeddedPullConsumer(QueueStates[QueueReader], PullSource):
     def lock(self, queues: Collection[MessageQueue], lease: float) -> frozenset[MessageQueue]:
         """See :meth:`PullSource.lock`; leases run on the broker's clock."""
         self._check_open()
-        if not lease > 0:
-            raise ValueError(f"lease must be positive, got {lease!r}")
+        check_lease(lease)
         if self._store is not None:  # BROADCASTING: no other member reads "our" copy
             return frozenset(queues)
         with self._lock:

@@ -21,7 +21,7 @@ import orjson
 
 from ..._errors import LitePushError
 from ..._types import MessageExt
-from .._base import reconsume_times_of
+from .._base import DLQ_REASON, reconsume_times_of
 
 try:  # POSIX advisory lock; elsewhere the directory is simply not locked
     import fcntl
@@ -100,6 +100,28 @@ def _reconsume_times(properties: Mapping[str, str]) -> int:
         return 0
 
 
+def _next_record(data: bytes, start: int, expected: int) -> tuple[int, int] | None:
+    """After damage: the position and offset of the first whole record
+    (magic, sane sizes, checksum) at or after byte ``start`` whose offset is
+    at least ``expected``, or ``None`` when there is none."""
+    magic = MAGIC.to_bytes(4, "little")
+    total = len(data)
+    i = data.find(magic, start)
+    while i >= 0:
+        if total - i >= HEADER.size + TRAILER.size:
+            _m, meta_len, body_len, offset, _b, _s = HEADER.unpack_from(data, i)
+            end = i + HEADER.size + meta_len + body_len
+            if (
+                body_len <= _MAX_BODY
+                and offset >= expected
+                and end + TRAILER.size <= total
+                and zlib.crc32(data[i:end]) == TRAILER.unpack_from(data, end)[0]
+            ):
+                return i, offset
+        i = data.find(magic, i + 1)
+    return None
+
+
 def _atomic_write(path: Path, data: bytes, fsync: bool) -> None:
     """Write ``data`` to ``path`` so a reader sees the old or the new file,
     never a mix: write a temporary file, then rename it over ``path``."""
@@ -122,11 +144,20 @@ class QueueLog:
         self._fsync = fsync
         self._file = open(path, "ab", buffering=0)
         self.size = self._file.seek(0, os.SEEK_END)
+        #: Offsets of records :meth:`load` could not read in the middle of
+        #: the log (valid records follow them): their messages are lost,
+        #: readers skip them.
+        self.unreadable: list[int] = []
 
     def load(self, topic: str, queue_id: int, broker_name: str) -> list[MessageExt]:
         """Read every record back as :class:`MessageExt`.  A record that is
-        incomplete or fails its checks ends the log: the file is truncated
-        there, with a warning (the process died while writing it)."""
+        incomplete or fails its checks, with no valid record after it, ends
+        the log: the file is truncated there, with a warning (the process
+        died while writing it).  One followed by valid records (damage in
+        the middle of the file) is skipped, logged at ERROR: its offsets
+        hold placeholders (empty body, :data:`DLQ_REASON` saying why) that
+        readers pass over (:attr:`unreadable`), and everything after it is
+        kept."""
         data = self.path.read_bytes()
         view = memoryview(data)
         total = len(data)
@@ -144,62 +175,85 @@ class QueueLog:
         gc_was_enabled = gc.isenabled()
         gc.disable()  # a million new objects would trigger many useless collections
         try:
-            while pos < total:
-                if total - pos < min_size:
-                    problem = "incomplete record header"
-                    break
-                magic, meta_len, body_len, offset, born, stored = unpack_header(data, pos)
-                if magic != MAGIC or body_len > _MAX_BODY:
-                    problem = "bad record header"
-                    break
-                body_start = pos + hsize + meta_len
-                end = body_start + body_len
-                if end + 4 > total:
-                    problem = "incomplete record"
-                    break
-                if crc32(view[pos:end]) != unpack_trailer(data, end)[0]:
-                    problem = "record checksum mismatch"
-                    break
-                if offset != expected:
-                    problem = f"record offset {offset} where {expected} was expected"
-                    break
-                if meta_len:
-                    raw = data[pos + hsize : body_start]
-                    decoded = metas.get(raw)
-                    if decoded is None:
-                        try:
-                            keys, tags, props = decode_meta(raw)
-                        except ValueError as e:  # orjson.JSONDecodeError is a ValueError
-                            problem = f"unreadable record metadata ({e})"
-                            break
-                        decoded = (keys, tags, props, _reconsume_times(props))
-                        if len(metas) > 65536:
-                            metas.clear()
-                        metas[raw] = decoded
-                    keys, tags, props, times = decoded
-                    props = dict(props) if props else {}
-                else:
-                    keys = tags = None
-                    props = {}
-                    times = 0
-                append(
-                    MessageExt(
-                        topic,
-                        queue_id,
-                        offset,
-                        data[body_start:end],
-                        keys,
-                        tags,
-                        props,
-                        born,
-                        stored,
-                        times,
-                        prefix + str(offset),
-                        broker_name,
+            while True:
+                while pos < total:
+                    if total - pos < min_size:
+                        problem = "incomplete record header"
+                        break
+                    magic, meta_len, body_len, offset, born, stored = unpack_header(data, pos)
+                    if magic != MAGIC or body_len > _MAX_BODY:
+                        problem = "bad record header"
+                        break
+                    body_start = pos + hsize + meta_len
+                    end = body_start + body_len
+                    if end + 4 > total:
+                        problem = "incomplete record"
+                        break
+                    if crc32(view[pos:end]) != unpack_trailer(data, end)[0]:
+                        problem = "record checksum mismatch"
+                        break
+                    if offset != expected:
+                        problem = f"record offset {offset} where {expected} was expected"
+                        break  # (a later offset: the record itself is whole, resumed at below)
+                    if meta_len:
+                        raw = data[pos + hsize : body_start]
+                        decoded = metas.get(raw)
+                        if decoded is None:
+                            try:
+                                keys, tags, props = decode_meta(raw)
+                            except ValueError as e:  # orjson.JSONDecodeError is a ValueError
+                                problem = f"unreadable record metadata ({e})"
+                                break
+                            decoded = (keys, tags, props, _reconsume_times(props))
+                            if len(metas) > 65536:
+                                metas.clear()
+                            metas[raw] = decoded
+                        keys, tags, props, times = decoded
+                        props = dict(props) if props else {}
+                    else:
+                        keys = tags = None
+                        props = {}
+                        times = 0
+                    append(
+                        MessageExt(
+                            topic,
+                            queue_id,
+                            offset,
+                            data[body_start:end],
+                            keys,
+                            tags,
+                            props,
+                            born,
+                            stored,
+                            times,
+                            prefix + str(offset),
+                            broker_name,
+                        )
                     )
-                )
-                expected += 1
-                pos = end + 4
+                    expected += 1
+                    pos = end + 4
+                if pos >= total:
+                    break
+                found = _next_record(data, pos if problem.startswith("record offset") else pos + 1, expected)
+                if found is None:
+                    break  # nothing valid after it: a torn tail, truncated below
+                nxt_pos, nxt_off = found
+                logger.error(
+                    "%s: %s at byte %d; %d byte(s) up to the next valid record (offset %d) skipped: "
+                    "the message(s) at offset(s) %d..%d are lost",
+                    self.path, problem, pos, nxt_pos - pos, nxt_off, expected, nxt_off - 1,
+                )  # fmt: skip
+                stored_before = messages[-1].store_timestamp if messages else 0
+                reason = {DLQ_REASON: f"unreadable record: {problem}"}
+                for off in range(expected, nxt_off):
+                    self.unreadable.append(off)
+                    append(
+                        MessageExt(
+                            topic, queue_id, off, b"", None, None, dict(reason), 0, stored_before, 0,
+                            prefix + str(off), broker_name,
+                        )  # fmt: skip
+                    )
+                pos, expected, problem = nxt_pos, nxt_off, ""
         finally:
             if gc_was_enabled:
                 gc.enable()

@@ -52,6 +52,7 @@ from ..._types import MessageQueue, OffsetAndMetadata
 from ...rebalance.allocate import AllocateStrategy
 from .._base import ConsumeFromWhere
 from .._common import BrokerClock, initial_position, warn_skipped_start
+from ..local_offsets import LocalOffsetStore
 from .log import LogStore
 
 __all__ = ["SCHEDULE_GROUP", "Group", "GroupCoordinator", "Member", "OffsetsSnapshot"]
@@ -232,6 +233,15 @@ class GroupCoordinator:
                     m.expired = True
                     self._evict(group, m, f"missed its session timeout ({m.session_timeout:g} s)")
 
+    def confirm(self, group: Group, member: Member, now: float) -> bool:
+        """Stamp ``member``'s heartbeat at ``now`` (takes the lock); return
+        whether it is still a member, i.e. owns its queues until at least
+        ``now`` + its session timeout (fencing: under the lock, so an
+        eviction is either seen here or saw this stamp)."""
+        with self.lock:
+            member.last_seen = max(member.last_seen, now)
+            return not member.expired and group.members.get(member.cid) is member
+
     def _evict(self, group: Group, member: Member, why: str) -> None:
         group.members.pop(member.cid, None)
         for q in [q for q, cid in group.owner.items() if cid == member.cid]:
@@ -309,6 +319,29 @@ class GroupCoordinator:
             len(log),
             lambda ts: bisect.bisect_left(log, ts, key=_store_ts),
         )
+
+    def local_starts(
+        self, member: Member, queues: Collection[MessageQueue], store: LocalOffsetStore
+    ) -> dict[MessageQueue, int]:
+        """(lock held) BROADCASTING: where ``member`` starts on each of
+        ``queues``: its offset in the local file (clamped to the log), else
+        ``consume_from``; the latter are stored in the file at once, so a
+        restart before the first commit starts there too."""
+        starts: dict[MessageQueue, int] = {}
+        fresh: dict[MessageQueue, OffsetAndMetadata] = {}
+        for q in queues:
+            om = store.get(q)
+            if om is None:
+                starts[q] = self.initial_position(member, q)
+                fresh[q] = OffsetAndMetadata(starts[q])
+            else:
+                starts[q] = min(max(om.offset, 0), len(self._log.log_of(q)))
+        if fresh:
+            try:
+                store.commit(fresh)
+            except OSError as e:
+                logger.warning("%r: storing the start offsets in %s failed: %s", member.cid, store.path, e)
+        return starts
 
     # -- offsets and locks ----------------------------------------------------
 

@@ -64,6 +64,10 @@ class LogStore:
         self.files = files
         self._topics: dict[str, Topic] = {}
         self._last_store_ms = 0
+        #: Per queue, the offsets of records found unreadable in the middle
+        #: of its file at start (lost; polls pass over them).  Empty unless
+        #: a file was damaged.
+        self.unreadable: dict[MessageQueue, frozenset[int]] = {}
 
     @property
     def durable(self) -> bool:
@@ -114,6 +118,8 @@ class LogStore:
             topic.files = [files.open_queue(name, i) for i in range(count)]
             for i, qfile in enumerate(topic.files):
                 topic.logs[i] = qfile.load(name, i, self.broker_name)
+                if qfile.unreadable:
+                    self.unreadable[topic.queues[i]] = frozenset(qfile.unreadable)
             for msgs in topic.logs:
                 if msgs:
                     self._last_store_ms = max(self._last_store_ms, msgs[-1].store_timestamp)

@@ -8,6 +8,8 @@ lists only grow.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ..._types import MessageExt, MessageQueue, PollBatch
 
 __all__ = ["SCAN_EXTRA", "QueueReader", "scan"]
@@ -31,10 +33,14 @@ class QueueReader:
         self.tags = tags
 
 
-def scan(active: list[QueueReader], start: int, max_per_queue: int) -> list[PollBatch]:
+def scan(
+    active: list[QueueReader], start: int, max_per_queue: int, unreadable: Mapping[MessageQueue, frozenset[int]]
+) -> list[PollBatch]:
     """One batch per queue of ``active`` that has unread messages, starting
     at index ``start`` (round robin across polls): up to ``max_per_queue``
-    messages each, those of the queue's tags when it has a filter."""
+    messages each, those of the queue's tags when it has a filter.  The
+    placeholders of ``unreadable`` records are passed over (like filtered
+    messages, ``next_offset`` moves past them)."""
     n = len(active)
     out: list[PollBatch] = []
     for i in range(n):
@@ -48,7 +54,11 @@ def scan(active: list[QueueReader], start: int, max_per_queue: int) -> list[Poll
             stop = pos + max_per_queue
             if stop > end:
                 stop = end
-            out.append(PollBatch(st.mq, log[pos:stop], stop))
+            batch = log[pos:stop]
+            if unreadable and st.mq in unreadable:
+                holes = unreadable[st.mq]
+                batch = [m for m in batch if m.queue_offset not in holes]
+            out.append(PollBatch(st.mq, batch, stop))
             st.pos = stop
         else:
             tags = st.tags
@@ -60,7 +70,7 @@ def scan(active: list[QueueReader], start: int, max_per_queue: int) -> list[Poll
             while j < limit:
                 m = log[j]
                 j += 1
-                if m.tags in tags:
+                if m.tags in tags and not (unreadable and m.queue_offset in unreadable.get(st.mq, ())):
                     picked.append(m)
                     if len(picked) >= max_per_queue:
                         break

@@ -9,6 +9,8 @@ a cluster the pipelined steps run one by one (:class:`Sequential`).
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 import redis
@@ -19,7 +21,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ..._types import MessageQueue
 from . import scripts
 
-__all__ = ["CONN_ERRORS", "Connection", "Sequential", "qfield"]
+__all__ = ["CONN_ERRORS", "Connection", "Outage", "Sequential", "qfield"]
+
+logger = logging.getLogger(__name__)
 
 #: What a poll treats as "Redis is unreachable for now" (BusyLoadingError is
 #: a ConnectionError; ClusterDownError/TryAgainError are cluster fail-overs).
@@ -29,6 +33,36 @@ CONN_ERRORS = (RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAga
 def qfield(q: MessageQueue) -> str:
     """A queue's field in the group hashes (offsets, initial): ``topic#id``."""
     return f"{q.topic}#{q.queue_id}"
+
+
+class Outage:
+    """A member's view of Redis being unreachable: says once when it is
+    lost and when it is back, and backs off exponentially (0.1 s to 2 s)
+    between attempts."""
+
+    __slots__ = ("_who", "_since", "_backoff")
+
+    def __init__(self, who: object) -> None:
+        self._who = who
+        self._since: float | None = None
+        self._backoff = 0.1
+
+    def lost(self, error: BaseException, remaining: float) -> float:
+        """An attempt failed with ``error``: how long to wait (at most
+        ``remaining``) before the next."""
+        if self._since is None:
+            self._since = time.monotonic()
+            logger.warning("%r: Redis connection lost (%s); retrying with back-off", self._who, error)
+        wait = min(self._backoff, max(0.0, remaining))
+        self._backoff = min(self._backoff * 2, 2.0)
+        return wait
+
+    def ok(self) -> None:
+        """An attempt succeeded."""
+        if self._since is not None:
+            logger.warning("%r: Redis connection back after %.1f s", self._who, time.monotonic() - self._since)
+            self._since = None
+            self._backoff = 0.1
 
 
 def _raw_entries(response: Any, **options: Any) -> Any:

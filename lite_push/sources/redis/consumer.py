@@ -36,13 +36,14 @@ from ...rebalance.allocate import AVERAGELY, AllocateStrategy
 from .._base import ConsumeFromWhere, MessageModel, PullSource, RebalanceListener, is_retry_or_dlq_topic, retry_topic
 from .._common import (
     QueueStates,
+    check_lease,
     check_message_model,
     commit_entries,
     no_send_back,
     open_offset_store,
     parse_tag_expression,
 )
-from .connection import CONN_ERRORS
+from .connection import CONN_ERRORS, Outage
 from .membership import Membership
 from .notifier import Notifier
 from .reading import SCAN_EXTRA, QueueReader, read_into
@@ -119,8 +120,7 @@ class RedisPullConsumer(QueueStates[QueueReader], PullSource):
         self._wakeup_flag = False
         self._event = threading.Event()
         self._closed = False
-        self._down_since: float | None = None
-        self._backoff = 0.1
+        self._outage = Outage(self)
         self._notifier: Notifier | None = None
         # BROADCASTING: every queue, offsets in a local file (opened last:
         # it locks the file, and nothing above may fail after that)
@@ -141,6 +141,14 @@ class RedisPullConsumer(QueueStates[QueueReader], PullSource):
     @property
     def client_id(self) -> str:
         return self._cid
+
+    @property
+    def session_timeout(self) -> float | None:
+        return None if self._store is not None else self._broker.session_timeout
+
+    def owned_for(self) -> dict[MessageQueue, float]:
+        """See :meth:`PullSource.owned_for` (BROADCASTING: no sessions)."""
+        return {} if self._store is not None else self._members.owned_for(self._states)
 
     def queue_count(self, topic: str) -> int | None:
         t = self._broker.cached_topic(topic)  # cached by subscribe; no Redis call
@@ -209,19 +217,12 @@ class RedisPullConsumer(QueueStates[QueueReader], PullSource):
             try:
                 batches, wait_hint = self._poll_once(max_per_queue)
             except CONN_ERRORS as e:
-                if self._down_since is None:
-                    self._down_since = time.monotonic()
-                    logger.warning("%r: Redis connection lost (%s); retrying with back-off", self, e)
-                wait = min(self._backoff, max(0.0, deadline - time.monotonic()))
-                self._backoff = min(self._backoff * 2, 2.0)
+                wait = self._outage.lost(e, deadline - time.monotonic())
                 if wait > 0:
                     self._event.wait(wait)
                 self._wakeup_flag = False
                 return []
-            if self._down_since is not None:
-                logger.warning("%r: Redis connection back after %.1f s", self, time.monotonic() - self._down_since)
-                self._down_since = None
-                self._backoff = 0.1
+            self._outage.ok()
             if batches is None:  # the assignment changed: read again at once
                 continue
             if batches:
@@ -326,6 +327,7 @@ class RedisPullConsumer(QueueStates[QueueReader], PullSource):
             self._notify("on_revoked", revoked)
             for q in revoked:
                 self._states.pop(q, None)
+            self._members.forget(revoked)
             self._rebuild_active()
             self._unreleased.update(drop)
             changed = True
@@ -406,8 +408,7 @@ class RedisPullConsumer(QueueStates[QueueReader], PullSource):
 
     def lock(self, queues: Collection[MessageQueue], lease: float) -> frozenset[MessageQueue]:
         self._check_open()
-        if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not lease > 0:
-            raise ValueError(f"lease must be positive, got {lease!r}")
+        check_lease(lease)
         qs = list(dict.fromkeys(queues))
         if not qs:
             return frozenset()

@@ -52,6 +52,10 @@ class Membership:
         self.group = group
         self.cid = cid
         self._ttl_ms = max(1, round(session_timeout * 1000))
+        #: Per owned queue, ``time.monotonic()`` just before the call that
+        #: last set its owner key's expiry (acquire or heartbeat): the key
+        #: is this member's until at least then + the session timeout.
+        self._renewed: dict[MessageQueue, float] = {}
         self._consume_from = consume_from
         self._consume_timestamp = consume_timestamp
         self._k_members = conn.group_key(group, "members")
@@ -83,12 +87,20 @@ class Membership:
         """Run HEARTBEAT: drop expired members, (re)add this one subscribed
         to ``topics``, renew the owner keys of ``owned``.  Returns (the
         group's version, the owned queues lost, topic -> member ids)."""
+        sent = time.monotonic()
         version, flags, subs = self._conn.heartbeat(
             keys=[self._k_members, self._k_subs, self.version_key, *(self._owner_key(q) for q in owned)],
             args=[self.cid, self._ttl_ms, orjson.dumps(sorted(topics)), self.channel],
         )
         self.last_heartbeat = time.monotonic()
-        lost = [q for q, f in zip(owned, flags, strict=True) if not int(f)]
+        lost = []
+        renewed = self._renewed
+        for q, f in zip(owned, flags, strict=True):
+            if int(f):
+                renewed[q] = sent
+            else:
+                lost.append(q)
+                renewed.pop(q, None)
         by_topic: dict[str, list[str]] = {}
         for j in range(0, len(subs), 2):
             cid = subs[j].decode()
@@ -101,8 +113,25 @@ class Membership:
     def acquire(self, queues: Sequence[MessageQueue]) -> list[MessageQueue]:
         """Take the owner keys of ``queues`` that are free (or already
         this member's); return those taken."""
+        sent = time.monotonic()
         flags = self._conn.acquire(keys=[self._owner_key(q) for q in queues], args=[self.cid, self._ttl_ms])
-        return [q for q, f in zip(queues, flags, strict=True) if int(f)]
+        taken = [q for q, f in zip(queues, flags, strict=True) if int(f)]
+        for q in taken:
+            self._renewed[q] = sent
+        return taken
+
+    def owned_for(self, queues: Collection[MessageQueue]) -> dict[MessageQueue, float]:
+        """Seconds from now for which each of ``queues`` is certainly this
+        member's (its owner key's expiry as last set, at the earliest)."""
+        ttl = self._ttl_ms / 1000.0
+        now = time.monotonic()
+        renewed = self._renewed
+        return {q: renewed.get(q, -float("inf")) + ttl - now for q in queues}
+
+    def forget(self, queues: Collection[MessageQueue]) -> None:
+        """``queues`` are no longer owned (revoked or released)."""
+        for q in queues:
+            self._renewed.pop(q, None)
 
     def release(self, queues: Collection[MessageQueue]) -> None:
         """Compare-and-delete the owner keys of ``queues`` (bumps the version)."""
