@@ -366,3 +366,44 @@ def test_runtime_on_a_redis_cluster_produces_and_consumes_in_key_order(cluster_b
     assert rec.overlaps == []
     assert_offsets_increase(rec.order, first_only=True)
     assert sum(broker.committed("g", q).offset for q in queues) == total
+
+
+def _inject(broker: RedisBroker, topic: str, qid: int, fields: dict[bytes, bytes]) -> int:
+    """Append an entry lite_push did not write (as a foreign producer or a
+    bad migration would) at the queue's next offset; return the offset."""
+    client = broker.conn.client
+    off = int(client.incr(broker.queue_key(topic, qid, "seq"))) - 1
+    client.xadd(broker.queue_key(topic, qid, "log"), fields, id=f"{off + 1}-0")
+    return off
+
+
+def test_malformed_entries_go_to_the_dlq_and_the_member_goes_on(broker):
+    """Issue 16.3: entries the source cannot decode are dead-lettered with
+    the reason; every good message runs, in key order, and the commit
+    passes the bad ones."""
+    from lite_push import dlq
+
+    broker.create_topic("T", queue_count=2)
+    bad = {
+        b"missing meta": {b"b": b"no-meta", b"s": b"1"},
+        b"not json": {b"b": b"bad-json", b"m": b"{not json", b"s": b"1"},
+        b"no body": {b"m": b"{}", b"s": b"1"},
+        b"bad stored": {b"b": b"bad-s", b"m": b"{}", b"s": b"yesterday"},
+    }
+    expected_bad = set()
+    good = 0
+    for _round in range(5):
+        broker.send_batch("T", [(b"ok", f"k{i % 7}") for i in range(20)])
+        good += 20
+        for j, fields in enumerate(bad.values()):
+            expected_bad.add((j % 2, _inject(broker, "T", j % 2, fields)))
+    rec = Recorder()
+    with _consumer(broker, rec, "c1", lanes=4) as consumer:
+        assert wait_until(lambda: rec.count() == good, timeout=30)
+        ends = {q: broker.max_offset(q) for q in broker.queues("T")}
+        assert wait_until(lambda: all(consumer.stats().committed.get(q) == e for q, e in ends.items()), timeout=30)
+    assert rec.overlaps == []
+    assert_offsets_increase(rec.order)
+    letters = dlq.dead_letters(broker, "g")
+    assert {(d.origin_queue_id, d.origin_offset) for d in letters} == expected_bad
+    assert all(d.reason.startswith("malformed entry") for d in letters)

@@ -214,12 +214,13 @@ class RedisBroker:
         return int(seq) if seq is not None else 0
 
     def messages(self, queue: MessageQueue, start: int = 0, stop: int | None = None) -> list[MessageExt]:
-        """The stored messages of ``queue`` in ``[start, stop)`` (tools, tests)."""
+        """The stored messages of ``queue`` in ``[start, stop)`` (tools, tests;
+        malformed entries are left out)."""
         hi = "+" if stop is None else f"{stop}-0"
         if stop is not None and stop <= start:
             return []
         entries = self.conn.client.xrange(self.queue_key(queue.topic, queue.queue_id, "log"), f"{start + 1}-0", hi)
-        return decode(self.namespace, queue, entries)
+        return decode(self.namespace, queue, entries, [])
 
     # -- sending --------------------------------------------------------------
 

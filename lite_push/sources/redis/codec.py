@@ -35,12 +35,44 @@ def encode_meta(message: MessageExt, props: dict[str, str]) -> bytes:
     return orjson.dumps(meta)
 
 
-def decode(namespace: str, q: MessageQueue, entries: Sequence[Any]) -> list[MessageExt]:
+def decode(namespace: str, q: MessageQueue, entries: Sequence[Any], bad: list[tuple[MessageExt, str]]) -> list[
+    MessageExt
+]:
     """Stream entries of ``q`` as messages.  An entry's fields come as the
     flat list ``[b"b", body, b"m", meta, b"s", stored]`` (the reader's raw
     XRANGE) or as a dict (a cluster client's parsed reply).  Offsets are
     parsed from the ids only when the entries are not consecutive (never,
-    unless a stream was edited)."""
+    unless a stream was edited).
+
+    An entry that cannot be decoded (one lite_push did not write: missing
+    fields, unreadable metadata) is left out of the result and appended to
+    ``bad`` as a stand-in message (whatever body it has, its offset) with
+    the reason, for the dead-letter queue."""
+    try:
+        return _decode(namespace, q, entries)
+    except Exception:  # some entry is malformed: decode them one by one
+        pass
+    out: list[MessageExt] = []
+    for eid, f in entries:
+        try:
+            out += _decode(namespace, q, [(eid, f)])
+        except Exception as e:
+            bad.append((_stand_in(namespace, q, eid, f), f"malformed entry {eid!r}: {type(e).__name__}: {e}"))
+    return out
+
+
+def _stand_in(namespace: str, q: MessageQueue, eid: Any, f: Any) -> MessageExt:
+    """A message for a malformed entry: its body when it has one."""
+    fields = dict(zip(f[::2], f[1::2], strict=False)) if type(f) is list else dict(f) if isinstance(f, dict) else {}
+    body = fields.get(b"b", b"")
+    off = offset_of(eid)
+    return MessageExt(
+        q.topic, q.queue_id, off, body if isinstance(body, bytes) else b"", None, None, {}, 0, 0, 0,
+        f"{namespace}-{q.topic}-{q.queue_id}-{off}", namespace,
+    )  # fmt: skip
+
+
+def _decode(namespace: str, q: MessageQueue, entries: Sequence[Any]) -> list[MessageExt]:
     n = len(entries)
     if not n:
         return []

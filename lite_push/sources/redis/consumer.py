@@ -28,6 +28,7 @@ import os
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 from ..._errors import ConfigError, SourceClosedError, UnknownTopicError
@@ -105,6 +106,7 @@ class RedisPullConsumer(QueueStates[QueueReader], PullSource):
         self._cid: str = client_id if client_id is not None else broker.new_client_id()
         timeout = broker.session_timeout
         self._members = Membership(broker.conn, group, self._cid, timeout, consume_from, consume_timestamp)
+        self._store_malformed = partial(broker.retries.store_malformed, group)  # entries a poll cannot decode
         self._allocate = allocate
         self._listener: RebalanceListener | None = None
         self._filters: dict[str, frozenset[str] | None] = {}
@@ -146,8 +148,7 @@ class RedisPullConsumer(QueueStates[QueueReader], PullSource):
     def session_timeout(self) -> float | None:
         return None if self._store is not None else self._broker.session_timeout
 
-    def owned_for(self) -> dict[MessageQueue, float]:
-        """See :meth:`PullSource.owned_for` (BROADCASTING: no sessions)."""
+    def owned_for(self) -> dict[MessageQueue, float]:  # BROADCASTING: no sessions
         return {} if self._store is not None else self._members.owned_for(self._states)
 
     def queue_count(self, topic: str) -> int | None:
@@ -289,7 +290,7 @@ class RedisPullConsumer(QueueStates[QueueReader], PullSource):
         if pause:
             gc.disable()
         try:
-            read_into(out, order, res[i + 1 :], max_per_queue, self._broker.namespace, self._states)
+            read_into(out, order, res[i + 1 :], max_per_queue, broker.namespace, self._states, self._store_malformed)
         finally:
             if pause:
                 gc.enable()

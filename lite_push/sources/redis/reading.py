@@ -3,7 +3,7 @@ read position, and turning one pipelined read into batches."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..._types import MessageExt, MessageQueue, PollBatch
@@ -36,29 +36,38 @@ def read_into(
     max_per_queue: int,
     namespace: str,
     states: Mapping[MessageQueue, QueueReader],
+    store_malformed: Callable[[list[tuple[MessageExt, str]]], None],
 ) -> None:
     """Append to ``out`` a batch per queue of ``order`` whose XRANGE reply
     (``replies``, in the same order) has entries, moving its read position:
     up to ``max_per_queue`` messages, those of its tags when it has a
     filter.  A queue given up or paused since the read (no longer the same
-    reader in ``states``) is skipped."""
+    reader in ``states``) is skipped.  Entries that cannot be decoded are
+    passed over (the position moves past them) once ``store_malformed``
+    stored them; if it raises, nothing moves and ``out`` is unchanged."""
+    bad: list[tuple[MessageExt, str]] = []
+    found: list[tuple[QueueReader, list[MessageExt], int]] = []
     for st, entries in zip(order, replies, strict=True):
         if not entries or states.get(st.mq) is not st or st.paused:
             continue
-        mq = st.mq
-        if st.tags is None:
-            msgs = decode(namespace, mq, entries)
-            st.pos = msgs[-1].queue_offset + 1
-            out.append(PollBatch(mq, msgs, st.pos))
-        else:
+        qbad: list[tuple[MessageExt, str]] = []
+        msgs = decode(namespace, st.mq, entries, qbad)
+        # the read ends at the last message or the last malformed entry
+        nxt = max(qbad[-1][0].queue_offset if qbad else -1, msgs[-1].queue_offset if msgs else -1) + 1
+        if st.tags is not None:
             tags = st.tags
             picked: list[MessageExt] = []
-            nxt_off = st.pos
-            for m in decode(namespace, mq, entries):
-                nxt_off = m.queue_offset + 1
+            for m in msgs:
                 if m.tags in tags:
                     picked.append(m)
                     if len(picked) >= max_per_queue:
+                        nxt = m.queue_offset + 1
                         break
-            st.pos = nxt_off
-            out.append(PollBatch(mq, picked, nxt_off))
+            msgs = picked
+        bad += [b for b in qbad if b[0].queue_offset < nxt]
+        found.append((st, msgs, nxt))
+    if bad:
+        store_malformed(bad)
+    for st, msgs, nxt in found:
+        st.pos = nxt
+        out.append(PollBatch(st.mq, msgs, nxt))

@@ -100,6 +100,18 @@ class Retries:
                 results[i] = e
         return results
 
+    def store_malformed(self, group: str, bad: Sequence[tuple[MessageExt, str]]) -> None:
+        """Entries a poll could not decode (stand-ins with their reasons,
+        from :func:`~lite_push.sources.redis.codec.decode`): each logged at
+        ERROR and stored in the group's dead-letter queue with its reason.
+        Raises the first failure to store one (the poll then fails and
+        reads them again)."""
+        for m, reason in bad:
+            logger.error("group %r: %s offset %d: %s; dead-lettered", group, m.queue, m.queue_offset, reason)
+        for err in self.store_dead_letters(group, [(m, reason, "") for m, reason in bad]):
+            if err is not None:
+                raise err
+
     def move_due(self, pipe: Any, group: str) -> Any:
         """Run (or queue on ``pipe``) MOVE_DUE for ``group``: returns (how
         many moved, the next due time in ms or -1)."""
