@@ -129,20 +129,28 @@ def _read(path: Path) -> list[Row]:
     return rows
 
 
-def overlaps(rows: list[Row], exempt: set[Row]) -> int:
-    """Calls of one key by two members at once (``exempt`` calls aside)."""
-    by_key: dict[str, list[Row]] = {}
+def overlaps_by_member(rows: list[Row] | list[tuple[int, int, int, str, int, int]], exempt: set[Row]) -> dict[int, int]:
+    """Per member (pid), how many of its calls were still running when
+    another member started a call of the same key (``exempt`` calls aside)."""
+    by_key: dict[str, list[tuple[int, ...]]] = {}
     for r in rows:
         if r not in exempt:
-            by_key.setdefault(r[3], []).append(r)
-    n = 0
+            by_key.setdefault(r[3], []).append(r)  # type: ignore[arg-type]
+    out: dict[int, int] = {}
     for items in by_key.values():
         items.sort(key=lambda r: r[4])
         last_end: dict[int, int] = {}
         for r in items:
-            n += sum(1 for pid, end in last_end.items() if pid != r[0] and end > r[4])
+            for pid, end in last_end.items():
+                if pid != r[0] and end > r[4]:
+                    out[pid] = out.get(pid, 0) + 1
             last_end[r[0]] = max(last_end.get(r[0], 0), r[5])
-    return n
+    return out
+
+
+def overlaps(rows: list[Row], exempt: set[Row]) -> int:
+    """Calls of one key by two members at once (``exempt`` calls aside)."""
+    return sum(overlaps_by_member(rows, exempt).values())
 
 
 def inversions(rows: list[Row], exempt: set[Row]) -> int:

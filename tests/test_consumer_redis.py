@@ -27,6 +27,13 @@ from lite_push.sources import ConsumeFromWhere
 from lite_push.sources.redis import RedisBroker
 from lite_push.sources.redis_server import RedisServer
 
+# the fault suite's measures (benchmarks/ imports flat, as test_fault_suite does)
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+if str(BENCHMARKS) not in sys.path:
+    sys.path.insert(0, str(BENCHMARKS))
+
+from fault_suite import overlaps_by_member  # noqa: E402  (benchmarks/ is put on sys.path above)
+
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[RedisServer]:
@@ -215,7 +222,7 @@ def test_three_processes_one_killed_its_queues_move_and_keys_stay_ordered(server
     # The one exception no client can prevent: a call in progress when the
     # machine froze a whole survivor past its session (one per lane of a
     # member that reported the loss).
-    overlaps = _cross_process_overlaps(rows)
+    overlaps = overlaps_by_member(rows, set())
     stalled = {pid for pid, err in errs.items() if _queues_lost_to_expiry([err])}
     assert all(pid in stalled for pid in overlaps), overlaps
     assert all(n <= 4 for n in overlaps.values()), overlaps
@@ -250,27 +257,9 @@ def test_three_processes_one_killed_its_queues_move_and_keys_stay_ordered(server
         assert resumed - killed_at < 15_000_000_000, (q, (resumed - killed_at) / 1e9)
 
 
-def _cross_process_overlaps(rows: list[tuple[int, int, int, str, int, int]]) -> dict[int, int]:
-    """Per process, how many of its deliveries were still running when
-    another process started a delivery of the same key."""
-    by_key: dict[str, list[tuple[int, int, int]]] = {}
-    for pid, _q, _o, k, s, e in rows:
-        by_key.setdefault(k, []).append((s, e, pid))
-    out: dict[int, int] = {}
-    for items in by_key.values():
-        items.sort()
-        last_end: dict[int, int] = {}
-        for s, e, pid in items:
-            for other, end in last_end.items():
-                if other != pid and end > s:
-                    out[other] = out.get(other, 0) + 1
-            last_end[pid] = max(last_end.get(pid, 0), e)
-    return out
-
-
 def test_cross_process_overlaps() -> None:
     rows = [(1, 0, 0, "a", 0, 10), (2, 0, 0, "a", 5, 12), (2, 0, 1, "b", 0, 3), (1, 0, 1, "b", 3, 4)]
-    assert _cross_process_overlaps(rows) == {1: 1}
+    assert overlaps_by_member(rows, set()) == {1: 1}
 
 
 def _queues_lost_to_expiry(stderrs: Iterable[str]) -> set[int]:
