@@ -1,8 +1,10 @@
 # cython: language_level=3, embedsignature=True
-"""Compiled twin of the key-hash router (see ``lite_push/_router.py``).
+"""Compiled twin of the router (see ``lite_push/_router.py``).
 
-Same three functions, same signatures and the same results as
-``lite_push/_router_py.py``; the tests run every case against both.
+Same functions and the same :class:`KeyRouter`, with the same results, as
+``lite_push/_router_py.py`` (whose docstring explains the design); the tests
+run every case against both, and check that the two place keys identically
+for the same sequence of routes and releases.
 
 ``java_hash`` walks the str's internal buffer (PEP 393: one, two or four bytes
 per code point) instead of encoding it to UTF-16 first.  Java hashes UTF-16
@@ -24,13 +26,14 @@ from cpython.unicode cimport (
     PyUnicode_GET_LENGTH,
     PyUnicode_KIND,
 )
-from cpython.dict cimport PyDict_GetItemWithError
+cimport cython
+from cpython.dict cimport PyDict_DelItem, PyDict_GetItemWithError, PyDict_SetItem
 from cpython.exc cimport PyErr_Occurred
 from cpython.long cimport PyLong_AsSsize_t
 from cpython.list cimport PyList_Append, PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject, PyTypeObject, Py_TYPE
-from libc.stdint cimport int64_t, uint32_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t
 
 cdef extern from *:
     # A str made by the legacy C API before 3.12 may not be "ready" (no PEP 393
@@ -48,7 +51,18 @@ cdef extern from "_slots.h":
     Py_ssize_t _slot_offset "lite_push_slot_offset"(PyObject*)
     PyObject* _slot "lite_push_slot"(object, Py_ssize_t)
 
-__all__ = ["bucket", "java_hash", "lane_of", "route"]
+__all__ = ["HEAP_SLACK", "PLACEMENTS", "ROUTE_CACHE_LIMIT", "KeyRouter", "java_hash", "lane_of", "mixed_hash"]
+
+#: The values of ``KeyRouter(placement=...)``.
+PLACEMENTS = ("load", "hash", "java")
+#: Fixed placements cache a key's lane; the cache is cleared past this many keys.
+cdef enum:
+    _ROUTE_CACHE_LIMIT = 131072
+    _HEAP_SLACK = 64
+ROUTE_CACHE_LIMIT = _ROUTE_CACHE_LIMIT
+#: Load placement: the heap is rebuilt once it holds ``2 * lanes`` plus this
+#: many entries.
+HEAP_SLACK = _HEAP_SLACK
 
 
 cdef inline int64_t _java_hash(object key) except? -1:
@@ -104,150 +118,363 @@ def lane_of(key, n):
     return _java_hash(key) % n  # Python's % on objects: floorMod
 
 
-def bucket(items, Py_ssize_t n, key_of, Py_ssize_t keyless_lane, cache):
-    """Route ``items`` into ``n`` lists by ``lane_of(key_of(item), n)``.
 
-    Items whose key is ``None`` or empty go to ``keyless_lane``.  ``cache``
-    maps keys to lanes for this ``n``; the caller owns it and bounds its size.
-    Order within each list is the order of ``items``.
-    """
-    # List indexing keeps Cython's default bounds checks and wraparound, so a
-    # bad lane fails (or a negative one wraps) exactly as in the Python twin.
-    cdef list out = [[] for _ in range(n)]
-    cdef list lst
+
+cdef inline uint32_t _fmix32(uint32_t h) noexcept nogil:
+    h ^= h >> 16
+    h *= 0x85EBCA6Bu
+    h ^= h >> 13
+    h *= 0xC2B2AE35u
+    h ^= h >> 16
+    return h
+
+
+def mixed_hash(key):
+    """MurmurHash3's 32-bit finaliser (``fmix32``) applied to Java's hash of
+    ``key``: an unsigned 32-bit int whose every bit depends on every bit of
+    the hash (``placement="hash"`` uses it modulo the lane count)."""
+    return _fmix32(<uint32_t>(_java_hash(key) & 0xFFFFFFFF))
+
+
+@cython.freelist(256)
+cdef class _Placed:
+    """A key's lane and its messages routed there and not yet released."""
     cdef Py_ssize_t lane
-    cdef bint is_dict = type(cache) is dict
-    get = None if is_dict else cache.get
-    for item in items:
-        key = key_of(item)
-        if not key:
-            lst = out[keyless_lane]
-            lst.append(item)
-            continue
-        if is_dict:
-            cached = (<dict>cache).get(key)
-        else:
-            cached = get(key)
-        if cached is None:
-            # ``%`` on C integers keeps Python's floorMod semantics here
-            # (cdivision is off), and raises ZeroDivisionError for n == 0.
-            lane = _java_hash(key) % n
-            cache[key] = lane
-            lst = out[lane]
-        else:
-            lst = out[cached]
-        lst.append(item)
-    return out
+    cdef Py_ssize_t count
 
 
-#: key -> lane caches of :func:`route`, one per lane count.
-_ROUTE_CACHES = {}
-#: A route cache is cleared when it grows past this many keys.
-ROUTE_CACHE_LIMIT = 1 << 17
+cdef struct _Entry:
+    int64_t load
+    Py_ssize_t lane
 
 
-def route(groups, Py_ssize_t n, key_of):
-    """Route several batches into per-lane *segments* in one call.
+cdef inline bint _less(_Entry a, _Entry b) noexcept nogil:
+    return a.load < b.load or (a.load == b.load and a.lane < b.lane)
 
-    ``groups`` holds ``(tag, items, keyless_lane)`` per batch (lite_push passes
-    one per polled queue, tagged with its ProcessQueue).  Returns
-    ``(segments, counts)``: ``segments[i]`` is ``None`` when lane ``i`` got
-    nothing, else the list of ``(tag, sub_items)`` routed to it, one per group
-    in group order, items in their order; ``counts[i]`` is the number of items
-    lane ``i`` got.  ``key_of=None`` reads ``item.keys``.  Lanes are
-    ``lane_of(key, n)``; empty or ``None`` keys go to the group's
-    ``keyless_lane``.  Lanes are cached per key (one cache per lane count,
-    cleared past ``ROUTE_CACHE_LIMIT`` keys), as in the Python twin.
+
+cdef class KeyRouter:
+    """Routes each dispatch to lanes by key (see the Python twin's module
+    docstring for the placements and the lazy heap).
+
+    ``key_of`` reads a message's key (``None``: ``message.keys``); a key that
+    is ``None`` or empty routes the message to its group's keyless lane.
+    Not thread-safe: the pull thread is its only caller.  ``ValueError`` for
+    a bad lane count or placement.
     """
-    if n <= 0:
-        raise ValueError(f"lane count must be positive, got {n}")
-    cdef dict cache = _ROUTE_CACHES.get(n)
-    if cache is None or len(cache) > ROUTE_CACHE_LIMIT:
-        cache = _ROUTE_CACHES[n] = {}
-    cdef PyObject* hit
-    cdef list segments = [None] * n
-    cdef list counts = [0] * n
-    # lane -> this group's sub-list (a borrowed reference: ``segments`` owns
-    # it) and its length; reset after each group.
-    cdef PyObject** cur = <PyObject**> PyMem_Malloc(n * sizeof(PyObject*))
-    cdef Py_ssize_t* touched = <Py_ssize_t*> PyMem_Malloc(n * sizeof(Py_ssize_t))
-    cdef Py_ssize_t* totals = <Py_ssize_t*> PyMem_Malloc(n * sizeof(Py_ssize_t))
-    if cur == NULL or touched == NULL or totals == NULL:
-        PyMem_Free(cur); PyMem_Free(touched); PyMem_Free(totals)
-        raise MemoryError()
-    cdef Py_ssize_t lane, keyless, ntouched = 0, i, j, nitems
-    cdef list sub
-    cdef bint by_attr = key_of is None
+
+    cdef readonly Py_ssize_t lanes
+    cdef readonly str placement
+    cdef object _key_of
+    cdef bint _fixed
+    cdef bint _mixed
+    cdef dict _table
+    cdef dict _cache
+    cdef int64_t* _loads
+    cdef _Entry* _heap
+    cdef Py_ssize_t _heap_size
+    cdef Py_ssize_t _heap_cap
     # ``item.keys`` straight from the slot while items are of the slotted
-    # class seen first (MessageExt); anything else goes through getattr.
-    cdef PyTypeObject* fast_type = NULL
-    cdef Py_ssize_t keys_offset = -1
-    cdef PyObject* raw
-    for i in range(n):
-        cur[i] = NULL
-        totals[i] = 0
-    try:
-        for group in groups:
-            tag, items, keyless_obj = group
-            keyless = keyless_obj
-            if keyless < 0 or keyless >= n:
-                raise IndexError(f"keyless lane {keyless} out of range for {n} lanes")
-            if type(items) is not list:
-                items = list(items)
-            nitems = PyList_GET_SIZE(items)
-            for j in range(nitems):
-                item = <object>PyList_GET_ITEM(items, j)
-                if by_attr:
-                    if Py_TYPE(item) != fast_type:
-                        fast_type = NULL
-                        t = type(item)
-                        if t.__getattribute__ is object.__getattribute__:
-                            d = t.__dict__.get("keys")
-                            if d is not None:
-                                keys_offset = _slot_offset(<PyObject*>d)
-                                if keys_offset >= 0:
-                                    fast_type = Py_TYPE(item)
-                    raw = _slot(item, keys_offset) if fast_type != NULL else NULL
-                    if raw != NULL:
-                        key = <object>raw
-                    else:
-                        key = item.keys
-                else:
-                    key = key_of(item)
-                if key is None or (PyUnicode_CheckExact(key) and PyUnicode_GET_LENGTH(key) == 0) or not key:
-                    lane = keyless
-                else:
-                    hit = PyDict_GetItemWithError(cache, key)
-                    if hit != NULL:
-                        lane = PyLong_AsSsize_t(<object>hit)
-                    else:
-                        if PyErr_Occurred():
-                            raise
-                        lane = _java_hash(key) % n
-                        cache[key] = lane
-                if cur[lane] == NULL:
-                    sub = []
-                    cur[lane] = <PyObject*>sub
-                    touched[ntouched] = lane
-                    ntouched += 1
-                    segs_obj = segments[lane]
-                    if segs_obj is None:
-                        segments[lane] = [(tag, sub)]
-                    else:
-                        (<list>segs_obj).append((tag, sub))
-                    sub.append(item)
-                else:
-                    PyList_Append(<object>cur[lane], item)
-            for i in range(ntouched):
-                lane = touched[i]
-                totals[lane] += PyList_GET_SIZE(<object>cur[lane])
-                cur[lane] = NULL
-            ntouched = 0
+    # class seen last (MessageExt); anything else goes through getattr.
+    cdef PyTypeObject* _fast_type
+    cdef Py_ssize_t _keys_offset
+
+    def __cinit__(self, lanes, placement="load", key_of=None):
+        if type(lanes) is not int or lanes <= 0:
+            raise ValueError(f"lane count must be a positive int, got {lanes!r}")
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+        cdef Py_ssize_t n = lanes, i
+        self.lanes = n
+        self.placement = placement
+        self._key_of = key_of
+        self._fixed = placement != "load"
+        self._mixed = placement == "hash"
+        self._table = {}
+        self._cache = {}
+        self._fast_type = NULL
+        self._keys_offset = -1
+        self._heap_cap = 2 * n + _HEAP_SLACK
+        self._loads = <int64_t*> PyMem_Malloc(n * sizeof(int64_t))
+        self._heap = <_Entry*> PyMem_Malloc(self._heap_cap * sizeof(_Entry))
+        if self._loads == NULL or self._heap == NULL:
+            raise MemoryError()
+        for i in range(n):  # sorted by (load, lane): already a heap
+            self._loads[i] = 0
+            self._heap[i].load = 0
+            self._heap[i].lane = i
+        self._heap_size = n
+
+    def __dealloc__(self):
+        PyMem_Free(self._loads)
+        PyMem_Free(self._heap)
+
+    @property
+    def tracks_load(self):
+        """Whether releases matter (``placement="load"``)."""
+        return not self._fixed
+
+    # -- the key of an item -----------------------------------------------------------
+
+    cdef inline object _key(self, object item):
+        cdef PyObject* raw
+        if self._key_of is not None:
+            return self._key_of(item)
+        if Py_TYPE(item) != self._fast_type:
+            self._fast_type = NULL
+            t = type(item)
+            if t.__getattribute__ is object.__getattribute__:
+                d = t.__dict__.get("keys")
+                if d is not None:
+                    self._keys_offset = _slot_offset(<PyObject*>d)
+                    if self._keys_offset >= 0:
+                        self._fast_type = Py_TYPE(item)
+        if self._fast_type != NULL:
+            raw = _slot(item, self._keys_offset)
+            if raw != NULL:
+                return <object>raw
+        return item.keys
+
+    # -- the lazy heap ----------------------------------------------------------------
+
+    cdef void _sift_down(self, Py_ssize_t i) noexcept nogil:
+        cdef _Entry* h = self._heap
+        cdef Py_ssize_t size = self._heap_size, c
+        cdef _Entry e = h[i]
+        while True:
+            c = 2 * i + 1
+            if c >= size:
+                break
+            if c + 1 < size and _less(h[c + 1], h[c]):
+                c += 1
+            if not _less(h[c], e):
+                break
+            h[i] = h[c]
+            i = c
+        h[i] = e
+
+    cdef void _push(self, int64_t load, Py_ssize_t lane) noexcept nogil:
+        cdef _Entry* h = self._heap
+        cdef Py_ssize_t i, p, n = self.lanes
+        cdef _Entry e
+        if self._heap_size >= self._heap_cap:  # rebuild: one exact entry per lane
+            for i in range(n):
+                h[i].load = self._loads[i]
+                h[i].lane = i
+            self._heap_size = n
+            i = n // 2
+            while i > 0:
+                i -= 1
+                self._sift_down(i)
+            return
+        e.load = load
+        e.lane = lane
+        i = self._heap_size
+        self._heap_size += 1
+        while i > 0:
+            p = (i - 1) >> 1
+            if not _less(e, h[p]):
+                break
+            h[i] = h[p]
+            i = p
+        h[i] = e
+
+    cdef Py_ssize_t _least_loaded(self) noexcept nogil:
+        """The lane with the fewest messages, ties to the lowest index."""
+        cdef _Entry* h = self._heap
+        cdef Py_ssize_t lane
+        cdef int64_t now
+        while True:
+            lane = h[0].lane
+            now = self._loads[lane]
+            if h[0].load == now:
+                return lane
+            if h[0].load < now:
+                h[0].load = now
+            else:
+                self._heap_size -= 1
+                h[0] = h[self._heap_size]
+            self._sift_down(0)
+
+    # -- routing ----------------------------------------------------------------------
+
+    cdef Py_ssize_t _fixed_lane(self, object key) except -1:
+        cdef PyObject* hit = PyDict_GetItemWithError(self._cache, key)
+        cdef Py_ssize_t lane
+        cdef int64_t h
+        if hit != NULL:
+            return PyLong_AsSsize_t(<object>hit)
+        if PyErr_Occurred():
+            raise
+        h = _java_hash(key)
+        if self._mixed:
+            lane = <Py_ssize_t>(<uint64_t>_fmix32(<uint32_t>(h & 0xFFFFFFFF)) % <uint64_t>self.lanes)
+        else:
+            lane = h % self.lanes  # cdivision off: floorMod
+        if len(self._cache) >= _ROUTE_CACHE_LIMIT:
+            self._cache.clear()
+        PyDict_SetItem(self._cache, key, lane)
+        return lane
+
+    def route(self, groups):
+        """Route a dispatch into per-lane *segments* in one call.
+
+        ``groups`` holds ``(tag, items, keyless_lane)`` per batch (lite_push
+        passes one per polled queue, tagged with its ProcessQueue).  Returns
+        ``(segments, counts)``: ``segments[i]`` is ``None`` when lane ``i``
+        got nothing, else the list of ``(tag, sub_items)`` routed to it, one
+        per group in group order, items in their order; ``counts[i]`` is the
+        number of items lane ``i`` got.  ``IndexError`` for a keyless lane
+        out of range (nothing of that group is routed)."""
+        cdef Py_ssize_t n = self.lanes
+        cdef list segments = [None] * n
+        cdef list counts = [0] * n
+        # lane -> this group's sub-list (a borrowed reference: ``segments``
+        # owns it); reset after each group.
+        cdef PyObject** cur = <PyObject**> PyMem_Malloc(n * sizeof(PyObject*))
+        cdef Py_ssize_t* touched = <Py_ssize_t*> PyMem_Malloc(n * sizeof(Py_ssize_t))
+        cdef Py_ssize_t* totals = <Py_ssize_t*> PyMem_Malloc(n * sizeof(Py_ssize_t))
+        if cur == NULL or touched == NULL or totals == NULL:
+            PyMem_Free(cur); PyMem_Free(touched); PyMem_Free(totals)
+            raise MemoryError()
+        cdef Py_ssize_t lane, keyless, ntouched = 0, i, j, nitems
+        cdef list sub
+        cdef PyObject* hit
+        cdef _Placed placed
+        cdef dict table = self._table
+        cdef bint fixed = self._fixed
+        cdef int64_t* loads = self._loads
         for i in range(n):
-            if totals[i]:
-                counts[i] = totals[i]
-    finally:
-        PyMem_Free(cur)
-        PyMem_Free(touched)
-        PyMem_Free(totals)
-    return segments, counts
+            cur[i] = NULL
+            totals[i] = 0
+        try:
+            for group in groups:
+                tag, items, keyless_obj = group
+                keyless = keyless_obj
+                if keyless < 0 or keyless >= n:
+                    raise IndexError(f"keyless lane {keyless} out of range for {n} lanes")
+                if type(items) is not list:
+                    items = list(items)
+                nitems = PyList_GET_SIZE(items)
+                for j in range(nitems):
+                    item = <object>PyList_GET_ITEM(items, j)
+                    key = self._key(item)
+                    if key is None or (PyUnicode_CheckExact(key) and PyUnicode_GET_LENGTH(key) == 0) or not key:
+                        lane = keyless
+                    elif fixed:
+                        lane = self._fixed_lane(key)
+                    else:
+                        hit = PyDict_GetItemWithError(table, key)
+                        if hit != NULL:
+                            placed = <_Placed><object>hit
+                            lane = placed.lane
+                            placed.count += 1
+                        else:
+                            if PyErr_Occurred():
+                                raise
+                            lane = self._least_loaded()
+                            placed = _Placed.__new__(_Placed)
+                            placed.lane = lane
+                            placed.count = 1
+                            PyDict_SetItem(table, key, placed)
+                    if not fixed:
+                        loads[lane] += 1
+                    if cur[lane] == NULL:
+                        sub = [item]
+                        cur[lane] = <PyObject*>sub
+                        touched[ntouched] = lane
+                        ntouched += 1
+                        segs_obj = segments[lane]
+                        if segs_obj is None:
+                            segments[lane] = [(tag, sub)]
+                        else:
+                            (<list>segs_obj).append((tag, sub))
+                    else:
+                        PyList_Append(<object>cur[lane], item)
+                for i in range(ntouched):
+                    lane = touched[i]
+                    totals[lane] += PyList_GET_SIZE(<object>cur[lane])
+                    cur[lane] = NULL
+                ntouched = 0
+            for i in range(n):
+                if totals[i]:
+                    counts[i] = totals[i]
+        finally:
+            PyMem_Free(cur)
+            PyMem_Free(touched)
+            PyMem_Free(totals)
+        return segments, counts
+
+    # -- releases ---------------------------------------------------------------------
+
+    def release(self, lane, items):
+        """Lane ``lane`` is done with ``items`` (messages it was routed):
+        lower its load; a key whose last message this was leaves the table.
+        ``ValueError`` when an item's key is not placed on ``lane`` (a bug:
+        the caller released something twice or on the wrong lane).  Fixed
+        placements ignore releases."""
+        if self._fixed:
+            return
+        cdef Py_ssize_t n = self.lanes
+        if not 0 <= lane < n:
+            raise IndexError(f"lane {lane} out of range for {n} lanes")
+        if not items:
+            return
+        cdef Py_ssize_t ln = lane, j, m
+        cdef PyObject* hit
+        cdef _Placed placed
+        cdef dict table = self._table
+        cdef int64_t load
+        if type(items) is not list:
+            items = list(items)
+        m = PyList_GET_SIZE(items)
+        for j in range(m):
+            key = self._key(<object>PyList_GET_ITEM(items, j))
+            if key is None or (PyUnicode_CheckExact(key) and PyUnicode_GET_LENGTH(key) == 0) or not key:
+                continue
+            hit = PyDict_GetItemWithError(table, key)
+            if hit == NULL:
+                if PyErr_Occurred():
+                    raise
+                raise ValueError(f"release of key {key!r} on lane {lane}: the key is not placed")
+            placed = <_Placed><object>hit
+            if placed.lane != ln:
+                raise ValueError(f"release of key {key!r} on lane {lane}: the key is placed on lane {placed.lane}")
+            placed.count -= 1
+            if placed.count == 0:
+                PyDict_DelItem(table, key)
+        load = self._loads[ln] - m
+        if load < 0:
+            raise ValueError(f"release of {m} message(s) on lane {lane}, which holds {self._loads[ln]}")
+        self._loads[ln] = load
+        self._push(load, ln)
+
+    def release_from(self, box):
+        """Release every ``(lane, items)`` in ``box`` (the lanes append to
+        it, the pull thread drains it here); return how many items."""
+        cdef Py_ssize_t released = 0
+        pop = box.popleft
+        while box:
+            lane, items = pop()
+            self.release(lane, items)
+            released += len(items)
+        return released
+
+    # -- introspection ----------------------------------------------------------------
+
+    def loads(self):
+        """Per lane, the messages routed to it and not yet released (all 0
+        with a fixed placement)."""
+        return [self._loads[i] for i in range(self.lanes)]
+
+    def placed_keys(self):
+        """How many keys have work routed and not released (0 with a fixed
+        placement)."""
+        return len(self._table)
+
+    def lane_of_key(self, key):
+        """The lane ``key`` is placed on, or ``None`` when it has no work in
+        the consumer (load placement); its fixed lane otherwise."""
+        if self._fixed:
+            return self._fixed_lane(key)
+        placed = self._table.get(key)
+        return None if placed is None else (<_Placed>placed).lane

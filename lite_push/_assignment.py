@@ -88,7 +88,7 @@ class Assignment(RebalanceListener):
                 self._orderly.add_queue(pq)
             self.lock(new)  # lock 1: consumed only while held
         logger.info("consumer %r assigned %s", cfg.group, [str(q) for q in queues])
-        if rt.keyed and cfg.key_extractor is None:
+        if rt.keyed and cfg.key_extractor is None and cfg.lane_placement == "java":
             self._check_lane_reach({q.topic for q in queues})
 
     def on_revoked(self, queues: Collection[MessageQueue]) -> None:
@@ -195,9 +195,9 @@ class Assignment(RebalanceListener):
     # -- helpers -----------------------------------------------------------------------
 
     def _check_lane_reach(self, topics: set[str]) -> None:
-        """Warn when the owned queues' keys cannot reach every lane.  A
-        producer's hash selector puts key k in queue ``h(k) mod Q`` and the
-        lane is ``h(k) mod L`` with the same Java hash, so queue q's keys
+        """``lane_placement="java"``: warn when the owned queues' keys cannot
+        reach every lane.  A producer's hash selector puts key k in queue
+        ``h(k) mod Q`` and the lane is ``h(k) mod L`` with the same Java hash, so queue q's keys
         only reach the lanes ``l = q (mod gcd(L, Q))``: L/g lanes per queue.
         A member owning a few of the queues then leaves lanes idle unless L
         is coprime with Q."""

@@ -24,6 +24,8 @@ KeyExtractor = Callable[[MessageExt], "str | None"]
 MIB = 1024 * 1024
 #: The values of :attr:`ConsumerConfig.executor`.
 EXECUTORS = ("thread", "asyncio")
+#: The values of :attr:`ConsumerConfig.lane_placement`.
+LANE_PLACEMENTS = ("load", "hash", "java")
 
 
 class ConsumeMode(enum.Enum):
@@ -121,8 +123,19 @@ class ConsumerConfig:
     #: moment between the check and the call).  ``revoke_timeout`` plus
     #: this must be shorter than the source's session timeout.
     fence_margin: float = 0.5
-    #: Ordering key of a message; ``None`` means ``message.keys``.
+    #: Ordering key of a message; ``None`` means ``message.keys``.  It must
+    #: be a pure function of the message (the router reads it again when a
+    #: lane is done with the message).
     key_extractor: KeyExtractor | None = None
+    #: KEY_ORDERLY: which lane a key runs on.  ``"load"`` (default): a key
+    #: with messages queued or in flight stays on its lane, a key with none
+    #: goes to the lane with the fewest messages queued or in flight.
+    #: ``"hash"``: a fixed, well-mixed hash of the key mod ``lanes``.
+    #: ``"java"``: Java's ``String.hashCode`` mod ``lanes``, the lane the
+    #: Java runtime would pick (its low bits are poorly mixed for sequential
+    #: ids, and a queue's keys reach only ``lanes / gcd(lanes, queues)``
+    #: lanes).  The producer's queue choice is Java's in every case.
+    lane_placement: str = "load"
     #: QUEUE_ORDERLY: threads of the shared consume pool.  As in RocketMQ,
     #: whose pool has an unbounded queue, only ``consume_thread_min``
     #: threads ever run; ``consume_thread_max`` must be >= it.
@@ -159,6 +172,11 @@ class ConsumerConfig:
             raise ConfigError("executor", f"must be one of {', '.join(map(repr, EXECUTORS))}, got {self.executor!r}")
         if self.executor == "asyncio" and self.mode is ConsumeMode.QUEUE_ORDERLY:
             raise ConfigError("executor", "QUEUE_ORDERLY (the baseline) runs on threads only: use executor='thread'")
+        if self.lane_placement not in LANE_PLACEMENTS:
+            raise ConfigError(
+                "lane_placement",
+                f"must be one of {', '.join(map(repr, LANE_PLACEMENTS))}, got {self.lane_placement!r}",
+            )
         _check_int("lanes", self.lanes, 1, 65536 if self.executor == "asyncio" else 1024)
         _check_float("loop_block_threshold", self.loop_block_threshold, 0.0, 3600.0, low_open=True)
         _check_int("lane_capacity", self.lane_capacity, 1, 1_000_000)

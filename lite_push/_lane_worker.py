@@ -75,7 +75,7 @@ def _no_steps() -> Steps:
 class LaneWorker:
     """The lane logic of lane ``index`` (see the module docstring)."""
 
-    __slots__ = ("_parked", "_rt", "index", "metrics", "monotonic")
+    __slots__ = ("_parked", "_release", "_rt", "index", "metrics", "monotonic")
 
     def __init__(self, runtime: Runtime, index: int) -> None:
         self._rt = runtime
@@ -86,6 +86,17 @@ class LaneWorker:
         self._parked: dict[Hashable, Parked] = {}
         #: The consumer's clock, which fences are on (read before every call).
         self.monotonic = runtime.clock.monotonic
+        # Load placement: hands the router what this lane is done with, so
+        # a key with nothing left here may go to another lane (``None``:
+        # a fixed placement, or not KEY_ORDERLY).
+        released = runtime.released
+        self._release = None if released is None else released.append
+
+    def _done_with(self, msgs: list[MessageExt]) -> None:
+        """This lane will not touch ``msgs`` again (completed, handed off
+        to be stored elsewhere, or skipped): tell the router, per batch."""
+        if self._release is not None and msgs:
+            self._release((self.index, msgs))
 
     # -- taking work -----------------------------------------------------------------
 
@@ -113,8 +124,10 @@ class LaneWorker:
         the offset map keeps what finished above them)."""
         counters = self._rt.counters
         counters.busy[self.index] = False
-        for pq, ms in per_queue([item for p in self._parked.values() for item in p.items]).items():
+        items = [item for p in self._parked.values() for item in p.items]
+        for pq, ms in per_queue(items).items():
             pq.skip(ms)
+        self._done_with([m for _, m in items])
         self._parked.clear()
         counters.parked[self.index] = 0
 
@@ -135,6 +148,7 @@ class LaneWorker:
         after the shutdown deadline, are skipped)."""
         if pq.dropped or self._rt.abort.is_set():
             pq.skip(msgs)
+            self._done_with(msgs)
             return _no_steps()
         if self._parked or self._rt.config.batch_size != 1:
             return self._slow_steps(pq, msgs)
@@ -145,6 +159,8 @@ class LaneWorker:
         ``t0`` on, the recorder's clock)."""
         pq.complete(msgs)
         self._rt.counters.consumed[self.index] += len(msgs)
+        if self._release is not None:
+            self._release((self.index, msgs))
         if self.metrics is not None:
             self.metrics.segment(t0, msgs)
 
@@ -157,8 +173,10 @@ class LaneWorker:
         (it was not called).  The rest goes the slow way (the steps
         returned), which waits at the fence."""
         if j:
-            pq.complete(msgs[:j])
+            head = msgs[:j]
+            pq.complete(head)
             self._rt.counters.consumed[self.index] += j
+            self._done_with(head)
         if exc is None and (result is None or result is _SUCCESS):
             return self._slow_steps(pq, msgs[j:])  # fenced before msgs[j]
         self.fail(pq, [msgs[j]], exc, result)
@@ -218,6 +236,7 @@ class LaneWorker:
                 continue
             if rt.abort.is_set() or (self.monotonic() >= pq.owned_until and not (yield from self._owner_steps(pq))):
                 pq.skip(chunk)
+                self._done_with(chunk)
                 chunk = []
                 continue
             exc, result = yield chunk
@@ -229,6 +248,7 @@ class LaneWorker:
         if done:
             pq.complete(done)
             rt.counters.consumed[idx] += len(done)
+            self._done_with(done)
             if self.metrics is not None:
                 self.metrics.completed(done[0], done[-1], len(done))
 
@@ -246,6 +266,7 @@ class LaneWorker:
         each message, per mode and attempt count."""
         if pq.dropped:
             pq.skip(chunk)
+            self._done_with(chunk)
             return
         rt = self._rt
         cfg = rt.config
@@ -277,6 +298,7 @@ class LaneWorker:
                 out.append(SendItem(pq, m, False, reason, text, level))
         if out:
             rt.hand_off(out)
+            self._done_with([item.message for item in out])
 
     def _park(self, pq: ProcessQueue, retry: MessageExt, reason: str, text: str) -> None:
         rt = self._rt
@@ -324,6 +346,7 @@ class LaneWorker:
                     pq.skip([m])
                     items.pop(0)
                     skipped += 1
+                    self._done_with([m])
                     continue
                 exc, result = yield [m]
                 items.pop(0)
@@ -345,10 +368,12 @@ class LaneWorker:
             for pq, ms in per_queue(done).items():
                 pq.complete(ms)
             counters.consumed[idx] += len(done)
+            self._done_with([m for _, m in done])
             if done and self.metrics is not None:
                 self.metrics.completed(done[0][1], done[-1][1], len(done))
             if out:
                 rt.hand_off(out)
+                self._done_with([item.message for item in out])
             del parked[key]
             if again is not None:  # parked again, with what still waits behind it
                 pq, retry, reason, text = again
@@ -370,3 +395,4 @@ class LaneWorker:
         self._rt.counters.parked[self.index] -= len(dropped)
         for pq, ms in per_queue(dropped).items():
             pq.skip(ms)
+        self._done_with([m for _, m in dropped])

@@ -5,8 +5,10 @@ Each turn: ``poll`` (the source runs the rebalance callbacks inside it, see
 in flight; the committed offset map's finished offsets dropped), keep
 polling without waiting while more is ready (up to ``DISPATCH_BUDGET``),
 **route** what was gathered to the lanes with one put per lane
-(KEY_ORDERLY: by key through the compiled router; CONCURRENTLY: round
-robin; QUEUE_ORDERLY: the baseline's per-queue service), then fire due
+(KEY_ORDERLY: by key through the compiled router, which first takes back
+what the lanes finished since the last dispatch, so a key with no work left
+may move to the least-loaded lane; CONCURRENTLY: round robin;
+QUEUE_ORDERLY: the baseline's per-queue service), then fire due
 retries, store handed-off failures (``_failure_sender``), apply flow control
 (``_flow_control``), commit every ``commit_interval`` (``_committer``) and,
 in QUEUE_ORDERLY, renew the broker locks.
@@ -33,7 +35,6 @@ from ._flow_control import FlowControl
 from ._lanes import Segment
 from ._process_queue import ProcessQueue
 from ._queue_orderly import QueueOrderlyService
-from ._router import route
 from ._runtime import Episode, Runtime, per_queue
 from ._types import MessageExt, MessageQueue, PollBatch
 
@@ -219,8 +220,11 @@ class PullLoop:
         rt = self._rt
         lanes = rt.lanes
         n = len(lanes)
-        if rt.keyed:
-            segments, counts = route(groups, n, rt.key_of)
+        router = rt.router
+        if router is not None:
+            if rt.released:  # what the lanes finished since the last dispatch
+                router.release_from(rt.released)
+            segments, counts = router.route(groups)
         else:
             segments, counts = self._round_robin(groups, n)
         capacity = rt.config.lane_capacity

@@ -1,7 +1,10 @@
-"""Selects the key-hash router: the compiled twin when it is built, else the
+"""Selects the router: the compiled twin when it is built, else the
 pure-Python one.  ``LITE_PUSH_NO_EXTENSIONS=1`` forces pure Python.
 
 ``ROUTER_IMPL`` says which one is in use (``"cython"`` or ``"python"``).
+The design -- Java's hash for the producer's queue choice, and
+:class:`KeyRouter`'s placement of keys on lanes -- is described in
+``_router_py.py``.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import os
 
 from . import _router_py
 
-__all__ = ["ROUTER_IMPL", "bucket", "java_hash", "lane_of", "route"]
+__all__ = ["PLACEMENTS", "ROUTER_IMPL", "KeyRouter", "java_hash", "lane_of", "mixed_hash"]
 
 NO_EXTENSIONS: bool = bool(os.environ.get("LITE_PUSH_NO_EXTENSIONS"))
 
@@ -28,5 +31,6 @@ else:
 
 java_hash = _impl.java_hash
 lane_of = _impl.lane_of
-bucket = _impl.bucket
-route = _impl.route
+mixed_hash = _impl.mixed_hash
+KeyRouter: type[_router_py.KeyRouter] = _impl.KeyRouter
+PLACEMENTS = _router_py.PLACEMENTS

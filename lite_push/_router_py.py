@@ -1,27 +1,77 @@
-"""Pure-Python twin of the key-hash router (see ``_router.py``).
+"""Pure-Python twin of the router (see ``_router.py``).
 
-Java's ``String.hashCode`` is ``s[0]*31^(n-1) + ... + s[n-1]`` over the
-string's UTF-16 code units, wrapped to a signed 32-bit int.  Characters outside
-the Basic Multilingual Plane are two code units (a surrogate pair), so the
-hash is taken over the UTF-16 encoding, not over Python's code points.
+Two jobs, kept apart:
+
+* **The producer's queue choice** -- :func:`java_hash` is Java's
+  ``String.hashCode``: ``s[0]*31^(n-1) + ... + s[n-1]`` over the string's
+  UTF-16 code units, wrapped to a signed 32-bit int.  Characters outside the
+  Basic Multilingual Plane are two code units (a surrogate pair), so the hash
+  is taken over the UTF-16 encoding, not over Python's code points.
+  :func:`lane_of` is ``floorMod(hashCode, n)``: the same queue (or lane) the
+  Java client picks for the same key.
+* **A key's lane** -- :class:`KeyRouter`, one per consumer, called by the pull
+  thread only.  Lanes are local to one process, so they need not match Java.
+
+  ``placement="load"`` (the default) is key-level scheduling: a key with
+  messages queued or in flight stays on the lane that has them (all that
+  per-key order needs: one lane, one task, FIFO); a key with none goes to the
+  *least-loaded* lane, the one with the fewest messages routed to it and not
+  yet released, ties to the lowest index.  The runtime releases what a lane
+  is done with (completed, dead-lettered, or skipped for a revoked queue),
+  per segment, through :meth:`KeyRouter.release_from`; a key leaves the
+  table when its last message is released, so the table holds only keys
+  with work in the consumer (bounded by flow control).
+
+  The least-loaded lane comes from a *lazy heap* of ``(load, lane)``
+  entries.  Invariant: every lane has an entry whose load is at most its
+  current load.  Routing a message only raises a load (no heap work); a
+  release lowers one and pushes the new ``(load, lane)``.  To find the
+  minimum, look at the top: if it is exact, it is the answer (every lane's
+  true ``(load, lane)`` is at least its smallest entry, which is at least
+  the top); if it is low (the lane got messages since), replace it with the
+  exact one; if it is high (the lane was released since, so it has a lower
+  entry too), drop it.  The heap is rebuilt when it grows past
+  ``2 * lanes + HEAP_SLACK`` entries.  The answer is defined as the minimum
+  of ``(load, lane)``, not by the heap's shape, so the compiled twin gives
+  the same placements for the same sequence of routes and releases.
+
+  ``placement="hash"``: a fixed lane, ``mixed_hash(key) % lanes``, where
+  :func:`mixed_hash` is MurmurHash3's 32-bit finaliser over Java's hash (its
+  low bits are well mixed, unlike ``hashCode``'s for sequential ids).
+  ``placement="java"``: ``lane_of(key, lanes)``, exact lane parity with the
+  Java runtime.  Fixed placements track nothing, so releases are ignored.
 """
 
 from __future__ import annotations
 
+import heapq
 from array import array
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar
 
-__all__ = ["bucket", "java_hash", "lane_of", "route"]
+__all__ = ["HEAP_SLACK", "PLACEMENTS", "ROUTE_CACHE_LIMIT", "KeyRouter", "java_hash", "lane_of", "mixed_hash"]
 
 T = TypeVar("T")
 K = TypeVar("K")
 
 _MASK = 0xFFFFFFFF
+#: The values of ``KeyRouter(placement=...)``.
+PLACEMENTS = ("load", "hash", "java")
+#: Fixed placements cache a key's lane; the cache is cleared past this many keys.
+ROUTE_CACHE_LIMIT = 1 << 17
+#: Load placement: the heap is rebuilt once it holds ``2 * lanes`` plus this
+#: many entries.
+HEAP_SLACK = 64
+
+#: ``segments[i]``: ``None`` when lane ``i`` got nothing, else ``(tag, items)`` per group.
+Segments = list["list[tuple[Any, list[Any]]] | None"]
 
 
 def java_hash(key: str) -> int:
     """Java's ``String.hashCode`` of ``key`` (a signed 32-bit int)."""
+    if not isinstance(key, str):
+        raise TypeError(f"key must be str, not {type(key).__name__}")
     h = 0
     if key.isascii():
         units: Sequence[int] = key.encode("ascii")
@@ -40,86 +90,191 @@ def lane_of(key: str, n: int) -> int:
     return java_hash(key) % n  # Python's % is floorMod
 
 
-def bucket(
-    items: Sequence[T],
-    n: int,
-    key_of: Callable[[T], str | None],
-    keyless_lane: int,
-    cache: dict[str, int],
-) -> list[list[T]]:
-    """Route ``items`` into ``n`` lists by ``lane_of(key_of(item), n)``.
+def mixed_hash(key: str) -> int:
+    """MurmurHash3's 32-bit finaliser (``fmix32``) applied to Java's hash of
+    ``key``: an unsigned 32-bit int whose every bit depends on every bit of
+    the hash (``placement="hash"`` uses it modulo the lane count)."""
+    h = java_hash(key) & _MASK
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & _MASK
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & _MASK
+    h ^= h >> 16
+    return h
 
-    Items whose key is ``None`` or empty go to ``keyless_lane``.  ``cache``
-    maps keys to lanes for this ``n``; the caller owns it and bounds its size.
-    Order within each list is the order of ``items``.
+
+class KeyRouter:
+    """Routes each dispatch to lanes by key (see the module docstring).
+
+    ``key_of`` reads a message's key (``None``: ``message.keys``); a key that
+    is ``None`` or empty routes the message to its group's keyless lane.
+    Not thread-safe: the pull thread is its only caller.  ``ValueError`` for
+    a bad lane count or placement.
     """
-    out: list[list[T]] = [[] for _ in range(n)]
-    get = cache.get
-    for item in items:
-        key = key_of(item)
-        if not key:
-            out[keyless_lane].append(item)
-            continue
-        lane = get(key)
-        if lane is None:
-            lane = cache[key] = java_hash(key) % n
-        out[lane].append(item)
-    return out
 
+    __slots__ = ("_cache", "_fixed", "_heap", "_key_of", "_loads", "_table", "lanes", "placement")
 
-#: key -> lane caches of :func:`route`, one per lane count (lanes are a pure
-#: function of key and count, so consumers may share them).
-_ROUTE_CACHES: dict[int, dict[str, int]] = {}
-#: A route cache is cleared when it grows past this many keys.
-ROUTE_CACHE_LIMIT = 1 << 17
+    def __init__(self, lanes: int, placement: str = "load", key_of: Callable[[Any], Any] | None = None) -> None:
+        if type(lanes) is not int or lanes <= 0:
+            raise ValueError(f"lane count must be a positive int, got {lanes!r}")
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+        #: The number of lanes.
+        self.lanes = lanes
+        #: ``"load"``, ``"hash"`` or ``"java"``.
+        self.placement = placement
+        self._key_of = key_of
+        self._fixed = placement != "load"
+        # Load placement: key -> [lane, messages routed and not released].
+        self._table: dict[Hashable, list[int]] = {}
+        self._loads = [0] * lanes
+        self._heap = [(0, i) for i in range(lanes)]  # sorted, so already a heap
+        # Fixed placements: key -> lane.
+        self._cache: dict[str, int] = {}
 
+    @property
+    def tracks_load(self) -> bool:
+        """Whether releases matter (``placement="load"``)."""
+        return not self._fixed
 
-def route(
-    groups: Sequence[tuple[K, Sequence[T], int]],
-    n: int,
-    key_of: Callable[[T], str | None] | None,
-) -> tuple[list[list[tuple[K, list[T]]] | None], list[int]]:
-    """Route several batches into per-lane *segments* in one call.
+    def route(self, groups: Sequence[tuple[K, Sequence[T], int]]) -> tuple[Segments, list[int]]:
+        """Route a dispatch into per-lane *segments* in one call.
 
-    ``groups`` holds ``(tag, items, keyless_lane)`` per batch (lite_push passes
-    one per polled queue, tagged with its ProcessQueue).  Returns
-    ``(segments, counts)``: ``segments[i]`` is ``None`` when lane ``i`` got
-    nothing, else the list of ``(tag, sub_items)`` routed to it, one per group
-    in group order, items in their order; ``counts[i]`` is the number of items
-    lane ``i`` got.  ``key_of=None`` reads ``item.keys``.  Lanes are
-    ``lane_of(key, n)``; empty or ``None`` keys go to the group's
-    ``keyless_lane``.  (This twin caches lanes per key, bounded by
-    ``ROUTE_CACHE_LIMIT``; the compiled one hashes every key.)
-    """
-    if n <= 0:
-        raise ValueError(f"lane count must be positive, got {n}")
-    cache = _ROUTE_CACHES.get(n)
-    if cache is None or len(cache) > ROUTE_CACHE_LIMIT:
-        cache = _ROUTE_CACHES[n] = {}
-    segments: list[list[tuple[K, list[T]]] | None] = [None] * n
-    counts = [0] * n
-    get = cache.get
-    for tag, items, keyless_lane in groups:
-        if not 0 <= keyless_lane < n:
-            raise IndexError(f"keyless lane {keyless_lane} out of range for {n} lanes")
-        current: dict[int, list[T]] = {}
+        ``groups`` holds ``(tag, items, keyless_lane)`` per batch (lite_push
+        passes one per polled queue, tagged with its ProcessQueue).  Returns
+        ``(segments, counts)``: ``segments[i]`` is ``None`` when lane ``i``
+        got nothing, else the list of ``(tag, sub_items)`` routed to it, one
+        per group in group order, items in their order; ``counts[i]`` is the
+        number of items lane ``i`` got.  ``IndexError`` for a keyless lane
+        out of range (nothing of that group is routed)."""
+        n = self.lanes
+        segments: Segments = [None] * n
+        counts = [0] * n
+        key_of = self._key_of
+        fixed = self._fixed
+        table = self._table
+        loads = self._loads
+        for tag, items, keyless_lane in groups:
+            if not 0 <= keyless_lane < n:
+                raise IndexError(f"keyless lane {keyless_lane} out of range for {n} lanes")
+            current: dict[int, list[T]] = {}
+            for item in items:
+                key = item.keys if key_of is None else key_of(item)  # type: ignore[attr-defined]
+                if not key:
+                    lane = keyless_lane
+                elif fixed:
+                    lane = self._fixed_lane(key)
+                else:
+                    placed = table.get(key)
+                    if placed is None:
+                        lane = self._least_loaded()
+                        table[key] = [lane, 1]
+                    else:
+                        lane = placed[0]
+                        placed[1] += 1
+                if not fixed:
+                    loads[lane] += 1
+                sub = current.get(lane)
+                if sub is None:
+                    sub = current[lane] = []
+                    segs = segments[lane]
+                    if segs is None:
+                        segs = segments[lane] = []
+                    segs.append((tag, sub))
+                sub.append(item)
+            for lane, sub in current.items():
+                counts[lane] += len(sub)
+        return segments, counts
+
+    def release(self, lane: int, items: Sequence[Any]) -> None:
+        """Lane ``lane`` is done with ``items`` (messages it was routed):
+        lower its load; a key whose last message this was leaves the table.
+        ``ValueError`` when an item's key is not placed on ``lane`` (a bug:
+        the caller released something twice or on the wrong lane).  Fixed
+        placements ignore releases."""
+        if self._fixed:
+            return
+        n = self.lanes
+        if not 0 <= lane < n:
+            raise IndexError(f"lane {lane} out of range for {n} lanes")
+        if not items:
+            return
+        key_of = self._key_of
+        table = self._table
         for item in items:
-            key = item.keys if key_of is None else key_of(item)  # type: ignore[attr-defined]
+            key = item.keys if key_of is None else key_of(item)
             if not key:
-                lane = keyless_lane
+                continue
+            placed = table.get(key)
+            if placed is None or placed[0] != lane:
+                where = "not placed" if placed is None else f"placed on lane {placed[0]}"
+                raise ValueError(f"release of key {key!r} on lane {lane}: the key is {where}")
+            placed[1] -= 1
+            if not placed[1]:
+                del table[key]
+        load = self._loads[lane] - len(items)
+        if load < 0:
+            raise ValueError(f"release of {len(items)} message(s) on lane {lane}, which holds {self._loads[lane]}")
+        self._loads[lane] = load
+        heap = self._heap
+        if len(heap) >= 2 * n + HEAP_SLACK:
+            loads = self._loads
+            heap[:] = [(loads[i], i) for i in range(n)]
+            heapq.heapify(heap)
+        else:
+            heapq.heappush(heap, (load, lane))
+
+    def release_from(self, box: deque[tuple[int, Sequence[Any]]]) -> int:
+        """Release every ``(lane, items)`` in ``box`` (the lanes append to
+        it, the pull thread drains it here); return how many items."""
+        released = 0
+        pop = box.popleft
+        while box:
+            lane, items = pop()
+            self.release(lane, items)
+            released += len(items)
+        return released
+
+    def loads(self) -> list[int]:
+        """Per lane, the messages routed to it and not yet released (all 0
+        with a fixed placement)."""
+        return list(self._loads)
+
+    def placed_keys(self) -> int:
+        """How many keys have work routed and not released (0 with a fixed
+        placement)."""
+        return len(self._table)
+
+    def lane_of_key(self, key: Hashable) -> int | None:
+        """The lane ``key`` is placed on, or ``None`` when it has no work in
+        the consumer (load placement); its fixed lane otherwise."""
+        if self._fixed:
+            return self._fixed_lane(key)  # type: ignore[arg-type]
+        placed = self._table.get(key)
+        return None if placed is None else placed[0]
+
+    # -- internals ----------------------------------------------------------------
+
+    def _fixed_lane(self, key: str) -> int:
+        cache = self._cache
+        lane = cache.get(key)
+        if lane is None:
+            if len(cache) >= ROUTE_CACHE_LIMIT:
+                cache.clear()
+            h = mixed_hash(key) if self.placement == "hash" else java_hash(key)
+            lane = cache[key] = h % self.lanes
+        return lane
+
+    def _least_loaded(self) -> int:
+        """The lane with the fewest messages, ties to the lowest index."""
+        heap = self._heap
+        loads = self._loads
+        while True:
+            load, lane = heap[0]
+            now = loads[lane]
+            if load == now:
+                return lane
+            if load < now:
+                heapq.heapreplace(heap, (now, lane))
             else:
-                cached = get(key)
-                if cached is None:
-                    cached = cache[key] = java_hash(key) % n
-                lane = cached
-            sub = current.get(lane)
-            if sub is None:
-                sub = current[lane] = []
-                segs = segments[lane]
-                if segs is None:
-                    segs = segments[lane] = []
-                segs.append((tag, sub))
-            sub.append(item)
-        for lane, sub in current.items():
-            counts[lane] += len(sub)
-    return segments, counts
+                heapq.heappop(heap)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 
 from ._clock import Clock
@@ -29,6 +29,7 @@ from ._failures import Outbox, RetryTimer, SendItem
 from ._lanemetrics import LaneMetrics
 from ._lanes import Lane
 from ._process_queue import ProcessQueue
+from ._router import KeyRouter
 from ._types import MessageExt, MessageQueue
 from .sources._base import MessageModel, PullSource
 
@@ -119,7 +120,7 @@ class Runtime:
 
     __slots__ = (
         "abort", "broadcasting", "clock", "config", "counters", "failure", "flush", "key_of", "lane_metrics", "lanes",
-        "on_failure", "outbox", "park_generations", "pqs", "source", "timer",
+        "on_failure", "outbox", "park_generations", "pqs", "released", "router", "source", "timer",
     )  # fmt: skip
 
     def __init__(
@@ -144,6 +145,18 @@ class Runtime:
         self.flush = flush
         #: ``None``: the router reads ``message.keys`` itself (the fast path).
         self.key_of = key_of
+        #: KEY_ORDERLY: places keys on lanes (``config.lane_placement``);
+        #: used by the pull thread only.  ``None`` in the other modes.
+        self.router: KeyRouter | None = (
+            KeyRouter(len(lanes), config.lane_placement, key_of) if config.mode is ConsumeMode.KEY_ORDERLY else None
+        )
+        #: Load placement: ``(lane, messages)`` a lane is done with (completed,
+        #: dead-lettered or skipped), appended by the lanes once per segment
+        #: and drained into the router by the pull thread before each
+        #: dispatch.  A deque: appends and pops are atomic without a lock.
+        self.released: deque[tuple[int, list[MessageExt]]] | None = (
+            deque() if self.router is not None and self.router.tracks_load else None
+        )
         #: Per lane, written by its task; ``None`` when metrics are off.
         self.lane_metrics = lane_metrics
         #: Owned queues; written by the pull thread only (assignment).
