@@ -27,13 +27,14 @@ from cpython.unicode cimport (
     PyUnicode_KIND,
 )
 cimport cython
-from cpython.dict cimport PyDict_DelItem, PyDict_GetItemWithError, PyDict_SetItem
+from cpython.dict cimport PyDict_GetItemWithError, PyDict_SetItem, PyDict_Size
 from cpython.exc cimport PyErr_Occurred
 from cpython.long cimport PyLong_AsSsize_t
 from cpython.list cimport PyList_Append, PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject, PyTypeObject, Py_TYPE
 from libc.stdint cimport int64_t, uint32_t, uint64_t
+from cpython.pyport cimport PY_SSIZE_T_MAX
 
 cdef extern from *:
     # A str made by the legacy C API before 3.12 may not be "ready" (no PEP 393
@@ -51,7 +52,9 @@ cdef extern from "_slots.h":
     Py_ssize_t _slot_offset "lite_push_slot_offset"(PyObject*)
     PyObject* _slot "lite_push_slot"(object, Py_ssize_t)
 
-__all__ = ["HEAP_SLACK", "PLACEMENTS", "ROUTE_CACHE_LIMIT", "KeyRouter", "java_hash", "lane_of", "mixed_hash"]
+__all__ = [
+    "HEAP_SLACK", "PLACEMENTS", "ROUTE_CACHE_LIMIT", "SWEEP_SLACK", "KeyRouter", "java_hash", "lane_of", "mixed_hash",
+]
 
 #: The values of ``KeyRouter(placement=...)``.
 PLACEMENTS = ("load", "hash", "java")
@@ -59,10 +62,14 @@ PLACEMENTS = ("load", "hash", "java")
 cdef enum:
     _ROUTE_CACHE_LIMIT = 131072
     _HEAP_SLACK = 64
+    _SWEEP_SLACK = 16384
 ROUTE_CACHE_LIMIT = _ROUTE_CACHE_LIMIT
 #: Load placement: the heap is rebuilt once it holds ``2 * lanes`` plus this
 #: many entries.
 HEAP_SLACK = _HEAP_SLACK
+#: Load placement: keys with no work are kept (so a key that comes back
+#: costs no allocation) until they outnumber those with work and this many.
+SWEEP_SLACK = _SWEEP_SLACK
 
 
 cdef inline int64_t _java_hash(object key) except? -1:
@@ -138,7 +145,8 @@ def mixed_hash(key):
 
 @cython.freelist(256)
 cdef class _Placed:
-    """A key's lane and its messages routed there and not yet released."""
+    """A key's lane and its messages routed there and not yet released
+    (``count`` 0: the key has no work, and its lane means nothing)."""
     cdef Py_ssize_t lane
     cdef Py_ssize_t count
 
@@ -164,6 +172,8 @@ cdef class KeyRouter:
 
     cdef readonly Py_ssize_t lanes
     cdef readonly str placement
+    cdef readonly Py_ssize_t max_segment
+    cdef Py_ssize_t _live
     cdef object _key_of
     cdef bint _fixed
     cdef bint _mixed
@@ -178,14 +188,18 @@ cdef class KeyRouter:
     cdef PyTypeObject* _fast_type
     cdef Py_ssize_t _keys_offset
 
-    def __cinit__(self, lanes, placement="load", key_of=None):
+    def __cinit__(self, lanes, placement="load", key_of=None, max_segment=0):
         if type(lanes) is not int or lanes <= 0:
             raise ValueError(f"lane count must be a positive int, got {lanes!r}")
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+        if type(max_segment) is not int or max_segment < 0:
+            raise ValueError(f"max_segment must be an int >= 0, got {max_segment!r}")
         cdef Py_ssize_t n = lanes, i
         self.lanes = n
         self.placement = placement
+        self.max_segment = max_segment
+        self._live = 0
         self._key_of = key_of
         self._fixed = placement != "load"
         self._mixed = placement == "hash"
@@ -343,6 +357,7 @@ cdef class KeyRouter:
         cdef dict table = self._table
         cdef bint fixed = self._fixed
         cdef int64_t* loads = self._loads
+        cdef Py_ssize_t cap = self.max_segment if self.max_segment > 0 else PY_SSIZE_T_MAX
         for i in range(n):
             cur[i] = NULL
             totals[i] = 0
@@ -366,6 +381,9 @@ cdef class KeyRouter:
                         hit = PyDict_GetItemWithError(table, key)
                         if hit != NULL:
                             placed = <_Placed><object>hit
+                            if placed.count == 0:  # back, with no work: placed anew
+                                placed.lane = self._least_loaded()
+                                self._live += 1
                             lane = placed.lane
                             placed.count += 1
                         else:
@@ -376,13 +394,17 @@ cdef class KeyRouter:
                             placed.lane = lane
                             placed.count = 1
                             PyDict_SetItem(table, key, placed)
+                            self._live += 1
                     if not fixed:
                         loads[lane] += 1
-                    if cur[lane] == NULL:
+                    if cur[lane] == NULL or PyList_GET_SIZE(<object>cur[lane]) >= cap:
+                        if cur[lane] != NULL:  # a full segment: it is counted now
+                            totals[lane] += PyList_GET_SIZE(<object>cur[lane])
+                        else:
+                            touched[ntouched] = lane
+                            ntouched += 1
                         sub = [item]
                         cur[lane] = <PyObject*>sub
-                        touched[ntouched] = lane
-                        ntouched += 1
                         segs_obj = segments[lane]
                         if segs_obj is None:
                             segments[lane] = [(tag, sub)]
@@ -408,17 +430,19 @@ cdef class KeyRouter:
 
     def release(self, lane, items):
         """Lane ``lane`` is done with ``items`` (messages it was routed):
-        lower its load; a key whose last message this was leaves the table.
-        ``ValueError`` when an item's key is not placed on ``lane`` (a bug:
-        the caller released something twice or on the wrong lane).  Fixed
-        placements ignore releases."""
-        if self._fixed:
-            return
+        lower its load; a key whose last message this was has no work left
+        and may be placed anew.  ``ValueError`` when an item's key is not
+        placed on ``lane`` (a bug: the caller released something twice or on
+        the wrong lane).  Fixed placements ignore releases."""
+        if not self._fixed:
+            self._release(lane, items)
+
+    cdef int _release(self, object lane, object items) except -1:
         cdef Py_ssize_t n = self.lanes
         if not 0 <= lane < n:
             raise IndexError(f"lane {lane} out of range for {n} lanes")
         if not items:
-            return
+            return 0
         cdef Py_ssize_t ln = lane, j, m
         cdef PyObject* hit
         cdef _Placed placed
@@ -437,26 +461,34 @@ cdef class KeyRouter:
                     raise
                 raise ValueError(f"release of key {key!r} on lane {lane}: the key is not placed")
             placed = <_Placed><object>hit
+            if placed.count == 0:
+                raise ValueError(f"release of key {key!r} on lane {lane}: the key is not placed")
             if placed.lane != ln:
                 raise ValueError(f"release of key {key!r} on lane {lane}: the key is placed on lane {placed.lane}")
             placed.count -= 1
             if placed.count == 0:
-                PyDict_DelItem(table, key)
+                self._live -= 1
         load = self._loads[ln] - m
         if load < 0:
             raise ValueError(f"release of {m} message(s) on lane {lane}, which holds {self._loads[ln]}")
         self._loads[ln] = load
         self._push(load, ln)
+        if PyDict_Size(table) - self._live > max(self._live, <Py_ssize_t>_SWEEP_SLACK):
+            self._table = {k: v for k, v in table.items() if (<_Placed>v).count}
+        return 0
 
     def release_from(self, box):
         """Release every ``(lane, items)`` in ``box`` (the lanes append to
         it, the pull thread drains it here); return how many items."""
         cdef Py_ssize_t released = 0
+        cdef bint fixed = self._fixed
+        cdef tuple entry
         pop = box.popleft
         while box:
-            lane, items = pop()
-            self.release(lane, items)
-            released += len(items)
+            entry = pop()
+            if not fixed:
+                self._release(entry[0], entry[1])
+            released += len(entry[1])
         return released
 
     # -- introspection ----------------------------------------------------------------
@@ -469,7 +501,7 @@ cdef class KeyRouter:
     def placed_keys(self):
         """How many keys have work routed and not released (0 with a fixed
         placement)."""
-        return len(self._table)
+        return self._live
 
     def lane_of_key(self, key):
         """The lane ``key`` is placed on, or ``None`` when it has no work in
@@ -477,4 +509,4 @@ cdef class KeyRouter:
         if self._fixed:
             return self._fixed_lane(key)
         placed = self._table.get(key)
-        return None if placed is None else (<_Placed>placed).lane
+        return None if placed is None or not (<_Placed>placed).count else (<_Placed>placed).lane

@@ -5,10 +5,18 @@ consumption log, a Markdown table and a PNG chart.
     .venv/bin/python benchmarks/bench.py sms                 # one workload, default runs
     .venv/bin/python benchmarks/bench.py sms-small --runs QUEUE_ORDERLY:20,KEY_ORDERLY:64
     .venv/bin/python benchmarks/bench.py poison          # poisoned keys: each run without, then with failures
+    .venv/bin/python benchmarks/bench.py io5 --runs QUEUE_ORDERLY:20,KEY_ORDERLY:256:uvloop,KEY_ORDERLY:256:uvloop@java
 
-Each run is its own process (``harness.py``), one after another, so CPU and
-peak RSS belong to that run.  Ratios are to the baseline measured in the
-same invocation.
+A run is ``MODE:N[:EXECUTOR][@PLACEMENT]`` (:func:`parse_runs`): MODE one of
+QUEUE_ORDERLY, KEY_ORDERLY, CONCURRENTLY, LOOP; N lanes (threads for
+QUEUE_ORDERLY); EXECUTOR thread (default), asyncio or uvloop; PLACEMENT the
+KEY_ORDERLY / LOOP lane placement, load (default), hash or java
+(``harness.py --placement``).  Each run is its own process (``harness.py``),
+one after another, so CPU and peak RSS belong to that run.  Ratios are to
+the baseline measured in the same invocation.  The table gives each run's
+rate against its partition bound (``partition.partition_bound`` with the
+run's placement) and against the hot-key bound (the generated data's
+``N / hottest key's total cost``).
 
 A workload with poisoned keys (``poison_keys > 0``) runs each MODE:N twice,
 first with ``--no-failures`` then with the failures, and its table compares
@@ -25,10 +33,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from partition import PLACEMENTS
 from workloads import Workload, get_workload, poisoned_share, skew_bound
 
 DEFAULT_RUNS = (
@@ -41,15 +51,40 @@ DEFAULT_POISON_RUNS = "QUEUE_ORDERLY:20,KEY_ORDERLY:16,KEY_ORDERLY:64"
 HEALTHY_TARGET = 0.90
 
 
-def parse_runs(text: str) -> list[tuple[str, int]]:
-    """``"MODE:N,MODE:N:EXECUTOR"`` -> ``[(mode, n), ...]`` (``mode`` keeps
-    a ``:asyncio`` / ``:uvloop`` suffix), with clear errors.  ``LOOP:N:EXECUTOR``
-    is no consumer: the event loop's ceiling for the same listener over
-    KEY_ORDERLY's partitioning into N lanes (``harness.py --bare``)."""
+class Run(NamedTuple):
+    """One ``--runs`` entry."""
+
+    #: The mode, with a ``:asyncio`` / ``:uvloop`` suffix for those executors.
+    mode: str
+    #: Lanes (pool threads for QUEUE_ORDERLY).
+    n: int
+    #: The lane placement (``load`` for modes that place no keys).
+    placement: str = "load"
+
+
+_RUNS_SYNTAX = (
+    "expected MODE:N[:EXECUTOR][@PLACEMENT] with MODE one of QUEUE_ORDERLY, KEY_ORDERLY, CONCURRENTLY, LOOP; "
+    "N >= 1; EXECUTOR one of thread, asyncio, uvloop (not for QUEUE_ORDERLY; LOOP needs asyncio or uvloop); "
+    f"PLACEMENT one of {', '.join(PLACEMENTS)} (KEY_ORDERLY and LOOP only)"
+)
+
+
+def parse_runs(text: str) -> list[Run]:
+    """``"MODE:N,MODE:N:EXECUTOR,MODE:N@PLACEMENT"`` -> ``[Run, ...]``
+    (``Run.mode`` keeps a ``:asyncio`` / ``:uvloop`` suffix; ``:thread`` is
+    the default and dropped), with clear errors (``SystemExit`` naming the
+    entry; an entry equal to an earlier one is an error too).
+    ``LOOP:N:EXECUTOR`` is no consumer: the event loop's ceiling for the
+    same listener over N lanes of the placement's partitioning
+    (``harness.py --bare``; ``load``: an offline greedy split)."""
     runs = []
     for part in text.split(","):
-        mode, _, rest = part.strip().partition(":")
+        entry = part.strip()
+        spec, at, placement = entry.partition("@")
+        mode, _, rest = spec.partition(":")
         n, _, executor = rest.partition(":")
+        if not at:
+            placement = "load"
         if (
             mode not in ("QUEUE_ORDERLY", "KEY_ORDERLY", "CONCURRENTLY", "LOOP")
             or not n.isdigit()
@@ -57,22 +92,30 @@ def parse_runs(text: str) -> list[tuple[str, int]]:
             or executor not in ("", "thread", "asyncio", "uvloop")
             or (executor not in ("", "thread") and mode == "QUEUE_ORDERLY")
             or (executor in ("", "thread") and mode == "LOOP")
+            or placement not in PLACEMENTS
+            or (at and mode not in ("KEY_ORDERLY", "LOOP"))
         ):
-            raise SystemExit(
-                f"--runs: bad entry {part!r}; expected MODE:N or MODE:N:EXECUTOR with MODE one of QUEUE_ORDERLY, "
-                "KEY_ORDERLY, CONCURRENTLY, LOOP and EXECUTOR one of thread, asyncio, uvloop (not for "
-                "QUEUE_ORDERLY; LOOP needs asyncio or uvloop)"
-            )
-        runs.append((mode if executor in ("", "thread") else f"{mode}:{executor}", int(n)))
+            raise SystemExit(f"--runs: bad entry {entry!r}; {_RUNS_SYNTAX}")
+        run = Run(mode if executor in ("", "thread") else f"{mode}:{executor}", int(n), placement)
+        if run in runs:  # same label, same log file
+            raise SystemExit(f"--runs: entry {entry!r} repeats an earlier one (use --repeat to run one twice)")
+        runs.append(run)
     return runs
 
 
 def run_harness(
-    workload_dir: Path, mode: str, n: int, log_dir: Path, no_failures: bool = False, metrics: bool = False
+    workload_dir: Path,
+    mode: str,
+    n: int,
+    log_dir: Path,
+    no_failures: bool = False,
+    metrics: bool = False,
+    placement: str = "load",
 ) -> dict[str, object]:
     """Run ``harness.py`` in its own process; its JSON line as a dict.
     ``mode`` may carry an executor suffix (``KEY_ORDERLY:uvloop``).
-    ``metrics``: with Prometheus metrics on (``harness.py --metrics``)."""
+    ``metrics``: with Prometheus metrics on (``harness.py --metrics``).
+    ``placement``: KEY_ORDERLY's (and LOOP's) lane placement."""
     mode, _, executor = mode.partition(":")
     cmd = [
         sys.executable,
@@ -91,6 +134,8 @@ def run_harness(
     ]
     if mode == "LOOP":
         cmd.append("--bare")
+    if placement != "load":
+        cmd += ["--placement", placement]
     if no_failures:
         cmd.append("--no-failures")
     if metrics:
@@ -100,17 +145,18 @@ def run_harness(
 
 
 def run_repeated(
-    workload_dir: Path, mode: str, n: int, log_dir: Path, repeat: int, no_failures: bool = False
+    workload_dir: Path, run: Run, log_dir: Path, repeat: int, no_failures: bool = False
 ) -> dict[str, object]:
     """Run a configuration ``repeat`` times (each its own process); return
     the run with the median rate, with ``rates`` (all of them) added.  Its
     consumption log is the one kept for the check."""
+    mode, n, placement = run
     if repeat == 1:
-        return run_harness(workload_dir, mode, n, log_dir, no_failures)
+        return run_harness(workload_dir, mode, n, log_dir, no_failures, placement=placement)
     runs = []
     for i in range(repeat):
         sub = log_dir / f"repeat-{i}"
-        runs.append((run_harness(workload_dir, mode, n, sub, no_failures), sub))
+        runs.append((run_harness(workload_dir, mode, n, sub, no_failures, placement=placement), sub))
     ordered = sorted(runs, key=lambda r: float(r[0]["rate"]))  # type: ignore[arg-type]
     median, sub = ordered[len(ordered) // 2]
     for path in sub.glob("*.parquet"):
@@ -130,36 +176,48 @@ def chart(results: list[dict[str, object]], title: str, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    series = sorted(
-        {(str(r["mode"]), str(r.get("executor", "thread"))) for r in results if r["mode"] != "QUEUE_ORDERLY"}
-    )
-    for mode, ex in series:
+
+    def series_of(r: dict[str, object]) -> tuple[str, str, str]:
+        return str(r["mode"]), str(r.get("executor", "thread")), str(r.get("placement") or "")
+
+    colors: dict[str, str] = {}  # placement -> colour of its first KEY_ORDERLY series
+    for mode, ex, placement in sorted({series_of(r) for r in results if r["mode"] != "QUEUE_ORDERLY"}):
         marker = "o" if mode == "KEY_ORDERLY" else "s"
         pts = sorted(
             (int(r["lanes"]), float(r["rate"]))  # type: ignore[call-overload, arg-type]
             for r in results
-            if r["mode"] == mode and r.get("executor", "thread") == ex
+            if series_of(r) == (mode, ex, placement)
         )
         if pts:
+            notes = ", ".join(x for x in ("" if ex == "thread" else ex, placement) if x)
             label = (f"lite_push {mode}" if mode != "LOOP" else "no consumer: loop ceiling") + (
-                "" if ex == "thread" else f" ({ex})"
+                f" ({notes})" if notes else ""
             )
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=label)
-    bounds = sorted(
-        {
-            (int(r["lanes"]), float(r["bound_rate"]))
-            for r in results
-            if r["mode"] == "KEY_ORDERLY" and r.get("bound_rate")
-        }
-    )  # type: ignore[arg-type]
-    if bounds:
+            (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=label)
+            if mode == "KEY_ORDERLY":
+                colors.setdefault(placement or "java", line.get_color())
+    keyed = [r for r in results if r["mode"] == "KEY_ORDERLY" and r.get("bound_rate")]
+    for placement in sorted({str(r.get("placement") or "java") for r in keyed}):
+        bounds = sorted(
+            {
+                (int(r["lanes"]), float(r["bound_rate"]))  # type: ignore[call-overload, arg-type]
+                for r in keyed
+                if str(r.get("placement") or "java") == placement
+            }
+        )
+        what = "any key-ordered consumer" if placement == "load" else f"busiest {placement} lane"
         ax.plot(
             [b[0] for b in bounds],
             [b[1] for b in bounds],
             linestyle=":",
-            color="C0",
-            label="KEY_ORDERLY bound (busiest lane)",
+            marker="_",
+            markersize=14,
+            color=colors.get(placement, "grey"),
+            label=f"KEY_ORDERLY bound, {placement} ({what})",
         )
+    hot = next((float(r["hot_key_rate"]) for r in results if r.get("hot_key_rate")), None)  # type: ignore[arg-type]
+    if hot is not None:
+        ax.axhline(hot, color="black", linestyle=":", label="hot-key bound")
     for r in results:
         if r["mode"] == "QUEUE_ORDERLY":
             ax.axhline(
@@ -203,6 +261,16 @@ def poison_chart(pairs: list[tuple[dict[str, object], dict[str, object]]], title
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _mode_cell(r: dict[str, object]) -> str:
+    """``MODE (executor, placement)``: the executor unless threads, the
+    placement for runs that place keys."""
+    ex = str(r.get("executor", "thread"))
+    notes = [ex] if ex != "thread" else []
+    if r.get("placement"):
+        notes.append(str(r["placement"]))
+    return f"{r['mode']}" + (f" ({', '.join(notes)})" if notes else "")
 
 
 def _check_cell(c: dict[str, object]) -> str:
@@ -272,7 +340,8 @@ def poison_table(
         dead = int(fail.get("dead_lettered") or 0)  # type: ignore[call-overload]
         retried = f"{int(fail['retried']):,}" + (f" ({dead:,} dead-lettered)" if dead else "")  # type: ignore[call-overload]
         lines.append(
-            f"| {fail['mode']} | {fail['lanes']} | {float(before or 0):,.0f} | {float(after or 0):,.0f} | {ratio} | "  # type: ignore[arg-type]
+            f"| {_mode_cell(fail)} | {fail['lanes']} | {float(before or 0):,.0f} | "  # type: ignore[arg-type]
+            f"{float(after or 0):,.0f} | {ratio} | "  # type: ignore[arg-type]
             f"{float(fail['rate']):,.0f} | {retried} | {check} |"  # type: ignore[arg-type]
         )
     return "\n".join(lines)
@@ -285,21 +354,22 @@ def table(name: str, results: list[dict[str, object]], checks: dict[str, dict[st
         "",
         bound_text,
         "",
-        "| mode | lanes / threads | msg/s | vs baseline | bound msg/s | of bound | p50 / p95 / p99 ms "
-        "| CPU s | peak RSS MiB | check |",
-        "|---|---:|---:|---:|---:|---:|---|---:|---:|---|",
+        "| mode | lanes / threads | msg/s | vs baseline | bound msg/s | of bound | of hot-key bound "
+        "| p50 / p95 / p99 ms | CPU s | peak RSS MiB | check |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|",
     ]
     for r in results:
         check = _check_cell(checks.get(str(r["run"]), {}))
         ratio = f"{float(r['rate']) / base:.2f}x" if base else "-"  # type: ignore[arg-type]
         bound = r.get("bound_rate")
         bound_cells = f"{float(bound):,.0f} | {float(r['rate']) / float(bound):.0%}" if bound else "- | -"  # type: ignore[arg-type]
+        hot = r.get("hot_key_rate")
+        hot_cell = f"{float(r['rate']) / float(hot):.0%}" if hot and r["mode"] != "CONCURRENTLY" else "-"  # type: ignore[arg-type]
         rate = f"{float(r['rate']):,.0f}"  # type: ignore[arg-type]
         if r.get("rates"):
             rate += f" ({min(r['rates']):,.0f}–{max(r['rates']):,.0f})"  # type: ignore[type-var, call-overload]
-        ex = r.get("executor", "thread")
         lines.append(
-            f"| {r['mode']}{'' if ex == 'thread' else f' ({ex})'} | {r['lanes']} | {rate} | {ratio} | {bound_cells} | "
+            f"| {_mode_cell(r)} | {r['lanes']} | {rate} | {ratio} | {bound_cells} | {hot_cell} | "
             f"{float(r['latency_ms_p50']):,.0f} / {float(r['latency_ms_p95']):,.0f} / "  # type: ignore[arg-type]
             f"{float(r['latency_ms_p99']):,.0f} | "  # type: ignore[arg-type]
             f"{float(r['cpu_seconds']):.1f} | {float(r['peak_rss_mib']):,.0f} | {check} |"  # type: ignore[arg-type]
@@ -315,15 +385,31 @@ def _skew_table(workload: Workload, results: list[dict[str, object]], checks: di
         f"hottest key {sb.top_share:.1%} of messages -> no key-ordered consumer can beat the baseline by more "
         f"than {sb.ceiling_ratio:.1f}x on this workload (its best rate is {sb.key_ordered_max_rate:,.0f} msg/s)."
     )
+    hot = next((float(r["hot_key_rate"]) for r in results if r.get("hot_key_rate")), None)  # type: ignore[arg-type]
+    if hot is not None:
+        bound_text += (
+            f" On the generated data the hot-key bound is {hot:,.0f} msg/s (N / the hottest key's total cost: no"
+            " key-ordered run beats it with any number of lanes); \"of hot-key bound\" is each run's rate over it"
+            " (not for CONCURRENTLY, which may run a key's messages at once)."
+        )
+    placements = sorted({str(r["placement"]) for r in results if r.get("placement")}, key=PLACEMENTS.index)
     if any(r["mode"] == "LOOP" for r in results):
         bound_text += (
             " LOOP rows run no consumer: the same listener awaited by N coroutines over the messages partitioned"
-            " as KEY_ORDERLY's N lanes, read up front -- what the event loop can do with this listener at all."
+            " into N lanes by the row's placement, read up front -- what the event loop can do with this listener"
+            " at all (load: an offline greedy split, each key in order of first appearance to the lane with the"
+            " least cost so far)."
         )
+    keyed = {
+        "load": "N / max(hottest key's total cost, total cost / lanes) with load placement (keys move between"
+        " lanes, so this is the best any key-ordered consumer with that many lanes can do)",
+        "hash": "the busiest lane's total cost with hash placement (lane `mixed_hash(key) % lanes`)",
+        "java": "the busiest lane's total cost with java placement (lane `lane_of(key, lanes)`, Java's hash)",
+    }
+    key_text = f" for KEY_ORDERLY and LOOP {'; '.join(keyed[p] for p in placements)};" if placements else ""
     bound_text += (
-        " \"bound\" is the best rate the run's own partitioning allows on this data: the busiest lane's total"
-        " cost for KEY_ORDERLY (Java-hash lanes), the busiest queue's for QUEUE_ORDERLY, the total over the lanes"
-        " for CONCURRENTLY (`workloads.partition_bound`)."
+        " \"bound\" is the best rate the run's own partitioning allows on this data (`partition.partition_bound`):"
+        f"{key_text} the busiest queue's for QUEUE_ORDERLY; the total over the lanes for CONCURRENTLY."
     )
     return table(workload.name, results, checks, bound_text)
 
@@ -333,7 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("workload", help="a named workload (see workloads.py)")
     parser.add_argument(
         "--runs",
-        help=f"MODE:N list (default {DEFAULT_RUNS}; for a workload with poisoned keys {DEFAULT_POISON_RUNS})",
+        help=f"MODE:N[:EXECUTOR][@PLACEMENT] list (default {DEFAULT_RUNS}; for a workload with poisoned keys "
+        f"{DEFAULT_POISON_RUNS})",
     )
     parser.add_argument("--out", type=Path, default=HERE / "out", help="where workloads, logs and charts go")
     parser.add_argument("--master", default="local[*]", help="Spark master for generation and checking")
@@ -376,14 +463,14 @@ def main(argv: list[str] | None = None) -> int:
     text = poison_text(workload, workload_dir) if poisoned else ""
     if poisoned:
         print(text, file=sys.stderr)
-    for mode, n in tqdm(runs, desc=f"{workload.name}: runs", unit="run", file=sys.stderr):
+    for run in tqdm(runs, desc=f"{workload.name}: runs", unit="run", file=sys.stderr):
         if poisoned:
-            nofail = run_repeated(workload_dir, mode, n, log_dir, args.repeat, no_failures=True)
-            pair = (nofail, run_repeated(workload_dir, mode, n, log_dir, args.repeat))
+            nofail = run_repeated(workload_dir, run, log_dir, args.repeat, no_failures=True)
+            pair = (nofail, run_repeated(workload_dir, run, log_dir, args.repeat))
             pairs.append(pair)
             results.extend(pair)
         else:
-            results.append(run_repeated(workload_dir, mode, n, log_dir, args.repeat))
+            results.append(run_repeated(workload_dir, run, log_dir, args.repeat))
     checks: dict[str, dict[str, object]] = {}
     if not args.no_check:
         spark = gen_load.spark_session(master=args.master)

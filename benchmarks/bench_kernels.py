@@ -9,13 +9,22 @@ twins are imported directly (``lite_push._router_py`` / ``_router_c``,
 ``lite_push._offsets_py`` / ``_offsets_c``), not through the selectors, so
 ``LITE_PUSH_NO_EXTENSIONS`` does not matter here.
 
-* **bucket**: ns per key to route 1,000-message batches of real
-  ``MessageExt`` objects (``key_of = attrgetter("keys")``), keys drawn from
-  10,000 random 16-digit account numbers, into 16 and 64 lanes.  Cold: the
-  lane cache is cleared before each batch (outside the timed region), so
-  nearly every key is hashed.  Warm: the cache already holds every key.
-* **route**: what the runtime calls: one call routes a 1,000-message batch
-  into per-lane segments, reading ``message.keys``; lanes cached per key.
+* **route**: what the runtime calls, ``KeyRouter.route``: one call routes a
+  1,000-message batch of real ``MessageExt`` objects (keys drawn from 10,000
+  random 16-digit account numbers) into per-lane segments, reading
+  ``message.keys``; ns per message.  Per placement:
+
+  - ``hash``, ``java`` (fixed lanes, cached per key): ``route`` alone, on a
+    router whose cache is warm (as in a running consumer); releases are
+    no-ops for them, so they are not timed.  Also one batch routed over and
+    over (every key in cache), as before.
+  - ``load``: ``route``, then the release of the same messages -- the
+    runtime's whole per-message router cost: the pull thread routes a
+    dispatch, each lane hands back its segments (appended to a deque, as
+    the lanes do) and the pull thread releases them (``release_from``)
+    before the next dispatch.  So every batch starts from an empty table
+    and each key is placed on the least-loaded lane on its first message.
+    Also at 1,024 lanes (the asyncio executor's count).
 * **java_hash**: ns per call on one 16-digit key, loop included; the
   ``len(key)`` row is the same loop around a trivial builtin, for scale.
 * **tracker**: ns per message over 1,000,000 messages: ``add_batch`` of 32
@@ -35,13 +44,13 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
-import operator
 import os
 import platform
 import random
 import statistics
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -84,48 +93,47 @@ def timed(run: Callable[[], int], repeat: int, per: int) -> list[float]:
 # --- the cases --------------------------------------------------------------------------
 
 
-def bucket_case(router: ModuleType, batches: list[list[MessageExt]], n: int, *, warm: bool) -> Callable[[], int]:
-    bucket = router.bucket
-    key_of = operator.attrgetter("keys")
-    cache: dict[str, int] = {}
-    if warm:
+def route_case(router: ModuleType, batches: list[list[MessageExt]], n: int, placement: str) -> Callable[[], int]:
+    """``KeyRouter(n, placement).route``, one group per batch, keys read
+    from ``message.keys``.  Fixed placements: route only, the key cache warm
+    from a first pass (as in a running consumer).  ``load``: route, then
+    release every lane's segments of that batch through a deque, as the
+    lanes and the pull thread do (the table is empty again after each
+    batch)."""
+    kr = router.KeyRouter(n, placement)
+    route = kr.route
+    if placement != "load":
         for batch in batches:
-            bucket(batch, n, key_of, 0, cache)
+            route([(None, batch, 0)])
 
-    def run() -> int:
-        ns = 0
-        clock = time.perf_counter_ns
-        if warm:
+        def run() -> int:
+            clock = time.perf_counter_ns
             t0 = clock()
             for batch in batches:
-                bucket(batch, n, key_of, 0, cache)
+                route([(None, batch, 0)])
             return clock() - t0
-        for batch in batches:
-            cache.clear()
-            t0 = clock()
-            bucket(batch, n, key_of, 0, cache)
-            ns += clock() - t0
-        return ns
 
-    return run
+        return run
 
+    release_from = kr.release_from
+    box: deque[tuple[int, list[MessageExt]]] = deque()
+    append = box.append
 
-def route_case(router: ModuleType, batches: list[list[MessageExt]], n: int) -> Callable[[], int]:
-    """``route`` (what the runtime calls): one group per batch, keys read
-    from ``message.keys``; its per-lane-count cache is warm after the first
-    run, as it is in a running consumer."""
-    route = router.route
-    for batch in batches:
-        route([(None, batch, 0)], n, None)
-
-    def run() -> int:
+    def run_load() -> int:
         clock = time.perf_counter_ns
         t0 = clock()
         for batch in batches:
-            route([(None, batch, 0)], n, None)
-        return clock() - t0
+            segments, _ = route([(None, batch, 0)])
+            for lane, segs in enumerate(segments):
+                if segs is not None:
+                    for _, items in segs:
+                        append((lane, items))
+            release_from(box)
+        ns = clock() - t0
+        assert kr.placed_keys() == 0 and not any(kr.loads())
+        return ns
 
-    return run
+    return run_load
 
 
 def call_case(fn: Callable[[str], Any], key: str, calls: int) -> Callable[[], int]:
@@ -206,19 +214,17 @@ def main() -> int:
     # (case, unit, [(twin label, run or None)], units per run)
     cases: list[tuple[str, str, list[tuple[str, Callable[[], int] | None]], int]] = []
     keys_routed = route_batches * BATCH
-    for n in (16, 64):
-        for warm in (False, True):
-            name = f"bucket, {BATCH:,}-msg batch, n={n}, {'warm' if warm else 'cold'} cache"
-            runs = [(label, bucket_case(m, batches, n, warm=warm) if m else None) for label, m in twins["router"]]
-            cases.append((name, "key", runs, keys_routed))
-    for n in (16, 64):
-        name = f"route, {BATCH:,}-msg batch, n={n} (runtime path)"
-        runs = [(label, route_case(m, batches, n) if m else None) for label, m in twins["router"]]
-        cases.append((name, "key", runs, keys_routed))
+    route_plan = [("load", n, "route + release") for n in (16, 64, 1024)]
+    route_plan += [(placement, n, "route") for placement in ("hash", "java") for n in (16, 64)]
+    for placement, n, what in route_plan:
+        name = f"KeyRouter {placement}: {what}, {BATCH:,}-msg batch, n={n}"
+        runs = [(label, route_case(m, batches, n, placement) if m else None) for label, m in twins["router"]]
+        cases.append((name, "msg", runs, keys_routed))
     hot = [batches[0]] * len(batches)
-    name = f"route, one {BATCH:,}-msg batch repeated (in cache), n=16"
-    runs = [(label, route_case(m, hot, 16) if m else None) for label, m in twins["router"]]
-    cases.append((name, "key", runs, keys_routed))
+    for placement in ("hash", "java"):
+        name = f"KeyRouter {placement}: route, one {BATCH:,}-msg batch repeated (in cache), n=16"
+        runs = [(label, route_case(m, hot, 16, placement) if m else None) for label, m in twins["router"]]
+        cases.append((name, "msg", runs, keys_routed))
     key16 = accounts[0]
     runs = [(label, call_case(m.java_hash, key16, hash_calls) if m else None) for label, m in twins["router"]]
     cases.append(("java_hash, 16-digit key", "call", runs, hash_calls))

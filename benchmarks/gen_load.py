@@ -6,8 +6,9 @@
 Writes ``OUT/part-*.parquet`` with one row per message:
 
 * ``seq`` (long): 0..N-1, the order the harness must send in;
-* ``key`` (string): a 16-digit account-number-like id
-  (:func:`workloads.key_for_rank`), sampled by the workload's skew;
+* ``key`` (string): the key string of a rank sampled by the workload's skew
+  (:func:`workloads.keys_for`: a 16-digit account-number-like id, or
+  ``acct-<rank>`` with ``key_format="sequential"``);
 * ``cost_us`` (int): the message's processing cost in microseconds;
 * ``body_size`` (int): the body size in bytes;
 * ``fail_times`` (int): listener attempts that fail before the message
@@ -26,6 +27,9 @@ with ``numpy.searchsorted`` over the broadcast cumulative table); ``hotkey``
 puts rank 0 on ``hot_share`` of the rows and spreads the rest uniformly over
 the other ranks.  Rows are written in ``seq`` order within each file and the
 files in ``seq`` order by name, but readers should sort by ``seq`` anyway.
+``redraw.py`` computes the same ``key`` and ``cost_us`` per ``seq`` in pure
+Python (the same hashes and tables, no Spark), for tools that need the
+message sequence without generating it.
 """
 
 from __future__ import annotations

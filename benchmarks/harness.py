@@ -10,7 +10,7 @@ RocketMQ producer with the hash selector would; then one consumer consumes it
 to the end.  Every message's body starts with its ``seq`` (8 bytes, big
 endian), so a delivery maps back to the workload row.  The listener sleeps
 ``cost_us`` per message (simulated I/O) and records ``(seq, start_ns,
-end_ns, attempt)`` in per-thread columns.
+end_ns, attempt)`` in per-thread columns (``recorders.py``).
 
 Poisoned messages: while a message's ``reconsume_times`` is below its
 ``fail_times``, the listener raises ``RuntimeError("poisoned")`` at once (no
@@ -34,10 +34,27 @@ consumption log as Parquet (``run``, ``seq``, ``key``, ``queue``,
 ``offset``, ``lane``, ``start_ns``, ``end_ns``, ``attempt``).  Run it as its
 own process per configuration, so RSS and CPU belong to that run alone.
 
+``--placement load|hash|java`` (KEY_ORDERLY; default ``load``) is
+``ConsumerConfig.lane_placement``: which lane a key goes to.  A placement
+other than the default is appended to the run's label
+(``KEY_ORDERLY-64-hash``, ``KEY_ORDERLY-256-uvloop-java``).  The JSON line
+says ``placement`` (``null`` for modes that place no keys), ``bound_rate``:
+the best rate the run's partitioning allows on this data
+(``partition.partition_bound`` with the run's placement: the busiest fixed
+lane for ``hash`` and ``java``, ``N / max(hottest key's cost, total / lanes)``
+for ``load``), and ``hot_key_rate``: ``N / (hottest key's total cost)``, the
+hot-key bound no key-ordered run beats with any number of lanes
+(``partition.hot_key_rate``).
+
 ``--bare`` (asyncio executors, KEY_ORDERLY) runs no consumer: the same
-listener awaited by ``--lanes`` coroutines over the messages partitioned as
-KEY_ORDERLY would (:func:`bare_loop`), which is what the event loop can do
+listener awaited by ``--lanes`` coroutines over the messages partitioned by
+``--placement`` (:func:`bare_loop`), which is what the event loop can do
 with this listener at all -- the ceiling for the asyncio executor's runs.
+``hash`` and ``java`` are the runtime's fixed lanes.  ``load`` places keys
+at run time, which a partition made up front cannot copy; the bare loop
+uses an offline greedy split instead: each key, in order of first
+appearance (``seq``), with all its messages, to the lane with the least
+total cost assigned so far (``partition.greedy_lanes``).
 """
 
 from __future__ import annotations
@@ -49,17 +66,16 @@ import resource
 import sys
 import threading
 import time
-from array import array
 from pathlib import Path
 from typing import cast
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-from workloads import partition_bound
+from partition import PLACEMENTS, hot_key_rate, lanes_of_keys, partition_bound
+from recorders import AsyncRecorder, Recorder
 
 from lite_push import (
     AsyncLitePushConsumer,
@@ -71,7 +87,6 @@ from lite_push import (
     LitePushConsumer,
     MessageExt,
 )
-from lite_push._router import lane_of
 
 TOPIC = "BENCH"
 
@@ -103,142 +118,6 @@ def load(broker: EmbeddedBroker, workload_dir: Path, queues: int) -> tuple[list[
     return keys, costs, fails
 
 
-#: The recorders' columns, in order (one ``array('q')`` each: appending an
-#: int allocates no object the cyclic GC tracks, where a tuple per delivery
-#: made the collector a visible share of a 100,000 msg/s run).
-_COLUMNS = ("seq", "queue", "offset", "start_ns", "end_ns", "attempt")
-
-
-def _columns() -> list[array[int]]:
-    return [array("q") for _ in _COLUMNS]
-
-
-def _table(run: str, keys: list[str], parts: list[tuple[int, list[array[int]]]]) -> pa.Table:
-    """The consumption log from ``(lane, columns)`` parts."""
-    cols: dict[str, list[int]] = {c: [] for c in _COLUMNS}
-    lanes: list[int] = []
-    for lane, part in parts:
-        for name, col in zip(_COLUMNS, part, strict=True):
-            cols[name].extend(col)
-        lanes.extend([lane] * len(part[0]))
-    n = len(lanes)
-    return pa.table(
-        {
-            "run": pa.array([run] * n, pa.string()),
-            "seq": pa.array(cols["seq"], pa.int64()),
-            "key": pa.array([keys[s] for s in cols["seq"]], pa.string()),
-            "queue": pa.array(cols["queue"], pa.int32()),
-            "offset": pa.array(cols["offset"], pa.int64()),
-            "lane": pa.array(lanes, pa.int32()),
-            "start_ns": pa.array(cols["start_ns"], pa.int64()),
-            "end_ns": pa.array(cols["end_ns"], pa.int64()),
-            "attempt": pa.array(cols["attempt"], pa.int32()),
-        }
-    )
-
-
-class AsyncRecorder:
-    """The asyncio executor's listener: awaits ``asyncio.sleep`` for each
-    message's cost (simulated async I/O) and records the delivery as
-    :class:`Recorder` does (one set of columns: every lane runs on the loop
-    thread; the lane is logged as -1)."""
-
-    def __init__(self, costs: list[int], fail_times: list[int] | None = None) -> None:
-        self._costs = costs
-        self._fails = fail_times if fail_times is not None and any(fail_times) else None
-        self._cols = _columns()
-
-    async def __call__(self, msgs: list[MessageExt]) -> None:
-        import asyncio
-
-        fails = self._fails
-        if fails is not None:
-            for m in msgs:
-                if m.reconsume_times < fails[int.from_bytes(m.body[:8], "big")]:
-                    raise RuntimeError("poisoned")
-        # (asyncio.current_task() per call, to log the lane, would cost more than the rest of this listener)
-        seqs, queues, offsets, starts, ends, attempts = self._cols
-        costs = self._costs
-        clock = time.perf_counter_ns
-        sleep = asyncio.sleep
-        for m in msgs:
-            seq = int.from_bytes(m.body[:8], "big")
-            start = clock()
-            cost = costs[seq]
-            if cost:
-                await sleep(cost / 1e6)
-            ends.append(clock())
-            seqs.append(seq)
-            queues.append(m.queue_id)
-            offsets.append(m.queue_offset)
-            starts.append(start)
-            attempts.append(m.reconsume_times)
-
-    def table(self, run: str, keys: list[str]) -> pa.Table:
-        return _table(run, keys, [(-1, self._cols)])
-
-
-class Recorder:
-    """The listener: sleeps each message's cost and records the delivery in
-    per-thread columns (no lock on the hot path).
-
-    ``fail_times[seq]`` (default: none fail) is how many attempts of a
-    message fail: while ``reconsume_times`` is below it the call raises
-    ``RuntimeError("poisoned")`` before doing or logging anything -- for the
-    whole batch, so a retried batch is never logged twice."""
-
-    def __init__(self, costs: list[int], fail_times: list[int] | None = None) -> None:
-        self._costs = costs
-        self._fails = fail_times if fail_times is not None and any(fail_times) else None
-        self._local = threading.local()
-        self._all: list[tuple[str, list[array[int]]]] = []
-        self._lock = threading.Lock()
-
-    def _cols(self) -> list[array[int]]:
-        try:
-            return self._local.cols  # type: ignore[no-any-return]
-        except AttributeError:
-            cols = _columns()
-            self._local.cols = cols
-            with self._lock:
-                self._all.append((threading.current_thread().name, cols))
-            return cols
-
-    def __call__(self, msgs: list[MessageExt]) -> None:
-        fails = self._fails
-        if fails is not None:
-            for m in msgs:
-                if m.reconsume_times < fails[int.from_bytes(m.body[:8], "big")]:
-                    raise RuntimeError("poisoned")
-        seqs, queues, offsets, starts, ends, attempts = self._cols()
-        costs = self._costs
-        clock = time.perf_counter_ns
-        for m in msgs:
-            seq = int.from_bytes(m.body[:8], "big")
-            start = clock()
-            cost = costs[seq]
-            if cost:
-                time.sleep(cost / 1e6)
-            ends.append(clock())
-            seqs.append(seq)
-            queues.append(m.queue_id)
-            offsets.append(m.queue_offset)
-            starts.append(start)
-            attempts.append(m.reconsume_times)
-
-    def table(self, run: str, keys: list[str]) -> pa.Table:
-        with self._lock:
-            parts = list(self._all)
-        return _table(
-            run,
-            keys,
-            [
-                (int(name.rsplit("-", 1)[1]) if name.startswith("lite-push-lane-") else -1, cols)
-                for name, cols in parts
-            ],
-        )
-
-
 class _Scraper:
     """Scrapes a registry every second in a thread, as Prometheus would
     (more often than its usual 15 s), so the collector's cost is counted."""
@@ -263,14 +142,15 @@ class _Scraper:
 
 
 def bare_loop(
-    broker: EmbeddedBroker, rec: AsyncRecorder, lanes: int, total: int, executor: str
+    broker: EmbeddedBroker, rec: AsyncRecorder, lanes: int, total: int, executor: str, placement: str = "load"
 ) -> tuple[float, float, int]:
     """The event loop's ceiling for this listener and partitioning, with no
-    lite_push on the way: every message is read up front, put in the lane
-    KEY_ORDERLY would route its key to (same hash, queue then offset order,
-    so each key keeps its order), and ``lanes`` coroutines await the
-    listener for their messages one by one.  Returns ``(seconds, cpu
-    seconds, start in perf_counter_ns)``."""
+    lite_push on the way: every message is read up front, put in its key's
+    lane under ``placement`` (``hash``, ``java``: the runtime's fixed lane;
+    ``load``: the offline greedy split, see the module docstring), in queue
+    then offset order so each key keeps its order, and ``lanes`` coroutines
+    await the listener for their messages one by one.  Returns ``(seconds,
+    cpu seconds, start in perf_counter_ns)``."""
     import asyncio
 
     pc = broker.pull_consumer("bench-bare", consume_from=ConsumeFromWhere.FIRST_OFFSET)
@@ -280,10 +160,14 @@ def bare_loop(
         for batch in pc.poll(1.0, 1024):
             msgs.extend(batch.messages)
     pc.close()
+    seq_of = {id(m): int.from_bytes(m.body[:8], "big") for m in msgs}
+    by_seq = sorted(msgs, key=lambda m: seq_of[id(m)])
+    costs = rec.costs
+    lane_map = lanes_of_keys([m.keys or "" for m in by_seq], [costs[seq_of[id(m)]] for m in by_seq], lanes, placement)
     msgs.sort(key=lambda m: (m.queue_id, m.queue_offset))
     parts: list[list[MessageExt]] = [[] for _ in range(lanes)]
     for m in msgs:
-        parts[lane_of(m.keys or "", lanes)].append(m)
+        parts[lane_map[m.keys or ""]].append(m)
 
     async def lane(part: list[MessageExt]) -> None:
         for m in part:
@@ -313,6 +197,7 @@ def run_one(
     executor: str = "thread",
     bare: bool = False,
     metrics: bool = False,
+    placement: str = "load",
 ) -> dict[str, object]:
     """Consume the workload once with ``mode`` and ``lanes`` (pool threads
     for QUEUE_ORDERLY) on ``executor`` (``thread``, or ``asyncio`` /
@@ -320,29 +205,41 @@ def run_one(
     harness's JSON line.  ``bare``: no consumer, the loop's ceiling
     (:func:`bare_loop`; label ``LOOP-<lanes>-<executor>``).  ``metrics``:
     the consumer records Prometheus metrics into a registry scraped every
-    second meanwhile (label suffix ``-metrics``)."""
+    second meanwhile (label suffix ``-metrics``).  ``placement``: the
+    KEY_ORDERLY lane placement (label suffix ``-<placement>`` unless
+    ``load``); other modes place no keys and take only the default."""
+    if placement not in PLACEMENTS:
+        raise SystemExit(f"--placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
+    keyed = mode is ConsumeMode.KEY_ORDERLY
+    if not keyed and placement != "load":
+        raise SystemExit(f"--placement {placement} needs --mode KEY_ORDERLY ({mode.name} places no keys on lanes)")
     broker = EmbeddedBroker()
     keys, costs, fails = load(broker, workload_dir, queues)
     total = len(keys)
     is_async = executor != "thread"
-    if bare and (not is_async or mode is not ConsumeMode.KEY_ORDERLY or (any(fails) and not no_failures)):
+    if bare and (not is_async or not keyed or (any(fails) and not no_failures)):
         raise SystemExit("--bare needs --mode KEY_ORDERLY, an asyncio or uvloop executor, and no failing messages")
     rec: Recorder | AsyncRecorder = (AsyncRecorder if is_async else Recorder)(costs, None if no_failures else fails)
+    suffix = "" if placement == "load" else f"-{placement}"
+    bound = partition_bound(keys, costs, queues, mode.name, lanes, placement)
+    hot_rate = hot_key_rate(keys, costs)
+    placed = placement if keyed else None
     if bare:
         assert isinstance(rec, AsyncRecorder)
-        seconds, cpu, t0_ns = bare_loop(broker, rec, lanes, total, executor)
+        seconds, cpu, t0_ns = bare_loop(broker, rec, lanes, total, executor, placement)
         return _result(
-            rec, keys, fails, f"LOOP-{lanes}-{executor}", "LOOP", executor, lanes, queues, total, seconds, cpu,
-            t0_ns, 0, 0, 0, log_dir, partition_bound(keys, costs, queues, "KEY_ORDERLY", lanes),
+            rec, keys, fails, f"LOOP-{lanes}-{executor}{suffix}", "LOOP", executor, lanes, queues, total, seconds,
+            cpu, t0_ns, 0, 0, 0, log_dir, bound, placement=placed, hot_rate=hot_rate,
         )
     if mode is ConsumeMode.QUEUE_ORDERLY:
         config = ConsumerConfig(group="bench", mode=mode, consume_thread_min=lanes, consume_thread_max=lanes)
         label = f"QUEUE_ORDERLY-{lanes}"
     else:
         config = ConsumerConfig(
-            group="bench", mode=mode, lanes=lanes, executor="asyncio" if is_async else "thread"
+            group="bench", mode=mode, lanes=lanes, executor="asyncio" if is_async else "thread",
+            lane_placement=placement,
         )
-        label = f"{mode.name}-{lanes}" + (f"-{executor}" if is_async else "")
+        label = f"{mode.name}-{lanes}" + (f"-{executor}" if is_async else "") + suffix
     if no_failures:
         label += "-nofail"
     registry = None
@@ -419,7 +316,7 @@ def run_one(
     return _result(
         rec, keys, fails, label, mode.name, executor if mode is not ConsumeMode.QUEUE_ORDERLY else "thread",
         lanes, queues, total, seconds, cpu, t0_ns, final.retried, final.dead_lettered, parked_max, log_dir,
-        partition_bound(keys, costs, queues, mode.name, lanes), failures=not no_failures and any(fails),
+        bound, failures=not no_failures and any(fails), placement=placed, hot_rate=hot_rate,
     )
 
 
@@ -442,8 +339,12 @@ def _result(
     log_dir: Path | None,
     bound: float,
     failures: bool = False,
+    placement: str | None = None,
+    hot_rate: float = float("inf"),
 ) -> dict[str, object]:
-    """Write the run's log (if ``log_dir``) and build its JSON line."""
+    """Write the run's log (if ``log_dir``) and build its JSON line;
+    ``bound`` and ``hot_rate`` (msg/s) are written as ``null`` when
+    infinite (no cost)."""
     table = rec.table(label, keys)
     end_ns = table.column("end_ns").to_pylist()
     ends = sorted((e - t0_ns) / 1e6 for e in end_ns)
@@ -475,7 +376,9 @@ def _result(
         "dead_lettered": dead_lettered,
         "parked_max": parked_max,
         "failures": failures,
+        "placement": placement,
         "bound_rate": bound if bound != float("inf") else None,
+        "hot_key_rate": hot_rate if hot_rate != float("inf") else None,
         "latency_ms_p50": pct(0.50),
         "latency_ms_p95": pct(0.95),
         "latency_ms_p99": pct(0.99),
@@ -499,9 +402,16 @@ def main() -> int:
         help="lane threads, or lane coroutines on asyncio's default loop or on uvloop",
     )
     parser.add_argument(
+        "--placement",
+        default="load",
+        choices=list(PLACEMENTS),
+        help="KEY_ORDERLY lane placement (ConsumerConfig.lane_placement; default load; label suffix otherwise)",
+    )
+    parser.add_argument(
         "--bare",
         action="store_true",
-        help="no consumer: the loop's ceiling for this listener and KEY_ORDERLY's partitioning (label LOOP-N-EXECUTOR)",
+        help="no consumer: the loop's ceiling for this listener over --placement's partitioning "
+        "(label LOOP-N-EXECUTOR; load: an offline greedy split)",
     )
     parser.add_argument(
         "--metrics", action="store_true", help="record Prometheus metrics, scraped every second (label suffix -metrics)"
@@ -523,7 +433,7 @@ def main() -> int:
         queues = int(meta["queues"])
     result = run_one(
         args.workload, ConsumeMode[args.mode], args.lanes, queues, args.log, args.progress, args.no_failures,
-        args.executor, args.bare, args.metrics,
+        args.executor, args.bare, args.metrics, args.placement,
     )
     print(json.dumps(result))
     return 0

@@ -2,12 +2,21 @@
 that a workload's key skew puts on any key-ordered consumer.
 
 Pure Python (no Spark, no numpy): the harness and the tests import it cheaply.
+The key strings live in ``keyspace`` and the bounds on the generated data
+(per lane placement: :func:`partition_bound`) in ``partition``; both are
+re-exported here.
 
 A :class:`Workload` describes ``messages`` messages over ``keys`` keys sent to
 a topic of ``queues`` queues (the queue is chosen by key hash when sending, as
 RocketMQ's hash selector does; it is not part of the generated file).  Keys
 are ranked ``0 .. keys-1``, rank 0 the most frequent; the key *string* of a
-rank is a 16-digit account-number-like id (:func:`key_for_rank`).
+rank depends on ``key_format`` (:func:`key_string`):
+
+* ``"luhn"`` (the default) -- a 16-digit account-number-like id with a Luhn
+  check digit (:func:`key_for_rank`), spread over the id space by the seed;
+* ``"sequential"`` -- ``f"acct-{rank}"``, so the hottest rank is ``acct-0``
+  (ids as a database sequence hands them out; Java's ``String.hashCode`` of
+  such strings differs only in its low bits from one key to the next).
 
 Key skew (``skew``):
 
@@ -53,10 +62,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from keyspace import KEY_FORMATS, KEY_SPACE, key_for_rank, key_string
+from partition import partition_bound
+
 from lite_push._router import lane_of
 
 __all__ = [
     "COSTS",
+    "KEY_FORMATS",
     "KEY_SPACE",
     "LONGTAIL_SIGMA",
     "SKEWS",
@@ -69,6 +82,7 @@ __all__ = [
     "hot_key_bound",
     "key_for_rank",
     "key_pmf",
+    "key_string",
     "keys_for",
     "longtail_mu",
     "mean_cost_ms",
@@ -84,8 +98,6 @@ SKEWS = ("uniform", "zipf", "hotkey")
 COSTS = ("none", "constant", "uniform", "longtail")
 #: Shape (σ of the underlying normal) of the ``longtail`` lognormal cost.
 LONGTAIL_SIGMA = 1.0
-#: Distinct key strings available: 15-digit bodies 10**14 .. 10**15-1.
-KEY_SPACE = 9 * 10**14
 #: Largest accepted seed (Spark hashes it as a signed 64-bit long).
 MAX_SEED = 2**63 - 1
 
@@ -121,6 +133,9 @@ class Workload:
     poison_keys: float = 0.0
     #: Failed attempts of every message of a poisoned key before it succeeds.
     poison_failures: int = 0
+    #: How a key rank is written: ``"luhn"`` or ``"sequential"`` (see the
+    #: module docstring).
+    key_format: str = "luhn"
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -130,7 +145,9 @@ class Workload:
             value = getattr(self, field)
             if not _is_int(value) or value < low:
                 raise ValueError(f"{field} must be an int >= {low}, got {value!r}")
-        if self.keys > KEY_SPACE:
+        if self.key_format not in KEY_FORMATS:
+            raise ValueError(f"key_format must be one of {KEY_FORMATS}, got {self.key_format!r}")
+        if self.key_format == "luhn" and self.keys > KEY_SPACE:
             raise ValueError(f"keys must be <= {KEY_SPACE} (distinct 16-digit ids), got {self.keys}")
         if self.seed > MAX_SEED:
             raise ValueError(f"seed must be < 2**63, got {self.seed}")
@@ -230,6 +247,13 @@ _PC_BENCH = Workload("pc-bench", 10_000, 1, 10_000, skew="uniform", cost="unifor
 #: baseline's busiest queue stalls at least 54 s.  ``poison-small``: 11
 #: messages, busiest key 4, busiest queue 4.
 _POISON = _SMS.replace(name="poison", poison_keys=0.001, poison_failures=2)
+#: ``sms`` with sequential key strings (``acct-0`` hottest), issue 17.
+_SMS_SEQ = _SMS.replace(name="sms-seq", key_format="sequential")
+#: Few keys, long awaited I/O: the hot-key bound, not the lanes, limits a run
+#: (issue 17's "share of the hot-key bound").
+_IO5 = Workload("io5", 2_000, 4, 100, skew="uniform", cost="constant", cost_ms=5.0)
+#: A steep skew over many keys at 1 ms (issue 17).
+_IO1 = Workload("io1", 20_000, 8, 10_000, skew="zipf", zipf_s=1.1, cost="constant", cost_ms=1.0)
 
 #: The named workloads; ``*-small`` variants run in seconds to a minute per mode.
 WORKLOADS: dict[str, Workload] = {
@@ -241,7 +265,13 @@ WORKLOADS: dict[str, Workload] = {
         _ZIPF11,
         _PC_BENCH,
         _POISON,
+        _SMS_SEQ,
+        _IO5,
+        _IO1,
         _SMS.replace(name="sms-small", messages=20_000),
+        #: the asyncio executor's target shape (issue 7: 1,024 lanes, 1 ms awaited)
+        _SMS.replace(name="sms-60k", messages=60_000),
+        _SMS_SEQ.replace(name="sms-seq-small", messages=20_000),
         #: ``sms`` ten times longer, for runs at 100,000+ msg/s (issue 7)
         _SMS.replace(name="sms-1m", messages=1_000_000),
         _NOOP.replace(name="noop-small", messages=100_000),
@@ -263,60 +293,16 @@ def get_workload(name: str) -> Workload:
 
 # -- keys ------------------------------------------------------------------------
 
-_HALF_BITS = 25
-_HALF_MASK = (1 << _HALF_BITS) - 1
-_ROUNDS = 6
-
-
-def _feistel(x: int, seed_key: bytes) -> int:
-    """A seeded pseudo-random permutation of ``[0, 2**50)`` (balanced Feistel
-    network, BLAKE2b round function)."""
-    left, right = x >> _HALF_BITS, x & _HALF_MASK
-    for i in range(_ROUNDS):
-        digest = hashlib.blake2b(right.to_bytes(4, "little"), digest_size=4, key=seed_key, person=bytes([i]) * 16)
-        left, right = right, left ^ (int.from_bytes(digest.digest(), "little") & _HALF_MASK)
-    return (left << _HALF_BITS) | right
-
-
-def _luhn_digit(payload: str) -> str:
-    """The Luhn check digit that makes ``payload + digit`` valid."""
-    total = 0
-    for i, ch in enumerate(reversed(payload)):
-        d = ord(ch) - 48
-        if i % 2 == 0:  # the digit next to the check digit is doubled
-            d *= 2
-            if d > 9:
-                d -= 9
-        total += d
-    return str((10 - total % 10) % 10)
-
-
-def key_for_rank(rank: int, seed: int) -> str:
-    """The key of ``rank`` under ``seed``: a 16-digit account-number-like id
-    (15 digits, the first non-zero, plus a Luhn check digit).
-
-    The 15-digit body is ``10**14 + P(rank)`` where ``P`` is a seeded
-    pseudo-random permutation of ``[0, KEY_SPACE)`` (a Feistel network over
-    50 bits with cycle-walking), so distinct ranks always give distinct keys
-    and the keys spread over Java-hash lanes like real ids."""
-    if not 0 <= rank < KEY_SPACE:
-        raise ValueError(f"rank must be in [0, {KEY_SPACE}), got {rank}")
-    seed_key = seed.to_bytes(8, "little", signed=False)
-    x = _feistel(rank, seed_key)
-    while x >= KEY_SPACE:  # cycle-walking: stays a bijection on [0, KEY_SPACE)
-        x = _feistel(x, seed_key)
-    body = str(10**14 + x)
-    return body + _luhn_digit(body)
-
 
 @lru_cache(maxsize=8)
-def _keys_cached(count: int, seed: int) -> tuple[str, ...]:
-    return tuple(key_for_rank(r, seed) for r in range(count))
+def _keys_cached(count: int, seed: int, key_format: str) -> tuple[str, ...]:
+    return tuple(key_string(r, seed, key_format) for r in range(count))
 
 
 def keys_for(workload: Workload) -> tuple[str, ...]:
-    """All key strings of ``workload``, indexed by rank (cached)."""
-    return _keys_cached(workload.keys, workload.seed)
+    """All key strings of ``workload``, indexed by rank (cached); the
+    generator's keys (``gen_load`` broadcasts this table)."""
+    return _keys_cached(workload.keys, workload.seed, workload.key_format)
 
 
 def queue_of(key: str, queues: int) -> int:
@@ -533,50 +519,3 @@ def hot_key_bound(workload: Workload) -> tuple[float, float]:
     """
     bound = skew_bound(workload)
     return bound.top_share, bound.ceiling_ratio
-
-
-def partition_bound(keys: list[str], costs_us: list[int], queues: int, mode: str, n: int) -> float:
-    """The best rate (msg/s) a run can reach on this exact data, given how
-    its work is partitioned; ``inf`` when the data has no cost.
-
-    Where :func:`skew_bound` reasons about the hottest *key*, this looks at
-    the real partitions of the generated messages (``keys[i]`` and
-    ``costs_us[i]`` for message ``i``):
-
-    * ``KEY_ORDERLY`` with ``n`` lanes: a lane runs its messages one after
-      another, and a key always goes to lane ``lane_of(key, n)`` (Java's
-      ``String.hashCode``), so the run needs at least the busiest lane's total
-      cost.  This includes the hot-key limit (a key lives in one lane) and the
-      hash's imbalance between lanes.
-    * ``QUEUE_ORDERLY`` with ``n`` threads: a queue runs one message at a time,
-      so at least the busiest queue's total cost, and at least the total cost
-      over ``n`` threads.
-    * ``CONCURRENTLY`` with ``n`` lanes: the total cost over ``n`` lanes.
-
-    Overheads (the runtime, the GIL, sleep overshoot) come on top; the
-    benchmark reports each run's rate as a fraction of this bound.
-    """
-    if len(keys) != len(costs_us):
-        raise ValueError(f"keys and costs_us differ in length ({len(keys)} != {len(costs_us)})")
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
-    total = sum(costs_us)
-    if total == 0:
-        return float("inf")
-    if mode == "CONCURRENTLY":
-        need = total / n
-    elif mode in ("KEY_ORDERLY", "QUEUE_ORDERLY"):
-        parts = n if mode == "KEY_ORDERLY" else queues
-        load = [0] * parts
-        slot: dict[str, int] = {}
-        for key, cost in zip(keys, costs_us, strict=True):
-            i = slot.get(key)
-            if i is None:
-                i = slot[key] = lane_of(key, parts)
-            load[i] += cost
-        need = max(load)
-        if mode == "QUEUE_ORDERLY":
-            need = max(need, total / n)
-    else:
-        raise ValueError(f"mode must be KEY_ORDERLY, QUEUE_ORDERLY or CONCURRENTLY, got {mode!r}")
-    return len(keys) / (need / 1e6)

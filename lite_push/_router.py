@@ -11,26 +11,22 @@ from __future__ import annotations
 
 import os
 
-from . import _router_py
+from ._router_py import PLACEMENTS
 
 __all__ = ["PLACEMENTS", "ROUTER_IMPL", "KeyRouter", "java_hash", "lane_of", "mixed_hash"]
 
 NO_EXTENSIONS: bool = bool(os.environ.get("LITE_PUSH_NO_EXTENSIONS"))
 
 if NO_EXTENSIONS:
-    _impl = _router_py
+    from ._router_py import KeyRouter, java_hash, lane_of, mixed_hash
+
     ROUTER_IMPL = "python"
 else:
     try:
-        from . import _router_c as _impl  # type: ignore[attr-defined,no-redef]
+        from ._router_c import KeyRouter, java_hash, lane_of, mixed_hash  # type: ignore[import-not-found,no-redef]
 
         ROUTER_IMPL = "cython"
     except ImportError:
-        _impl = _router_py
-        ROUTER_IMPL = "python"
+        from ._router_py import KeyRouter, java_hash, lane_of, mixed_hash
 
-java_hash = _impl.java_hash
-lane_of = _impl.lane_of
-mixed_hash = _impl.mixed_hash
-KeyRouter: type[_router_py.KeyRouter] = _impl.KeyRouter
-PLACEMENTS = _router_py.PLACEMENTS
+        ROUTER_IMPL = "python"

@@ -18,9 +18,18 @@ Two jobs, kept apart:
   *least-loaded* lane, the one with the fewest messages routed to it and not
   yet released, ties to the lowest index.  The runtime releases what a lane
   is done with (completed, dead-lettered, or skipped for a revoked queue),
-  per segment, through :meth:`KeyRouter.release_from`; a key leaves the
-  table when its last message is released, so the table holds only keys
-  with work in the consumer (bounded by flow control).
+  per segment, through :meth:`KeyRouter.release_from`; when a key's last
+  message is released it has no work and is placed anew when it comes back.
+  Its table entry is kept for that (no allocation per message for a key
+  that recurs) until keys without work outnumber those with work by
+  ``SWEEP_SLACK``; then they are swept, so the table stays bounded by the
+  work in the consumer (which flow control bounds).
+
+  ``max_segment`` (0: no limit) caps the messages of one segment: a lane's
+  share of a queue's batch is cut into runs of at most that many, so a lane
+  completes (and releases) its work in steps that small.  Otherwise a lane
+  handed 60 messages of one queue counts as loaded by all 60 until the last
+  one is done, and new keys avoid it while it is about to be idle.
 
   The least-loaded lane comes from a *lazy heap* of ``(load, lane)``
   entries.  Invariant: every lane has an entry whose load is at most its
@@ -50,7 +59,9 @@ from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["HEAP_SLACK", "PLACEMENTS", "ROUTE_CACHE_LIMIT", "KeyRouter", "java_hash", "lane_of", "mixed_hash"]
+__all__ = [
+    "HEAP_SLACK", "PLACEMENTS", "ROUTE_CACHE_LIMIT", "SWEEP_SLACK", "KeyRouter", "java_hash", "lane_of", "mixed_hash",
+]  # fmt: skip
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -63,6 +74,9 @@ ROUTE_CACHE_LIMIT = 1 << 17
 #: Load placement: the heap is rebuilt once it holds ``2 * lanes`` plus this
 #: many entries.
 HEAP_SLACK = 64
+#: Load placement: keys with no work are kept (so a key that comes back
+#: costs no allocation) until they outnumber those with work and this many.
+SWEEP_SLACK = 16384
 
 #: ``segments[i]``: ``None`` when lane ``i`` got nothing, else ``(tag, items)`` per group.
 Segments = list["list[tuple[Any, list[Any]]] | None"]
@@ -112,20 +126,30 @@ class KeyRouter:
     a bad lane count or placement.
     """
 
-    __slots__ = ("_cache", "_fixed", "_heap", "_key_of", "_loads", "_table", "lanes", "placement")
+    __slots__ = (
+        "_cache", "_fixed", "_heap", "_key_of", "_live", "_loads", "_table", "lanes", "max_segment", "placement",
+    )  # fmt: skip
 
-    def __init__(self, lanes: int, placement: str = "load", key_of: Callable[[Any], Any] | None = None) -> None:
+    def __init__(
+        self, lanes: int, placement: str = "load", key_of: Callable[[Any], Any] | None = None, max_segment: int = 0
+    ) -> None:
         if type(lanes) is not int or lanes <= 0:
             raise ValueError(f"lane count must be a positive int, got {lanes!r}")
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+        if type(max_segment) is not int or max_segment < 0:
+            raise ValueError(f"max_segment must be an int >= 0, got {max_segment!r}")
         #: The number of lanes.
         self.lanes = lanes
         #: ``"load"``, ``"hash"`` or ``"java"``.
         self.placement = placement
+        #: Most messages in one segment (0: no limit).
+        self.max_segment = max_segment
+        self._live = 0  # keys whose count is not 0
         self._key_of = key_of
         self._fixed = placement != "load"
-        # Load placement: key -> [lane, messages routed and not released].
+        # Load placement: key -> [lane, messages routed and not released]
+        # (count 0: no work; the lane means nothing then).
         self._table: dict[Hashable, list[int]] = {}
         self._loads = [0] * lanes
         self._heap = [(0, i) for i in range(lanes)]  # sorted, so already a heap
@@ -154,6 +178,7 @@ class KeyRouter:
         fixed = self._fixed
         table = self._table
         loads = self._loads
+        cap = self.max_segment or len(loads) + (1 << 62)
         for tag, items, keyless_lane in groups:
             if not 0 <= keyless_lane < n:
                 raise IndexError(f"keyless lane {keyless_lane} out of range for {n} lanes")
@@ -169,13 +194,19 @@ class KeyRouter:
                     if placed is None:
                         lane = self._least_loaded()
                         table[key] = [lane, 1]
+                        self._live += 1
                     else:
+                        if not placed[1]:  # back, with no work: placed anew
+                            placed[0] = self._least_loaded()
+                            self._live += 1
                         lane = placed[0]
                         placed[1] += 1
                 if not fixed:
                     loads[lane] += 1
                 sub = current.get(lane)
-                if sub is None:
+                if sub is None or len(sub) >= cap:
+                    if sub is not None:  # a full segment: it is counted now
+                        counts[lane] += len(sub)
                     sub = current[lane] = []
                     segs = segments[lane]
                     if segs is None:
@@ -188,7 +219,8 @@ class KeyRouter:
 
     def release(self, lane: int, items: Sequence[Any]) -> None:
         """Lane ``lane`` is done with ``items`` (messages it was routed):
-        lower its load; a key whose last message this was leaves the table.
+        lower its load; a key whose last message this was has no work left
+        and may be placed anew.
         ``ValueError`` when an item's key is not placed on ``lane`` (a bug:
         the caller released something twice or on the wrong lane).  Fixed
         placements ignore releases."""
@@ -206,12 +238,12 @@ class KeyRouter:
             if not key:
                 continue
             placed = table.get(key)
-            if placed is None or placed[0] != lane:
-                where = "not placed" if placed is None else f"placed on lane {placed[0]}"
+            if placed is None or not placed[1] or placed[0] != lane:
+                where = "not placed" if placed is None or not placed[1] else f"placed on lane {placed[0]}"
                 raise ValueError(f"release of key {key!r} on lane {lane}: the key is {where}")
             placed[1] -= 1
             if not placed[1]:
-                del table[key]
+                self._live -= 1
         load = self._loads[lane] - len(items)
         if load < 0:
             raise ValueError(f"release of {len(items)} message(s) on lane {lane}, which holds {self._loads[lane]}")
@@ -223,8 +255,10 @@ class KeyRouter:
             heapq.heapify(heap)
         else:
             heapq.heappush(heap, (load, lane))
+        if len(table) - self._live > max(self._live, SWEEP_SLACK):
+            self._table = {k: v for k, v in table.items() if v[1]}
 
-    def release_from(self, box: deque[tuple[int, Sequence[Any]]]) -> int:
+    def release_from(self, box: deque[tuple[int, Any]]) -> int:
         """Release every ``(lane, items)`` in ``box`` (the lanes append to
         it, the pull thread drains it here); return how many items."""
         released = 0
@@ -243,7 +277,7 @@ class KeyRouter:
     def placed_keys(self) -> int:
         """How many keys have work routed and not released (0 with a fixed
         placement)."""
-        return len(self._table)
+        return self._live
 
     def lane_of_key(self, key: Hashable) -> int | None:
         """The lane ``key`` is placed on, or ``None`` when it has no work in
@@ -251,7 +285,7 @@ class KeyRouter:
         if self._fixed:
             return self._fixed_lane(key)  # type: ignore[arg-type]
         placed = self._table.get(key)
-        return None if placed is None else placed[0]
+        return None if placed is None or not placed[1] else placed[0]
 
     # -- internals ----------------------------------------------------------------
 

@@ -33,13 +33,25 @@ from ._router import KeyRouter
 from ._types import MessageExt, MessageQueue
 from .sources._base import MessageModel, PullSource
 
-__all__ = ["ABORT_GRACE", "Counters", "Episode", "KeyOf", "QueueCounters", "Runtime", "per_queue", "safe_key_of"]
+__all__ = [
+    "ABORT_GRACE", "MAX_SEGMENT", "Counters", "Episode", "KeyOf", "QueueCounters", "Runtime", "per_queue",
+    "safe_key_of",
+]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
 #: Seconds granted, after the shutdown deadline, to listener calls already
 #: running before the final commit (the asyncio executor then cancels them).
 ABORT_GRACE = 0.5
+
+#: Most messages in one segment (a lane's run of one queue's messages from
+#: one dispatch).  A lane completes, and releases to the router, its work a
+#: segment at a time; with larger segments a lane handed many messages of one
+#: queue counts as loaded by all of them until the last is done, and the load
+#: placement avoids it while it is about to go idle.  8 measured best in
+#: ``benchmarks/placement_sim.py`` (pc-bench, 16 and 64 lanes); it costs the
+#: no-op path nothing measurable (RESULTS.md, issue 17).
+MAX_SEGMENT = 8
 
 #: The key a message is routed and parked by (``None``: route by queue).
 KeyOf = Callable[[MessageExt], "str | None"]
@@ -148,7 +160,9 @@ class Runtime:
         #: KEY_ORDERLY: places keys on lanes (``config.lane_placement``);
         #: used by the pull thread only.  ``None`` in the other modes.
         self.router: KeyRouter | None = (
-            KeyRouter(len(lanes), config.lane_placement, key_of) if config.mode is ConsumeMode.KEY_ORDERLY else None
+            KeyRouter(len(lanes), config.lane_placement, key_of, MAX_SEGMENT)
+            if config.mode is ConsumeMode.KEY_ORDERLY
+            else None
         )
         #: Load placement: ``(lane, messages)`` a lane is done with (completed,
         #: dead-lettered or skipped), appended by the lanes once per segment

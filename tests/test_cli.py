@@ -306,9 +306,13 @@ def test_values_convert_to_the_field_type(monkeypatch: pytest.MonkeyPatch) -> No
         "LITE_PUSH_POLL_TIMEOUT": "0.25",
         "LITE_PUSH_METRICS_PORT": "none",
         "LITE_PUSH_METRICS_ADDR": "0.0.0.0",
+        "LITE_PUSH_LANE_PLACEMENT": "hash",
     }
     config = load_settings(environ=env).consumer_config()
     assert config.mode is ConsumeMode.QUEUE_ORDERLY and config.max_reconsume_times == -1
+    assert config.lane_placement == "hash"
+    # the flag beats the environment
+    assert load_settings({"lane_placement": "java"}, environ=env).consumer_config().lane_placement == "java"
     assert (
         config.poll_timeout == 0.25
         and config.metrics_port is None

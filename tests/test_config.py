@@ -17,6 +17,7 @@ def test_defaults_follow_rocketmq():
     assert (c.commit_interval, c.batch_size, c.pull_batch_size, c.suspend_ms) == (5.0, 1, 32, 1000)
     assert (c.max_reconsume_times, c.retry_start_level) == (16, 3)
     assert c.mode is ConsumeMode.KEY_ORDERLY
+    assert c.lane_placement == "load"
 
 
 @pytest.mark.parametrize(
@@ -28,6 +29,8 @@ def test_defaults_follow_rocketmq():
         ("lanes", 0, "[1, 1024]"),
         ("lanes", 2.5, "int"),
         ("lanes", True, "int"),
+        ("lane_placement", "random", "'load', 'hash', 'java'"),
+        ("lane_placement", None, "'load', 'hash', 'java'"),
         ("lane_capacity", -1, "[1,"),
         ("batch_size", 0, "[1, 1024]"),
         ("pull_batch_size", 5000, "[1, 1024]"),

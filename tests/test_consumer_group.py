@@ -219,7 +219,7 @@ def _lanes_used(lanes: int, warn: bool, caplog) -> set[int]:  # type: ignore[no-
     other = broker.pull_consumer("g", client_id="c0")  # owns q0-q3 (Averagely), consumes nothing
     other.subscribe("T")
     with caplog.at_level(logging.WARNING, logger="lite_push"):
-        with _consumer(broker, listener, "c1", lanes=lanes) as c:  # owns q4-q7
+        with _consumer(broker, listener, "c1", lanes=lanes, lane_placement="java") as c:  # owns q4-q7
             mine = sum(broker.max_offset(q) for q in broker.queues("T")[4:])
             assert wait_until(lambda: c.stats().consumed == mine, timeout=30)
             assert set(c.stats().committed) == set(broker.queues("T")[4:])
@@ -230,7 +230,9 @@ def _lanes_used(lanes: int, warn: bool, caplog) -> set[int]:  # type: ignore[no-
 
 
 def test_lanes_sharing_a_factor_with_the_queue_count_are_left_idle_and_the_runtime_says_so(caplog):
-    # 16 lanes, 8 queues, 4 of them owned: queue q's keys reach lanes q and q+8 only
+    # lane_placement="java": 16 lanes, 8 queues, 4 of them owned: queue q's
+    # keys reach lanes q and q+8 only (the default placement by load uses
+    # every lane: tests/test_placement.py)
     used = _lanes_used(16, True, caplog)
     assert used == {4, 5, 6, 7, 12, 13, 14, 15}
     # 17 lanes (coprime with 8): every lane gets keys, no warning

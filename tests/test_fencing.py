@@ -50,7 +50,12 @@ def _run_freeze(unfenced: bool) -> Recorder:
     total = 8000
     broker.send_batch("T", [(b"x", f"k{i % 40}") for i in range(total)])
     rec = Recorder(delay=0.003)
+    # Java lanes: each lane holds a share of A's 20 keys and seconds of work
+    # when A freezes.  (Placed by load, keys placed in the burst after the
+    # startup rebalance can pile onto one lane, leaving A's other lanes idle
+    # within half a second, so the unfenced run below may not overlap.)
     cfg = dict(group="g", lanes=5, poll_timeout=0.02, commit_interval=0.05, revoke_timeout=0.3, fence_margin=0.2)
+    cfg.update(lane_placement="java")
     cfg.update(pull_threshold_for_queue=4000)
     src_a = FreezablePull(broker, "g", consume_from=ConsumeFromWhere.FIRST_OFFSET, client_id="a")
     src_a.unfenced = unfenced

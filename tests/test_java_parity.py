@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 
+from lite_push import MessageExt
+
 TESTS_DIR = Path(__file__).resolve().parent
 DATA_FILE = TESTS_DIR / "data" / "java_hashes.json"
 
@@ -118,18 +120,20 @@ def test_random_keys_match_java(router: ModuleType) -> None:
 
 
 @pytest.mark.parametrize("n", MODULI)
-def test_bucket_routes_like_java(router: ModuleType, n: int) -> None:
+def test_java_placement_routes_like_java(router: ModuleType, n: int) -> None:
+    """``lane_placement="java"``: every key on Java's ``floorMod(hashCode, n)``."""
     i = MODULI.index(n)
-    items = [(c["key"], c["floor_mod"][i]) for c in CASES if c["key"]]
-    keyless = [(None, n - 1), ("", n - 1)]
-    cache: dict[str, int] = {}
+    cases = [c for c in CASES if c["key"]]
+    items = [MessageExt("T", 0, j, b"", keys=c["key"]) for j, c in enumerate(cases)]
+    items += [MessageExt("T", 0, len(items), b"", keys=None), MessageExt("T", 0, len(items) + 1, b"", keys="")]
+    r = router.KeyRouter(n, "java")
     for label in ("cold cache", "warm cache"):
-        lanes = router.bucket(items + keyless, n, lambda item: item[0], n - 1, cache)
-        assert len(lanes) == n
-        wrong = [(ascii(key)[:40], lane, want) for lane, got in enumerate(lanes) for key, want in got if lane != want]
-        assert not wrong, f"{label}: (key, bucket lane, Java floorMod): {wrong[:10]}"
-        assert sum(map(len, lanes)) == len(items) + len(keyless)
-    assert cache == {key: lane for key, lane in items}
+        segments, counts = r.route([("q", items, n - 1)])
+        got = {m.queue_offset: lane for lane, segs in enumerate(segments) for _, sub in segs or [] for m in sub}
+        want = [c["floor_mod"][i] for c in cases] + [n - 1, n - 1]
+        wrong = [(ascii(items[j].keys)[:40], got[j], w) for j, w in enumerate(want) if got[j] != w]
+        assert not wrong, f"{label}: (key, lane, Java floorMod): {wrong[:10]}"
+        assert sum(counts) == len(items)
 
 
 # --- both twins against Java, live -------------------------------------------------

@@ -1,9 +1,13 @@
-"""route(): one call routes a whole dispatch into per-lane segments; both
-twins give the same segments, and lanes are exactly lane_of(key, n)."""
+"""KeyRouter: one call routes a whole dispatch into per-lane segments; the
+load placement keeps a key on its lane while it has work there and puts a
+key with none on the least-loaded lane; both twins place keys identically,
+event for event."""
 
 from __future__ import annotations
 
+from collections import deque
 from types import ModuleType
+from typing import Any
 
 import pytest
 from conftest import compiled_twin
@@ -17,10 +21,15 @@ def _msg(qid: int, off: int, key: str | None) -> MessageExt:
     return MessageExt("T", qid, off, b"", keys=key)
 
 
+def _lanes_of(segments: list[Any]) -> dict[int, int]:
+    """offset -> lane, from route()'s segments."""
+    return {m.queue_offset: lane for lane, segs in enumerate(segments) for _, sub in segs or [] for m in sub}
+
+
 def test_segments_group_by_queue_and_lane(router: ModuleType) -> None:
     a = [_msg(0, i, k) for i, k in enumerate(["Aa", "BB", None, "x", "Aa", ""])]
     b = [_msg(1, i, k) for i, k in enumerate(["x", None, "BB"])]
-    segments, counts = router.route([("q0", a, 2), ("q1", b, 3)], 4, None)
+    segments, counts = router.KeyRouter(4, "java").route([("q0", a, 2), ("q1", b, 3)])
     lane = {k: router.lane_of(k, 4) for k in ("Aa", "BB", "x")}
     assert lane["Aa"] == lane["BB"]  # 2112: same hash, same lane
     expected: dict[int, list[tuple[str, list[MessageExt]]]] = {}
@@ -39,64 +48,135 @@ def test_segments_group_by_queue_and_lane(router: ModuleType) -> None:
     assert counts == [sum(len(s) for _, s in expected.get(i, [])) for i in range(4)]
 
 
+def test_segments_are_cut_at_max_segment(router: ModuleType) -> None:
+    a = [_msg(0, i, "k") for i in range(7)]
+    b = [_msg(1, i, "k") for i in range(2)]
+    segments, counts = router.KeyRouter(2, "java", max_segment=3).route([("q0", a, 0), ("q1", b, 0)])
+    lane = router.lane_of("k", 2)
+    assert segments[lane] == [("q0", a[:3]), ("q0", a[3:6]), ("q0", a[6:]), ("q1", b)]
+    assert counts[lane] == 9
+    with pytest.raises(ValueError, match="max_segment must be an int >= 0"):
+        router.KeyRouter(2, max_segment=-1)
+
+
 def test_key_of_and_errors(router: ModuleType) -> None:
     msgs = [_msg(0, i, f"ignored{i}") for i in range(10)]
-    segments, counts = router.route([("q", msgs, 0)], 8, lambda m: "same")
-    lane = router.lane_of("same", 8)
-    assert counts[lane] == 10 and sum(counts) == 10
-    assert segments[lane] == [("q", msgs)]
-    with pytest.raises(ValueError, match="positive"):
-        router.route([("q", msgs, 0)], 0, None)
-    with pytest.raises(IndexError, match="keyless lane"):
-        router.route([("q", [_msg(0, 0, None)], 9)], 8, None)
+    for placement in ("load", "hash", "java"):
+        segments, counts = router.KeyRouter(8, placement, lambda m: "same").route([("q", msgs, 0)])
+        assert sorted(counts) == [0] * 7 + [10]
+        assert segments[counts.index(10)] == [("q", msgs)]
+    assert router.KeyRouter(8, "java", lambda m: "same").lane_of_key("same") == router.lane_of("same", 8)
+    for bad in (0, -1, 1.5, "4"):
+        with pytest.raises(ValueError, match="lane count must be a positive int"):
+            router.KeyRouter(bad)
+    with pytest.raises(ValueError, match="placement must be one of"):
+        router.KeyRouter(4, "random")
+    with pytest.raises(IndexError, match="keyless lane 8 out of range for 8 lanes"):
+        router.KeyRouter(8).route([("q", [_msg(0, 0, None)], 8)])
 
 
-def test_compiled_twin_is_used_by_the_runtime_when_built() -> None:
+def test_the_compiled_twin_is_used_by_the_runtime_when_built() -> None:
     from lite_push import _router
 
     if _router.ROUTER_IMPL == "cython":
-        assert _router.route is compiled_twin("_router_c").route
+        assert _router.KeyRouter is compiled_twin("_router_c").KeyRouter
 
 
-keys = st.one_of(st.none(), st.just(""), st.text(max_size=12), st.sampled_from(["Aa", "BB", "polygenelubricants"]))
+# --- load placement ----------------------------------------------------------------
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    groups=st.lists(st.lists(keys, max_size=40), max_size=6),
-    n=st.integers(1, 70),
-    data=st.data(),
-)
-def test_twins_agree(groups: list[list[str | None]], n: int, data: st.DataObject) -> None:
-    c = compiled_twin("_router_c")
-    built = [
-        (f"q{g}", [_msg(g, i, k) for i, k in enumerate(ks)], data.draw(st.integers(0, n - 1)))
-        for g, ks in enumerate(groups)
-    ]
-    want = _router_py.route(built, n, None)
-    assert c.route(built, n, None) == want
-    assert c.route(built, n, lambda m: m.keys) == want
-    segments, counts = want
-    for i, segs in enumerate(segments):
-        for tag, sub in segs or []:
-            for m in sub:
-                assert i == (_router_py.lane_of(m.keys, n) if m.keys else dict((t, kl) for t, _, kl in built)[tag])
-        assert counts[i] == sum(len(sub) for _, sub in segs or [])
+def test_new_keys_go_to_the_least_loaded_lane_and_stay_while_they_have_work(router: ModuleType) -> None:
+    r = router.KeyRouter(4)
+    assert r.tracks_load and r.placement == "load"
+    # ties go to the lowest index; each new key then loads its lane
+    first = [_msg(0, i, k) for i, k in enumerate(["a", "b", "a", "c", "d", "e", "a"])]
+    segments, counts = r.route([("q", first, 3)])
+    assert _lanes_of(segments) == {0: 0, 1: 1, 2: 0, 3: 2, 4: 3, 5: 1, 6: 0}
+    assert counts == [3, 2, 1, 1] and r.loads() == [3, 2, 1, 1]
+    assert r.placed_keys() == 5 and r.lane_of_key("a") == 0 and r.lane_of_key("zz") is None
+    # lane 0 finishes the first two "a"s: "a" still has work there and stays
+    r.release(0, [first[0], first[2]])
+    assert r.loads() == [1, 2, 1, 1] and r.lane_of_key("a") == 0
+    segments, _ = r.route([("q", [_msg(0, 7, "a"), _msg(0, 8, "f")], 3)])
+    assert _lanes_of(segments) == {7: 0, 8: 2}  # "f": lanes 2 and 3 hold 1, lane 2 is lower
+    # every message of "a" released: it leaves the table and may move
+    r.release(0, [first[6], _msg(0, 7, "a")])
+    assert r.lane_of_key("a") is None and r.loads() == [0, 2, 2, 1]
+    segments, _ = r.route([("q", [_msg(0, 9, "a")], 3)])
+    assert _lanes_of(segments) == {9: 0}
 
 
-def test_route_matches_java_floor_mod(router: ModuleType) -> None:
-    import base64
-    import json
-    from pathlib import Path
+def test_keyless_messages_load_their_queues_lane(router: ModuleType) -> None:
+    r = router.KeyRouter(3)
+    keyless = [_msg(0, i, None if i % 2 else "") for i in range(5)]
+    r.route([("q0", keyless, 0)])
+    assert r.loads() == [5, 0, 0] and r.placed_keys() == 0
+    segments, _ = r.route([("q1", [_msg(1, 0, "k"), _msg(1, 1, "j")], 2)])
+    assert _lanes_of(segments) == {0: 1, 1: 2}
+    r.release(0, keyless)
+    assert r.loads() == [0, 1, 1]
 
-    data = json.loads((Path(__file__).parent / "data" / "java_hashes.json").read_text(encoding="ascii"))
-    cases = [c for c in data["cases"] if c["key"]]  # the empty key is keyless by design
-    keys = [base64.b64decode(c["utf16le_b64"]).decode("utf-16-le", "surrogatepass") for c in cases]
-    for j, n in enumerate(data["moduli"]):
-        msgs = [_msg(0, i, k) for i, k in enumerate(keys)]
-        segments, _ = router.route([("q", msgs, 0)], n, None)
-        got = {m.queue_offset: lane for lane, segs in enumerate(segments) for _, sub in segs or [] for m in sub}
-        assert [got[i] for i in range(len(cases))] == [c["floor_mod"][j] for c in cases], n
+
+def test_a_hot_key_keeps_its_lane_and_new_keys_avoid_it(router: ModuleType) -> None:
+    r = router.KeyRouter(4)
+    hot = [_msg(0, i, "hot") for i in range(100)]
+    r.route([("q", hot, 0)])
+    segments, _ = r.route([("q", [_msg(0, 100 + i, f"k{i}") for i in range(30)], 0)])
+    lanes = _lanes_of(segments)
+    assert 0 not in lanes.values() and r.loads() == [100, 10, 10, 10]
+
+
+def test_everything_released_leaves_nothing_behind(router: ModuleType) -> None:
+    r = router.KeyRouter(8)
+    msgs = [_msg(i % 3, i, f"k{i % 500}") for i in range(5000)]
+    segments, _ = r.route([("q", msgs, 5)])
+    assert r.placed_keys() == 500
+    box: deque[tuple[int, list[MessageExt]]] = deque()
+    for lane, segs in enumerate(segments):
+        for _, sub in segs or []:
+            box.append((lane, sub[: len(sub) // 2]))
+            box.append((lane, sub[len(sub) // 2 :]))
+    assert r.release_from(box) == 5000 and not box
+    assert r.placed_keys() == 0 and r.loads() == [0] * 8
+
+
+def test_bad_releases_are_errors_naming_the_key(router: ModuleType) -> None:
+    r = router.KeyRouter(4)
+    m = _msg(0, 0, "k")
+    r.route([("q", [m], 0)])
+    with pytest.raises(ValueError, match="release of key 'k' on lane 1: the key is placed on lane 0"):
+        r.release(1, [m])
+    with pytest.raises(IndexError, match="lane 4 out of range for 4 lanes"):
+        r.release(4, [m])
+    r.release(0, [m])
+    with pytest.raises(ValueError, match="release of key 'k' on lane 0: the key is not placed"):
+        r.release(0, [m])
+    with pytest.raises(ValueError, match="release of 1 message"):
+        r.release(2, [_msg(0, 1, None)])
+
+
+def test_fixed_placements_ignore_releases(router: ModuleType) -> None:
+    for placement in ("hash", "java"):
+        r = router.KeyRouter(4, placement)
+        assert not r.tracks_load
+        m = _msg(0, 0, "k")
+        r.route([("q", [m], 0)])
+        r.release(3, [m, m])  # nothing is tracked, so nothing to get wrong
+        assert r.loads() == [0] * 4 and r.placed_keys() == 0
+
+
+def test_the_heap_stays_exact_through_many_releases(router: ModuleType) -> None:
+    # Releases push heap entries without routes popping them; past
+    # 2 * lanes + HEAP_SLACK the heap is rebuilt.  Placements stay exact.
+    r = router.KeyRouter(3)
+    msgs = [_msg(0, i, f"k{i}") for i in range(600)]
+    segments, _ = r.route([("q", msgs, 0)])
+    held = {lane: [m for _, sub in segs for m in sub] for lane, segs in enumerate(segments) if segs}
+    for i in range(199):  # lane 2 drains to 1, lanes 0 and 1 keep 200 each
+        r.release(2, [held[2][i]])
+    assert r.loads() == [200, 200, 1]
+    segments, _ = r.route([("q", [_msg(0, 600, "new")], 0)])
+    assert _lanes_of(segments) == {600: 2}
 
 
 def test_route_reads_keys_of_any_object(router: ModuleType) -> None:
@@ -120,10 +200,132 @@ def test_route_reads_keys_of_any_object(router: ModuleType) -> None:
 
     unset = Slotted()
     items = [_msg(0, 0, "a"), Plain("b"), _msg(0, 1, "c"), Plain(None), _msg(0, 2, "a")]
-    segments, counts = router.route([("q", items, 1)], 8, None)
-    assert segments == _router_py.route([("q", items, 1)], 8, None)[0]
-    sub = Upper.__new__(Upper)
-    got = router.route([("q", [sub], 0)], 8, None)[0]
-    assert got[router.lane_of("UPPER", 8)] == [("q", [sub])]
-    with pytest.raises(AttributeError):
-        router.route([("q", [_msg(0, 0, "a"), unset], 0)], 8, None)
+    for placement in ("load", "java"):
+        got = router.KeyRouter(8, placement).route([("q", items, 1)])
+        assert got == _router_py.KeyRouter(8, placement).route([("q", items, 1)])
+        sub = Upper.__new__(Upper)
+        segments, _ = router.KeyRouter(8, "java").route([("q", [sub], 0)])
+        assert segments[router.lane_of("UPPER", 8)] == [("q", [sub])]
+        with pytest.raises(AttributeError):
+            router.KeyRouter(8, placement).route([("q", [_msg(0, 0, "a"), unset], 0)])
+
+
+# --- the twins agree, event for event ----------------------------------------------
+
+KEYS = st.one_of(st.none(), st.just(""), st.sampled_from(["Aa", "BB", "polygenelubricants", "k1", "k2", "k3"]),
+                 st.text(max_size=6))  # fmt: skip
+
+
+@st.composite
+def _events(draw: st.DrawFn) -> tuple[int, str, bool, int, list[tuple[str, Any]]]:
+    """A sequence of routes and releases: ``("route", [(queue, keys, keyless)])``
+    or ``("release", (lane, how_many, wrong))`` (``wrong``: on another lane)."""
+    n = draw(st.integers(1, 40))
+    placement = draw(st.sampled_from(["load", "hash", "java"]))
+    custom = draw(st.booleans())
+    cap = draw(st.sampled_from([0, 1, 2, 8]))
+    events: list[tuple[str, Any]] = []
+    for _ in range(draw(st.integers(1, 30))):
+        if draw(st.booleans()):
+            groups = [
+                (q, draw(st.lists(KEYS, max_size=30)), draw(st.integers(0, n - 1)))
+                for q in range(draw(st.integers(1, 4)))
+            ]
+            events.append(("route", groups))
+        else:
+            release = (draw(st.integers(0, n - 1)), draw(st.integers(0, 40)), draw(st.integers(0, 20)) == 0)
+            events.append(("release", release))
+    return n, placement, custom, cap, events
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=_events())
+def test_twins_place_keys_identically(case: tuple[int, str, bool, int, list[tuple[str, Any]]]) -> None:
+    n, placement, custom, cap, events = case
+    c = compiled_twin("_router_c")
+    key_of = (lambda m: m.keys) if custom else None
+    twins = [c.KeyRouter(n, placement, key_of, cap), _router_py.KeyRouter(n, placement, key_of, cap)]
+    held: list[list[MessageExt]] = [[] for _ in range(n)]  # what each lane holds, in order
+    offset = 0
+    for kind, arg in events:
+        if kind == "route":
+            groups = []
+            for q, keys, keyless in arg:
+                groups.append((q, [_msg(q, offset + i, k) for i, k in enumerate(keys)], keyless))
+                offset += len(keys)
+            got = [t.route(groups) for t in twins]
+            assert got[0] == got[1]
+            for lane, segs in enumerate(got[0][0]):
+                assert got[0][1][lane] == sum(len(sub) for _, sub in segs or [])
+                for _, sub in segs or []:
+                    assert 0 < len(sub) <= (cap or len(sub))
+                    held[lane] += sub
+        else:
+            lane, count, wrong = arg
+            items = held[lane][:count]
+            target = (lane + 1) % n if wrong else lane
+            outcomes = []
+            for t in twins:
+                try:
+                    t.release(target, items)
+                    outcomes.append(None)
+                except (ValueError, IndexError) as e:
+                    outcomes.append((type(e), str(e)))
+            assert outcomes[0] == outcomes[1]
+            if target != lane and placement == "load" and items:
+                # a bad release (an error, or keyless messages, which name no
+                # lane to check, taken off the wrong lane's count): the state
+                # is the caller's fault from here; the twins still agree
+                assert twins[0].loads() == twins[1].loads()
+                return
+            del held[lane][:count]
+        assert twins[0].loads() == twins[1].loads()
+        assert twins[0].placed_keys() == twins[1].placed_keys()
+        if placement == "load":
+            assert twins[0].loads() == [len(h) for h in held]
+
+
+# --- the load placement against a model ---------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(1, 12),
+    steps=st.lists(
+        st.tuples(st.booleans(), st.lists(st.integers(0, 15), max_size=20), st.integers(0, 11), st.integers(0, 25)),
+        max_size=40,
+    ),
+)
+def test_load_placement_matches_its_definition(router: ModuleType, n: int, steps: list[Any]) -> None:
+    """Every key's unreleased messages are on one lane; a key with none goes
+    to ``min((load, lane))`` over the loads at that moment (messages routed
+    and not released, counting those routed earlier in the same call)."""
+    r = router.KeyRouter(n)
+    held: list[list[MessageExt]] = [[] for _ in range(n)]
+    offset = 0
+    for is_route, keys, lane, count in steps:
+        if is_route:
+            msgs = [_msg(0, offset + i, f"k{k}") for i, k in enumerate(keys)]
+            offset += len(msgs)
+            loads = [len(h) for h in held]
+            where = {m.keys: i for i, h in enumerate(held) for m in h}
+            want = {}
+            for m in msgs:
+                if m.keys not in where:
+                    where[m.keys] = min(range(n), key=lambda i: (loads[i], i))
+                want[m.queue_offset] = where[m.keys]
+                loads[where[m.keys]] += 1
+            segments, _ = r.route([("q", msgs, 0)])
+            assert _lanes_of(segments) == want
+            for i, segs in enumerate(segments):
+                for _, sub in segs or []:
+                    held[i] += sub
+        else:
+            lane %= n
+            done, held[lane] = held[lane][:count], held[lane][count:]
+            r.release(lane, done)
+        assert r.loads() == [len(h) for h in held]
+        assert r.placed_keys() == len({m.keys for h in held for m in h})
+        for i, h in enumerate(held):
+            for m in h:
+                assert r.lane_of_key(m.keys) == i

@@ -468,6 +468,30 @@ def test_uniform_keys_no_cost(spark: Any, tmp_path: Path) -> None:
     assert set(t["cost_us"].to_pylist()) == {0} and set(t["body_size"].to_pylist()) == {16}
 
 
+@pytest.mark.parametrize(
+    "workload",
+    [
+        get_workload("sms-seq").replace(messages=3_000),  # zipf ranks, sequential key strings
+        get_workload("hotkey").replace(messages=3_000),
+        get_workload("pc-bench").replace(messages=3_000),  # uniform cost
+        Workload("lt", 3_000, 4, 50, cost="longtail", cost_ms=1.0, cost_max_ms=10.0, seed=7),
+    ],
+    ids=lambda w: w.name,
+)
+def test_redraw_is_the_generators_rows(spark: Any, tmp_path: Path, workload: Workload) -> None:
+    """``redraw.py`` (pure Python, used by ``placement_sim.py``) gives the
+    generator's exact keys and costs per seq; the generator honours
+    ``key_format``."""
+    from redraw import draw
+
+    t = _generate(spark, workload, tmp_path / workload.name)
+    keys, costs = draw(workload)
+    assert t["key"].to_pylist() == keys
+    assert t["cost_us"].to_pylist() == costs
+    if workload.key_format == "sequential":
+        assert set(keys) <= {f"acct-{r}" for r in range(workload.keys)} and "acct-0" in keys
+
+
 # -- the checker on hand-built logs ---------------------------------------------------
 
 #: seq -> key of the hand-built workload.

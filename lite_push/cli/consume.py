@@ -151,7 +151,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     settings = settings_of(
-        args, ("source", "group", "topic", "listener", "tags", "from", "mode", "lanes", "executor")
+        args, ("source", "group", "topic", "listener", "tags", "from", "mode", "lanes", "lane_placement", "executor")
         + ("metrics_port", "metrics_addr")
     )  # fmt: skip
     url = require(settings, "source", "--source")

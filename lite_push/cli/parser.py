@@ -127,6 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--lanes", type=int, metavar="N", help="lanes (default 16)")
     p.add_argument(
+        "--lane-placement",
+        choices=["load", "hash", "java"],
+        help="which lane a key runs on (default load: the least-loaded lane for a key with no work)",
+    )
+    p.add_argument(
         "--executor",
         choices=["thread", "asyncio"],
         help="default thread (asyncio for async def)",
