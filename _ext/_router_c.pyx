@@ -503,6 +503,11 @@ cdef class KeyRouter:
         placement)."""
         return self._live
 
+    def table_size(self):
+        """Keys in the table, with work or kept without (at most the keys
+        with work, doubled, plus ``SWEEP_SLACK``)."""
+        return len(self._table)
+
     def lane_of_key(self, key):
         """The lane ``key`` is placed on, or ``None`` when it has no work in
         the consumer (load placement); its fixed lane otherwise."""

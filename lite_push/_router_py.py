@@ -279,6 +279,11 @@ class KeyRouter:
         placement)."""
         return self._live
 
+    def table_size(self) -> int:
+        """Keys in the table, with work or kept without (at most the keys
+        with work, doubled, plus ``SWEEP_SLACK``)."""
+        return len(self._table)
+
     def lane_of_key(self, key: Hashable) -> int | None:
         """The lane ``key`` is placed on, or ``None`` when it has no work in
         the consumer (load placement); its fixed lane otherwise."""

@@ -140,6 +140,31 @@ def test_everything_released_leaves_nothing_behind(router: ModuleType) -> None:
     assert r.placed_keys() == 0 and r.loads() == [0] * 8
 
 
+def test_the_table_stays_bounded_by_the_work_in_flight(router: ModuleType) -> None:
+    """Keys without work are kept for when they come back, but swept once
+    they outnumber the keys with work by ``SWEEP_SLACK``: a stream of ever
+    new keys does not grow the table without bound."""
+    r = router.KeyRouter(4)
+    slack = router.SWEEP_SLACK
+    held = [_msg(0, i, f"held-{i}") for i in range(100)]
+    r.route([("q", held, 0)])  # 100 keys keep work throughout
+    segments_held = {lane: [m for m in held if r.lane_of_key(m.keys) == lane] for lane in range(4)}
+    biggest = 0
+    for start in range(0, 3 * slack, 1000):
+        batch = [_msg(0, 1000 + start + i, f"new-{start + i}") for i in range(1000)]
+        segments, _ = r.route([("q", batch, 0)])
+        for lane, segs in enumerate(segments):
+            for _, sub in segs or []:
+                r.release(lane, sub)
+        biggest = max(biggest, r.table_size())
+    assert r.placed_keys() == 100
+    assert biggest <= 2 * 100 + slack + 1000
+    # releasing the keys that kept work leaves nothing placed
+    for lane, ms in segments_held.items():
+        r.release(lane, ms)
+    assert r.placed_keys() == 0 and r.loads() == [0] * 4
+
+
 def test_bad_releases_are_errors_naming_the_key(router: ModuleType) -> None:
     r = router.KeyRouter(4)
     m = _msg(0, 0, "k")
