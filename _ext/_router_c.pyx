@@ -183,6 +183,7 @@ cdef class KeyRouter:
     cdef _Entry* _heap
     cdef Py_ssize_t _heap_size
     cdef Py_ssize_t _heap_cap
+    cdef Py_ssize_t _limit
     # ``item.keys`` straight from the slot while items are of the slotted
     # class seen last (MessageExt); anything else goes through getattr.
     cdef PyTypeObject* _fast_type
@@ -217,10 +218,29 @@ cdef class KeyRouter:
             self._heap[i].load = 0
             self._heap[i].lane = i
         self._heap_size = n
+        self._limit = n
 
     def __dealloc__(self):
         PyMem_Free(self._loads)
         PyMem_Free(self._heap)
+
+    @property
+    def limit(self):
+        """Load placement: a key with no work goes to the least-loaded of
+        lanes ``0 .. limit - 1`` (keys with work stay where they are)."""
+        return self._limit
+
+    @limit.setter
+    def limit(self, value):
+        cdef Py_ssize_t v = value, i, old = self._limit
+        if v < 1:
+            v = 1
+        if v > self.lanes:
+            v = self.lanes
+        self._limit = v
+        if v > old and not self._fixed:
+            for i in range(old, v):  # their entries may have been dropped meanwhile
+                self._push(self._loads[i], i)
 
     @property
     def tracks_load(self):
@@ -270,7 +290,8 @@ cdef class KeyRouter:
         cdef _Entry* h = self._heap
         cdef Py_ssize_t i, p, n = self.lanes
         cdef _Entry e
-        if self._heap_size >= self._heap_cap:  # rebuild: one exact entry per lane
+        if self._heap_size >= self._heap_cap:  # rebuild: one exact entry per lane in use
+            n = self._limit
             for i in range(n):
                 h[i].load = self._loads[i]
                 h[i].lane = i
@@ -300,11 +321,11 @@ cdef class KeyRouter:
         while True:
             lane = h[0].lane
             now = self._loads[lane]
-            if h[0].load == now:
+            if h[0].load == now and lane < self._limit:
                 return lane
-            if h[0].load < now:
+            if h[0].load < now and lane < self._limit:
                 h[0].load = now
-            else:
+            else:  # stale, or a lane past the limit
                 self._heap_size -= 1
                 h[0] = h[self._heap_size]
             self._sift_down(0)
@@ -448,8 +469,6 @@ cdef class KeyRouter:
         cdef _Placed placed
         cdef dict table = self._table
         cdef int64_t load
-        if type(items) is not list:
-            items = list(items)
         m = PyList_GET_SIZE(items)
         for j in range(m):
             key = self._key(<object>PyList_GET_ITEM(items, j))
@@ -459,18 +478,18 @@ cdef class KeyRouter:
             if hit == NULL:
                 if PyErr_Occurred():
                     raise
-                raise ValueError(f"release of key {key!r} on lane {lane}: the key is not placed")
+                raise ValueError(f"release of key {key!r} on lane {ln}: the key is not placed")
             placed = <_Placed><object>hit
             if placed.count == 0:
                 raise ValueError(f"release of key {key!r} on lane {lane}: the key is not placed")
             if placed.lane != ln:
-                raise ValueError(f"release of key {key!r} on lane {lane}: the key is placed on lane {placed.lane}")
+                raise ValueError(f"release of key {key!r} on lane {ln}: the key is placed on lane {placed.lane}")
             placed.count -= 1
             if placed.count == 0:
                 self._live -= 1
         load = self._loads[ln] - m
         if load < 0:
-            raise ValueError(f"release of {m} message(s) on lane {lane}, which holds {self._loads[ln]}")
+            raise ValueError(f"release of {m} message(s) on lane {ln}, which holds {self._loads[ln]}")
         self._loads[ln] = load
         self._push(load, ln)
         if PyDict_Size(table) - self._live > max(self._live, <Py_ssize_t>_SWEEP_SLACK):

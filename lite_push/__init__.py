@@ -17,12 +17,13 @@ Layout (one concern per module; underscored modules are implementation;
 * ``_lanes``           the bounded per-lane FIFOs
 * ``_lane_worker``     what a lane does: consume, park, retry (written once)
 * ``_thread_executor`` / ``_async_executor``  lanes driven by threads / coroutines
+* ``_admission``       asyncio: how many lanes may be in listener calls at once
 * ``_watchdog``        the event-loop block watchdog
 * ``_process_queue``   per-queue in-flight state (RocketMQ's ProcessQueue)
 * ``_failures``        failure decisions, the retry timer, the lanes' outbox
 * ``_queue_orderly``   the QUEUE_ORDERLY baseline (RocketMQ's orderly consumer)
-* ``_router``          key-hash router selector (``_router_c`` compiled from
-                       ``_ext/``, ``_router_py`` pure-Python twin)
+* ``_router``          router selector: Java's hash, and KeyRouter's lane placement
+                       (``_router_c`` compiled from ``_ext/``, ``_router_py`` twin)
 * ``_offsets``         offset tracker selector (``_offsets_c`` / ``_offsets_py``)
 * ``_lanemetrics``     the lanes' histogram recorder selector (``_lanemetrics_c`` /
                        ``_lanemetrics_py``)

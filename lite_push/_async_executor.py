@@ -14,7 +14,14 @@ listener is called:
   thread.  The hot path (one call per message) is inlined in the lane
   coroutine rather than awaited as a coroutine per segment: with a thousand
   lanes most segments hold one or two messages, and a coroutine per segment
-  was a measurable share of the per-message cost.
+  was a measurable share of the per-message cost.  A busy lane takes without
+  a coroutine or a future (:meth:`~lite_push._lanes.AsyncLane.take_nowait`).
+* :class:`Admission`: when the loop cannot turn over every lane with work
+  within ``loop_turn_target``, only as many lanes as it can are in listener
+  calls at once (the ones with the most work first), and KEY_ORDERLY places
+  new keys on that many lanes.  The same throughput, a shorter turn: each
+  key's next message waits less, so the busiest keys no longer finish long
+  after the rest.
 * A :class:`~lite_push._watchdog.LoopWatchdog` logs a listener that blocks
   the loop.
 
@@ -31,6 +38,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from ._admission import ADMISSION_HOLD, Admission
 from ._lane_worker import FENCE_WAIT, FENCED, LaneWorker, Steps
 from ._lanemetrics import clock
 from ._lanes import AsyncLane, Lane, LoopWaker
@@ -107,25 +115,77 @@ async def _adrive(steps: Steps, listener: AsyncListener, worker: LaneWorker) -> 
         pass
 
 
-async def run_async_lane(lane: AsyncLane, worker: LaneWorker, listener: AsyncListener) -> None:
-    """A lane coroutine's body: ``_thread_executor.run_lane``, awaiting."""
+def _count(segments: list[tuple[Any, list[MessageExt]]]) -> int:
+    """Messages in ``segments``."""
+    n = 0
+    for _, msgs in segments:
+        n += len(msgs)
+    return n
+
+
+def _live(segments: list[tuple[Any, list[MessageExt]]]) -> bool:
+    """Whether any segment is of a queue still owned (else the lane only
+    skips them, which needs no slot)."""
+    for pq, _ in segments:
+        if not pq.dropped:
+            return True
+    return False
+
+
+async def run_async_lane(
+    lane: AsyncLane, worker: LaneWorker, listener: AsyncListener, admission: Admission | None = None
+) -> None:
+    """A lane coroutine's body: ``_thread_executor.run_lane``, awaiting.
+
+    The hot path (a segment with no key parked in the lane, ``batch_size``
+    1, its queue neither dropped nor the shutdown deadline passed) is inlined
+    here, and so is the choice of it: with a thousand lanes most segments
+    hold one or two messages, so every call per segment shows in the cost
+    per message.  With ``admission``, the lane holds a slot while it has
+    work.
+    """
     lm = worker.metrics
     mono = worker.monotonic
     success = _SUCCESS
+    take = lane.take_nowait
+    parked = worker.parked
+    hot = worker.hot
+    aborted = worker.aborted
+    held = -1.0  # since when this lane holds an admission slot (-1: none)
     try:
         while True:
-            worker.idle()
-            taken = await lane.take()
-            if taken is None:
-                return
+            taken = take()
+            if not isinstance(taken, tuple):
+                if held >= 0:
+                    held = -1.0
+                    admission.leave()  # type: ignore[union-attr]
+                if taken is None:  # closed and empty
+                    return
+                worker.idle()
+                await taken  # resolved by the next put (or close)
+                continue
+            if admission is not None:
+                if held >= 0 and (
+                    admission.active > admission.limit or (admission.waiting and mono() - held > ADMISSION_HOLD)
+                ):
+                    held = -1.0
+                    admission.leave()  # over the limit, or held long: queue again
+                if held < 0 and (taken[1] or (not aborted() and _live(taken[0]))):
+                    worker.busy()
+                    await admission.admitted(_count(taken[0]) + lane.depth)
+                    held = mono()
+                    more = lane.take_queued()  # what came meanwhile: one pass over all of it
+                    if more is not None:
+                        taken = (taken[0] + more[0], taken[1] + more[1])
             segments, due = worker.took(taken, lane.taken)
             if due:
                 await _adrive(worker.due_steps(due), listener, worker)
             for pq, msgs in segments:
-                steps = worker.segment_steps(pq, msgs)
-                if steps is not None:
-                    await _adrive(steps, listener, worker)
-                    continue
+                if parked or not hot or pq.dropped or aborted():
+                    steps = worker.segment_steps(pq, msgs)
+                    if steps is not None:
+                        await _adrive(steps, listener, worker)
+                        continue
                 # The hot path: one listener call per message, inline.
                 t0 = clock() if lm is not None else 0.0
                 j = 0
@@ -144,6 +204,8 @@ async def run_async_lane(lane: AsyncLane, worker: LaneWorker, listener: AsyncLis
                 except BaseException as e:
                     _reraise_if_cancelled(e)
                     exc = e
+                if admission is not None:
+                    admission.calls += j
                 if j == len(msgs):  # all succeeded (outside the try: a lane bug is not a listener failure)
                     worker.completed(pq, msgs, t0)
                     continue
@@ -151,6 +213,8 @@ async def run_async_lane(lane: AsyncLane, worker: LaneWorker, listener: AsyncLis
     except Exception as e:
         worker.crashed(e)
     finally:
+        if held >= 0:
+            admission.leave()  # type: ignore[union-attr]
         worker.stop()
 
 
@@ -161,14 +225,17 @@ _LANE_FUNCTIONS = frozenset({run_async_lane.__name__, _adrive.__name__})
 class AsyncExecutor:
     """Lanes drained by coroutines on one event loop."""
 
-    def __init__(self, group: str, listener: AsyncListener, block_threshold: float) -> None:
+    def __init__(self, group: str, listener: AsyncListener, block_threshold: float, turn_target: float = 0.0) -> None:
         self._group = group
+        self._turn_target = turn_target
         self._listener = listener
         self._waker = LoopWaker()
         self._tasks: list[asyncio.Task[None]] = []
         self._done = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.watchdog = LoopWatchdog(group, block_threshold, __file__, _LANE_FUNCTIONS)
+        #: Lanes' slots in listener calls (``None``: no admission; set by ``start``).
+        self.admission: Admission | None = None
 
     def make_lanes(self, n: int, wake: Callable[[], None]) -> list[Lane]:
         """The lanes this executor drains."""
@@ -185,9 +252,12 @@ class AsyncExecutor:
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._waker.loop = loop
+        admission = self.admission = Admission(len(lanes), loop, self._turn_target) if self._turn_target else None
+        if admission is not None:
+            admission.start()
         self._tasks = [
             loop.create_task(
-                run_async_lane(lane, worker, self._listener),  # type: ignore[arg-type]
+                run_async_lane(lane, worker, self._listener, admission),  # type: ignore[arg-type]
                 name=f"lite-push-lane-{self._group}-{lane.index}",
             )
             for lane, worker in lanes
@@ -215,9 +285,17 @@ class AsyncExecutor:
         for t in self._tasks:
             t.cancel()
 
+    def lane_limit(self) -> int | None:
+        """(any thread) How many lanes admission lets into listener calls
+        at once now; ``None`` without admission (or before ``start``)."""
+        admission = self.admission
+        return None if admission is None else admission.limit
+
     def close(self) -> None:
-        """The consumer stopped: stop the watchdog."""
+        """The consumer stopped: stop the watchdog and the admission probe."""
         self.watchdog.close()
+        if self.admission is not None:
+            self.admission.close()
 
 
 class LoopThread:

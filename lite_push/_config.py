@@ -155,6 +155,14 @@ class ConsumerConfig:
     #: asyncio executor: a listener that keeps the event loop busy (does not
     #: await) for longer than this many seconds is logged with its duration.
     loop_block_threshold: float = 0.1
+    #: asyncio executor: how long a turn of the event loop may take
+    #: (seconds) before fewer lanes are let into listener calls at once.
+    #: When the loop cannot keep up with every lane that has work, lanes
+    #: queue for a slot and new keys go to the lanes that run (see
+    #: ``_async_executor.Admission``): the same throughput, each key's next
+    #: message waits less, and the busiest keys are not starved by the
+    #: idle ones.  ``0``: every lane with work runs at once.
+    loop_turn_target: float = 0.0015
     #: Serve Prometheus metrics over HTTP on this port (``None``: no
     #: exporter; ``0``: any free port).  Consumers in one process that name
     #: the same address and port share one exporter.
@@ -179,6 +187,7 @@ class ConsumerConfig:
             )
         _check_int("lanes", self.lanes, 1, 65536 if self.executor == "asyncio" else 1024)
         _check_float("loop_block_threshold", self.loop_block_threshold, 0.0, 3600.0, low_open=True)
+        _check_float("loop_turn_target", self.loop_turn_target, 0.0, 60.0)
         _check_int("lane_capacity", self.lane_capacity, 1, 1_000_000)
         _check_int("batch_size", self.batch_size, 1, 1024)
         _check_int("pull_batch_size", self.pull_batch_size, 1, 1024)

@@ -121,7 +121,7 @@ class ConsumerCore:
         self.config = config
         self._source = source
         self._executor: ThreadExecutor | AsyncExecutor = (
-            AsyncExecutor(config.group, listener, config.loop_block_threshold)
+            AsyncExecutor(config.group, listener, config.loop_block_threshold, config.loop_turn_target)
             if config.executor == "asyncio"
             else ThreadExecutor(config.group, listener)
         )
@@ -136,6 +136,8 @@ class ConsumerCore:
         rt = self._rt = Runtime(
             config, source, clock or SYSTEM_CLOCK, lanes, self._executor.flush, key_of, lane_metrics
         )
+        if isinstance(self._executor, AsyncExecutor) and config.loop_turn_target:
+            rt.lane_limit = self._executor.lane_limit  # new keys go to the lanes admission lets run
         # QUEUE_ORDERLY (the baseline) replaces the lanes with RocketMQ's
         # consume pool; see _queue_orderly.
         self._orderly: QueueOrderlyService | None = None

@@ -75,7 +75,7 @@ def _no_steps() -> Steps:
 class LaneWorker:
     """The lane logic of lane ``index`` (see the module docstring)."""
 
-    __slots__ = ("_parked", "_release", "_rt", "index", "metrics", "monotonic")
+    __slots__ = ("_parked", "_release", "_rt", "aborted", "hot", "index", "metrics", "monotonic", "parked")
 
     def __init__(self, runtime: Runtime, index: int) -> None:
         self._rt = runtime
@@ -84,8 +84,15 @@ class LaneWorker:
         self.metrics: LaneMetrics | None = None if runtime.lane_metrics is None else runtime.lane_metrics[index]
         # Keys parked in this lane, owned by this lane's task alone.
         self._parked: dict[Hashable, Parked] = {}
+        #: The same dict, read by the executor's hot path (empty: no key is
+        #: parked here, so a segment may run on the hot path).
+        self.parked = self._parked
         #: The consumer's clock, which fences are on (read before every call).
         self.monotonic = runtime.clock.monotonic
+        #: One listener call per message (``batch_size`` 1): the hot path applies.
+        self.hot = runtime.config.batch_size == 1
+        #: Whether the shutdown deadline passed (lanes skip what is left).
+        self.aborted = runtime.abort.is_set
         # Load placement: hands the router what this lane is done with, so
         # a key with nothing left here may go to another lane (``None``:
         # a fixed placement, or not KEY_ORDERLY).
@@ -103,6 +110,10 @@ class LaneWorker:
     def idle(self) -> None:
         """The task is about to wait for work."""
         self._rt.counters.busy[self.index] = False
+
+    def busy(self) -> None:
+        """The task holds work it has not started (waiting for a slot)."""
+        self._rt.counters.busy[self.index] = True
 
     def took(
         self, taken: tuple[list[Segment], list[object]], stamps: list[tuple[float, int]]

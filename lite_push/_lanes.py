@@ -22,10 +22,14 @@ from ._lanemetrics import clock
 from ._process_queue import ProcessQueue
 from ._types import MessageExt
 
-__all__ = ["AsyncLane", "Lane", "LoopWaker", "Segment"]
+__all__ = ["AsyncLane", "Lane", "LoopWaker", "Segment", "put_all"]
 
 #: The messages of one queue routed to one lane by one poll.
 Segment = tuple[ProcessQueue, list[MessageExt]]
+
+#: What :meth:`AsyncLane.take_nowait` hands back when no parked key is due
+#: (shared, never appended to).
+_NO_DUE: list[object] = []
 
 
 class Lane:
@@ -164,6 +168,38 @@ class Lane:
             self._notify()
 
 
+def put_all(lanes: list[Lane], segments: list[list[Segment] | None], counts: list[int], capacity: int) -> list[int]:
+    """A dispatch's puts (pull thread): ``segments[i]`` (``None``: nothing)
+    holding ``counts[i]`` messages into ``lanes[i]``, as :meth:`Lane.put`
+    would, in one frame (with a thousand lanes a dispatch puts into hundreds
+    of them, most with one message).  Returns the lanes left over
+    ``capacity`` (each marked ``blocked``)."""
+    over: list[int] = []
+    now = -1.0
+    for i, segs in enumerate(segments):
+        if segs is None:
+            continue
+        lane = lanes[i]
+        with lane._lock:
+            if lane._closed:
+                raise RuntimeError(f"lane {i} is closed")
+            lane._segments += segs
+            depth = lane.depth = lane.depth + counts[i]
+            stamps = lane._stamps
+            if stamps is not None:
+                if now < 0:
+                    now = clock()
+                stamps.append((now, counts[i]))
+            if 0 < capacity < depth:
+                lane.blocked = True
+                over.append(i)
+            waiting = lane._waiting
+            lane._waiting = False
+        if waiting:
+            lane._notify()
+    return over
+
+
 class AsyncLane(Lane):
     """A lane drained by a coroutine on an event loop (the asyncio executor).
 
@@ -184,20 +220,58 @@ class AsyncLane(Lane):
     def _notify(self) -> None:
         self.waker.add(self)  # resolved by the pull thread's next flush
 
-    async def take(self) -> tuple[list[Segment], list[object]] | None:  # type: ignore[override]
-        """Wait until something is queued; take all of it (loop thread)."""
-        while True:
-            with self._lock:
-                if self._segments or self._due:
-                    segments, due, wake = self._grab()
-                    break
-                if self._closed:
-                    return None
+    def take_nowait(self) -> tuple[list[Segment], list[object]] | asyncio.Future[None] | None:
+        """(loop thread) Take everything queued: ``(segments, due_keys)``.
+        With nothing queued, a future to await before calling again (the
+        next put, or close, resolves it); ``None`` once the lane is closed
+        and empty (the task should exit).  No coroutine per take: a busy
+        lane (the common case) only takes the lock."""
+        with self._lock:
+            segments = self._segments
+            due: list[object] = self._due
+            if segments or due:
+                self._segments = []
+                if due:
+                    self._due = []
+                else:
+                    due = _NO_DUE  # not the lane's own list: a later put_due must not show in it
+                self.depth = 0
+                if self._stamps is not None:
+                    self.taken = self._stamps
+                    self._stamps = []
+                wake = self.blocked
+                self.blocked = False
+            elif self._closed:
+                return None
+            else:
                 loop = self.waker.loop
-                assert loop is not None, "take() before the consumer started"
+                assert loop is not None, "take before the consumer started"
                 fut = self._future = loop.create_future()
                 self._waiting = True
-            await fut
+                return fut
+        if wake:
+            self._wake()
+        return segments, due
+
+    def take_queued(self) -> tuple[list[Segment], list[object]] | None:
+        """(loop thread) :meth:`take_nowait` without waiting: ``None`` when
+        nothing is queued."""
+        with self._lock:
+            segments = self._segments
+            due: list[object] = self._due
+            if not segments and not due:
+                return None
+            self._segments = []
+            if due:
+                self._due = []
+            else:
+                due = _NO_DUE
+            self.depth = 0
+            if self._stamps is not None:
+                self.taken += self._stamps
+                self._stamps = []
+            wake = self.blocked
+            self.blocked = False
         if wake:
             self._wake()
         return segments, due

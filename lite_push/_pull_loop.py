@@ -32,7 +32,7 @@ from ._committer import Committer
 from ._errors import SourceClosedError
 from ._failure_sender import FailureSender
 from ._flow_control import FlowControl
-from ._lanes import Segment
+from ._lanes import Segment, put_all
 from ._process_queue import ProcessQueue
 from ._queue_orderly import QueueOrderlyService
 from ._runtime import Episode, Runtime, per_queue
@@ -224,14 +224,16 @@ class PullLoop:
         if router is not None:
             if rt.released:  # what the lanes finished since the last dispatch
                 router.release_from(rt.released)
+            if rt.lane_limit is not None and router.tracks_load:
+                limit = rt.lane_limit()  # the lanes admission lets run (asyncio)
+                if limit is not None:
+                    router.limit = limit
             segments, counts = router.route(groups)
         else:
             segments, counts = self._round_robin(groups, n)
-        capacity = rt.config.lane_capacity
-        for i, segs in enumerate(segments):
-            if segs is not None and lanes[i].put(segs, counts[i], capacity):
-                for pq, _ in segs:
-                    pq.block_lane(i)
+        for i in put_all(lanes, segments, counts, rt.config.lane_capacity):
+            for pq, _ in segments[i]:  # type: ignore[union-attr]
+                pq.block_lane(i)
         rt.flush()
 
     def _round_robin(self, groups: list[Group], n: int) -> tuple[list[list[Segment] | None], list[int]]:

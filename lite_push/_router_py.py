@@ -127,7 +127,8 @@ class KeyRouter:
     """
 
     __slots__ = (
-        "_cache", "_fixed", "_heap", "_key_of", "_live", "_loads", "_table", "lanes", "max_segment", "placement",
+        "_cache", "_fixed", "_heap", "_key_of", "_limit", "_live", "_loads", "_table", "lanes", "max_segment",
+        "placement",
     )  # fmt: skip
 
     def __init__(
@@ -153,8 +154,26 @@ class KeyRouter:
         self._table: dict[Hashable, list[int]] = {}
         self._loads = [0] * lanes
         self._heap = [(0, i) for i in range(lanes)]  # sorted, so already a heap
+        self._limit = lanes
         # Fixed placements: key -> lane.
         self._cache: dict[str, int] = {}
+
+    @property
+    def limit(self) -> int:
+        """Load placement: a key with no work goes to the least-loaded of
+        lanes ``0 .. limit - 1`` (keys with work stay where they are; set by
+        the executor to the lanes it lets run at once; clamped to
+        ``1 .. lanes``).  Fixed placements ignore it."""
+        return self._limit
+
+    @limit.setter
+    def limit(self, value: int) -> None:
+        v = min(self.lanes, max(1, int(value)))
+        old = self._limit
+        self._limit = v
+        if v > old and not self._fixed:
+            for i in range(old, v):  # their entries may have been dropped meanwhile
+                self._push(self._loads[i], i)
 
     @property
     def tracks_load(self) -> bool:
@@ -248,13 +267,7 @@ class KeyRouter:
         if load < 0:
             raise ValueError(f"release of {len(items)} message(s) on lane {lane}, which holds {self._loads[lane]}")
         self._loads[lane] = load
-        heap = self._heap
-        if len(heap) >= 2 * n + HEAP_SLACK:
-            loads = self._loads
-            heap[:] = [(loads[i], i) for i in range(n)]
-            heapq.heapify(heap)
-        else:
-            heapq.heappush(heap, (load, lane))
+        self._push(load, lane)
         if len(table) - self._live > max(self._live, SWEEP_SLACK):
             self._table = {k: v for k, v in table.items() if v[1]}
 
@@ -304,16 +317,29 @@ class KeyRouter:
             lane = cache[key] = h % self.lanes
         return lane
 
+    def _push(self, load: int, lane: int) -> None:
+        heap = self._heap
+        if len(heap) >= 2 * self.lanes + HEAP_SLACK:  # rebuild: one exact entry per lane in use
+            loads = self._loads
+            heap[:] = [(loads[i], i) for i in range(self._limit)]
+            heapq.heapify(heap)
+        else:
+            heapq.heappush(heap, (load, lane))
+
     def _least_loaded(self) -> int:
-        """The lane with the fewest messages, ties to the lowest index."""
+        """The lane with the fewest messages among the first ``limit``,
+        ties to the lowest index."""
         heap = self._heap
         loads = self._loads
+        limit = self._limit
         while True:
             load, lane = heap[0]
             now = loads[lane]
-            if load == now:
+            if lane >= limit:  # past the limit: its entries go; re-pushed when the limit grows
+                heapq.heappop(heap)
+            elif load == now:
                 return lane
-            if load < now:
+            elif load < now:
                 heapq.heapreplace(heap, (now, lane))
             else:
                 heapq.heappop(heap)

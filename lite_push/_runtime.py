@@ -131,8 +131,9 @@ class Runtime:
     """What the parts of one consumer share (see the module docstring)."""
 
     __slots__ = (
-        "abort", "broadcasting", "clock", "config", "counters", "failure", "flush", "key_of", "lane_metrics", "lanes",
-        "on_failure", "outbox", "park_generations", "pqs", "released", "router", "source", "timer",
+        "abort", "broadcasting", "clock", "config", "counters", "failure", "flush", "key_of", "lane_limit",
+        "lane_metrics", "lanes", "on_failure", "outbox", "park_generations", "pqs", "released", "router", "source",
+        "timer",
     )  # fmt: skip
 
     def __init__(
@@ -173,6 +174,10 @@ class Runtime:
         )
         #: Per lane, written by its task; ``None`` when metrics are off.
         self.lane_metrics = lane_metrics
+        #: Load placement: how many lanes new keys may go to now (the
+        #: executor's; ``None``: all of them).  Read by the pull thread
+        #: before each dispatch.
+        self.lane_limit: Callable[[], int | None] | None = None
         #: Owned queues; written by the pull thread only (assignment).
         self.pqs: dict[MessageQueue, ProcessQueue] = {}
         #: Parked keys (lanes add) and local retries (the pull thread adds);

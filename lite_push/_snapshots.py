@@ -55,6 +55,10 @@ class ConsumerStats:
     #: ``None`` while healthy; else the unexpected error of a lane or the
     #: pull thread that stopped the consumer (``"TypeName: message"``).
     failure: str | None = None
+    #: How many lanes may be in listener calls at once now: the lane count,
+    #: or fewer while the asyncio executor's admission limits them (the
+    #: event loop cannot turn over every lane within ``loop_turn_target``).
+    lanes_admitted: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +95,8 @@ class ConsumerMetrics:
     distributions: Sequence[Sequence[tuple[list[int], float]]]
     lanes_busy: int
     lanes: int
+    #: Lanes allowed in listener calls at once (admission; ``lanes`` without).
+    lanes_admitted: int
     rebalances: int
     lock_renewals_ok: int
     lock_renewals_failed: int
@@ -115,7 +121,13 @@ def stats_of(rt: Runtime, extra: tuple[int, int], polling: bool) -> ConsumerStat
         next_retry_due=rt.timer.next_due(),
         polling=polling,
         failure=None if rt.failure is None else f"{type(rt.failure).__name__}: {rt.failure}",
+        lanes_admitted=_admitted(rt),
     )
+
+
+def _admitted(rt: Runtime) -> int:
+    limit = rt.lane_limit() if rt.lane_limit is not None else None
+    return len(rt.lanes) if limit is None else min(limit, len(rt.lanes))
 
 
 def metrics_of(rt: Runtime, extra: tuple[int, int]) -> ConsumerMetrics:
@@ -149,6 +161,7 @@ def metrics_of(rt: Runtime, extra: tuple[int, int]) -> ConsumerMetrics:
         distributions=[[snap[i] for snap in snaps] for i in range(3)],
         lanes_busy=sum(1 for i, lane in enumerate(rt.lanes) if busy[i] or lane.depth),
         lanes=len(rt.lanes),
+        lanes_admitted=_admitted(rt),
         rebalances=c.rebalances,
         lock_renewals_ok=c.lock_ok,
         lock_renewals_failed=c.lock_failed,

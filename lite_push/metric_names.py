@@ -142,6 +142,14 @@ METRICS: Final[dict[str, tuple[str, tuple[str, ...], str]]] = {
     ),
     #: Lanes configured.
     "lite_push_lanes": ("gauge", ("group",), "Lanes configured"),
+    #: asyncio executor: lanes admission lets into listener calls at once
+    #: now (the lane count while the event loop keeps up; fewer while it
+    #: cannot turn over every lane within ``loop_turn_target``).
+    "lite_push_lanes_admitted": (
+        "gauge",
+        ("group",),
+        "Lanes allowed in listener calls at once (asyncio admission)",
+    ),
     # -- membership and locks ----------------------------------------------------
     #: Rebalances seen by this member (each assignment change).
     "lite_push_rebalances_total": (

@@ -178,6 +178,7 @@ def add_samples(fams: dict[str, Any], snap: ConsumerMetrics) -> None:
         fams[name].add_metric(labels, buckets, total)
     fams["lite_push_lanes_busy"].add_metric([g], snap.lanes_busy)
     fams["lite_push_lanes"].add_metric([g], snap.lanes)
+    fams["lite_push_lanes_admitted"].add_metric([g], snap.lanes_admitted)
     fams["lite_push_rebalances_total"].add_metric([g], snap.rebalances)
     fams["lite_push_assigned_queues"].add_metric([g], len(snap.queues))
     fams["lite_push_lock_renewals_total"].add_metric([g, "ok"], snap.lock_renewals_ok)

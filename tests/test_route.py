@@ -243,15 +243,18 @@ KEYS = st.one_of(st.none(), st.just(""), st.sampled_from(["Aa", "BB", "polygenel
 
 @st.composite
 def _events(draw: st.DrawFn) -> tuple[int, str, bool, int, list[tuple[str, Any]]]:
-    """A sequence of routes and releases: ``("route", [(queue, keys, keyless)])``
-    or ``("release", (lane, how_many, wrong))`` (``wrong``: on another lane)."""
+    """A sequence of routes, releases and limits: ``("route", [(queue, keys,
+    keyless)])``, ``("release", (lane, how_many, wrong))`` (``wrong``: on
+    another lane) or ``("limit", lanes)``."""
     n = draw(st.integers(1, 40))
     placement = draw(st.sampled_from(["load", "hash", "java"]))
     custom = draw(st.booleans())
     cap = draw(st.sampled_from([0, 1, 2, 8]))
     events: list[tuple[str, Any]] = []
     for _ in range(draw(st.integers(1, 30))):
-        if draw(st.booleans()):
+        if draw(st.integers(0, 9)) == 0:  # the asyncio admission's limit moves
+            events.append(("limit", draw(st.integers(-1, n + 2))))
+        elif draw(st.booleans()):
             groups = [
                 (q, draw(st.lists(KEYS, max_size=30)), draw(st.integers(0, n - 1)))
                 for q in range(draw(st.integers(1, 4)))
@@ -273,7 +276,11 @@ def test_twins_place_keys_identically(case: tuple[int, str, bool, int, list[tupl
     held: list[list[MessageExt]] = [[] for _ in range(n)]  # what each lane holds, in order
     offset = 0
     for kind, arg in events:
-        if kind == "route":
+        if kind == "limit":
+            for t in twins:
+                t.limit = arg
+            assert twins[0].limit == twins[1].limit == min(n, max(1, arg))
+        elif kind == "route":
             groups = []
             for q, keys, keyless in arg:
                 groups.append((q, [_msg(q, offset + i, k) for i, k in enumerate(keys)], keyless))
@@ -317,19 +324,25 @@ def test_twins_place_keys_identically(case: tuple[int, str, bool, int, list[tupl
 @given(
     n=st.integers(1, 12),
     steps=st.lists(
-        st.tuples(st.booleans(), st.lists(st.integers(0, 15), max_size=20), st.integers(0, 11), st.integers(0, 25)),
+        st.tuples(
+            st.booleans(), st.lists(st.integers(0, 15), max_size=20), st.integers(0, 11), st.integers(0, 25),
+            st.integers(0, 13),
+        ),
         max_size=40,
     ),
 )
 def test_load_placement_matches_its_definition(router: ModuleType, n: int, steps: list[Any]) -> None:
     """Every key's unreleased messages are on one lane; a key with none goes
     to ``min((load, lane))`` over the loads at that moment (messages routed
-    and not released, counting those routed earlier in the same call)."""
+    and not released, counting those routed earlier in the same call) of
+    the lanes under the limit."""
     r = router.KeyRouter(n)
     held: list[list[MessageExt]] = [[] for _ in range(n)]
     offset = 0
-    for is_route, keys, lane, count in steps:
+    for is_route, keys, lane, count, limit in steps:
         if is_route:
+            r.limit = limit
+            under = min(n, max(1, limit))
             msgs = [_msg(0, offset + i, f"k{k}") for i, k in enumerate(keys)]
             offset += len(msgs)
             loads = [len(h) for h in held]
@@ -337,7 +350,7 @@ def test_load_placement_matches_its_definition(router: ModuleType, n: int, steps
             want = {}
             for m in msgs:
                 if m.keys not in where:
-                    where[m.keys] = min(range(n), key=lambda i: (loads[i], i))
+                    where[m.keys] = min(range(under), key=lambda i: (loads[i], i))
                 want[m.queue_offset] = where[m.keys]
                 loads[where[m.keys]] += 1
             segments, _ = r.route([("q", msgs, 0)])

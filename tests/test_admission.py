@@ -1,0 +1,186 @@
+"""Admission (asyncio executor): lanes are let into listener calls as fast
+as the loop turns, the ones with the most work first; new keys go to the
+lanes admitted (the router's ``limit``, both twins); keys keep their order
+and nothing is lost either way; ``loop_turn_target=0`` turns it off."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import defaultdict, deque
+from types import ModuleType
+
+import pytest
+
+from lite_push import (
+    AsyncLitePushConsumer,
+    ConfigError,
+    ConsumeFromWhere,
+    ConsumeMode,
+    ConsumerConfig,
+    EmbeddedBroker,
+    MessageExt,
+    _router_py,
+)
+from lite_push._admission import ADMISSION_MIN, Admission
+
+
+def _msgs(keys: list[str | None], queue: int = 0, start: int = 0) -> list[MessageExt]:
+    return [MessageExt("T", queue, start + i, b"", keys=k) for i, k in enumerate(keys)]
+
+
+# -- the router's limit -------------------------------------------------------------
+
+
+def test_new_keys_go_to_the_least_loaded_lane_under_the_limit(router: ModuleType) -> None:
+    r = router.KeyRouter(8, "load")
+    r.limit = 3
+    _, counts = r.route([("q", _msgs([f"a{i}" for i in range(30)]), 0)])
+    assert counts == [10, 10, 10, 0, 0, 0, 0, 0]
+    # a key with work stays on its lane whatever the limit
+    r.limit = 1
+    _, counts = r.route([("q", _msgs(["a1", "a2", "new"], start=30), 0)])
+    assert counts == [1, 1, 1, 0, 0, 0, 0, 0]  # a1 on lane 1, a2 on lane 2, the new key on lane 0
+    assert (r.lane_of_key("a1"), r.lane_of_key("a2"), r.lane_of_key("new")) == (1, 2, 0)
+    # raised again: the lanes past the old limit take new keys (they are the least loaded)
+    r.limit = 8
+    _, counts = r.route([("q", _msgs([f"b{i}" for i in range(5)], start=40), 0)])
+    assert counts[3:] == [1, 1, 1, 1, 1]
+    r.limit = 0
+    assert r.limit == 1
+    r.limit = 99
+    assert r.limit == 8
+
+
+def test_fixed_placements_ignore_the_limit(router: ModuleType) -> None:
+    for placement in ("hash", "java"):
+        a, b = router.KeyRouter(16, placement), router.KeyRouter(16, placement)
+        a.limit = 2
+        items = _msgs([f"k{i}" for i in range(200)])
+        assert a.route([("q", items, 0)]) == b.route([("q", items, 0)])
+
+
+def test_twins_place_keys_alike_while_the_limit_moves(router: ModuleType) -> None:
+    if router is _router_py:
+        pytest.skip("compares the compiled twin with the Python one")
+    rnd = random.Random(3)
+    for trial in range(60):
+        n = rnd.choice([1, 2, 5, 64, 300])
+        rc, rp = router.KeyRouter(n, "load"), _router_py.KeyRouter(n, "load")
+        held: list[tuple[int, list[MessageExt]]] = []
+        for step in range(40):
+            if rnd.random() < 0.4:
+                rc.limit = rp.limit = rnd.randrange(0, n + 2)
+            groups = []
+            for q in range(3):
+                pool = [None, "", *(f"k{rnd.randrange(80)}" for _ in range(6))]
+                keys = [rnd.choice(pool) for _ in range(rnd.randrange(12))]
+                groups.append((q, _msgs(keys, q, step * 100), q % n))
+            out = rc.route(groups)
+            assert out == rp.route(groups), (trial, step)
+            held += [(lane, sub) for lane, segs in enumerate(out[0]) for _, sub in segs or []]
+            rnd.shuffle(held)
+            k = rnd.randrange(len(held) + 1)
+            assert rc.release_from(deque(held[:k])) == rp.release_from(deque(held[:k]))
+            held = held[k:]
+            assert rc.loads() == rp.loads() and rc.placed_keys() == rp.placed_keys()
+
+
+# -- admission itself ---------------------------------------------------------------
+
+
+def test_slots_go_to_the_waiting_lanes_with_the_most_work() -> None:
+    async def main() -> None:
+        adm = Admission(3, asyncio.get_running_loop(), 0.0015)
+        adm.limit = 2
+        assert adm.enter(1) is None and adm.enter(1) is None and adm.active == 2
+        small, big = adm.enter(1), adm.enter(500)
+        assert small is not None and big is not None and adm.waiting == 2
+        adm.leave()
+        assert big.done() and not small.done()  # 500 messages of head start
+        adm.leave()
+        assert small.done() and adm.active == 2
+        adm.leave()
+        adm.leave()
+        assert adm.active == 0
+
+    asyncio.run(main())
+
+
+def test_the_limit_follows_the_length_of_a_turn() -> None:
+    async def main() -> None:
+        adm = Admission(1024, asyncio.get_running_loop(), 0.0015)
+        for _ in range(60):
+            adm.turned(0.010)  # the loop turns every 10 ms: too many lanes
+        assert adm.limit == ADMISSION_MIN
+        waiters = [adm.enter(1) for _ in range(ADMISSION_MIN + 50)]
+        assert sum(w is None for w in waiters) == ADMISSION_MIN
+        adm.turned(0.0012)  # under the target but not by half: no change
+        assert adm.limit == ADMISSION_MIN
+        for _ in range(100):
+            adm.turned(0.0001)  # time to spare: more lanes, up to all of them
+        assert adm.limit == 1024 and all(w is None or w.done() for w in waiters)
+        assert adm.active == ADMISSION_MIN + 50
+        small = Admission(16, asyncio.get_running_loop(), 0.0015)
+        for _ in range(60):
+            small.turned(0.010)
+        assert small.limit == 16  # never fewer than ADMISSION_MIN: 16 lanes are never limited
+
+    asyncio.run(main())
+
+
+# -- end to end ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", [0.0015, 0.0])
+def test_a_saturated_loop_admits_fewer_lanes_and_keeps_key_order(target: float) -> None:
+    broker = EmbeddedBroker()
+    broker.create_topic("T", queue_count=8)
+    total = 20_000
+    rnd = random.Random(5)
+    broker.send_batch("T", [(b"x", f"k{rnd.randrange(3000)}") for _ in range(total)])
+    order: dict[str | None, list[tuple[int, int]]] = defaultdict(list)
+    active: set[str | None] = set()
+    overlaps: list[str | None] = []
+    limits: list[int] = []
+
+    async def listener(msgs: list[MessageExt]) -> None:
+        (m,) = msgs
+        if m.keys in active:
+            overlaps.append(m.keys)
+        active.add(m.keys)
+        order[m.keys].append((m.queue_id, m.queue_offset))
+        await asyncio.sleep(0.001)
+        active.discard(m.keys)
+
+    async def main() -> None:
+        c = AsyncLitePushConsumer(
+            ConsumerConfig(
+                group="g", mode=ConsumeMode.KEY_ORDERLY, executor="asyncio", lanes=1024, loop_turn_target=target
+            ),
+            source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET),
+            listener=listener,
+        )
+        c.subscribe("T")
+        async with c:
+            while (st := c.stats()).consumed < total:
+                limits.append(st.lanes_admitted)
+                await asyncio.sleep(0.01)
+
+    asyncio.run(asyncio.wait_for(main(), 120))
+    assert overlaps == []
+    assert sum(len(v) for v in order.values()) == total
+    for key, seen in order.items():
+        for qid in {q for q, _ in seen}:
+            offs = [o for q, o in seen if q == qid]
+            assert offs == sorted(offs) and len(set(offs)) == len(offs), key
+    if target:
+        assert min(limits) < 1024  # a thousand 1 ms sleeps a turn is more than the loop turns in 1.5 ms
+    else:
+        assert set(limits) == {1024}  # admission off: every lane with work runs
+
+
+def test_loop_turn_target_is_checked() -> None:
+    with pytest.raises(ConfigError, match="loop_turn_target"):
+        ConsumerConfig(group="g", executor="asyncio", loop_turn_target=-1.0)
+    assert ConsumerConfig(group="g", executor="asyncio", loop_turn_target=0).loop_turn_target == 0
