@@ -198,6 +198,7 @@ def run_one(
     bare: bool = False,
     metrics: bool = False,
     placement: str = "load",
+    loop_turn_target: float | None = None,
 ) -> dict[str, object]:
     """Consume the workload once with ``mode`` and ``lanes`` (pool threads
     for QUEUE_ORDERLY) on ``executor`` (``thread``, or ``asyncio`` /
@@ -207,7 +208,9 @@ def run_one(
     the consumer records Prometheus metrics into a registry scraped every
     second meanwhile (label suffix ``-metrics``).  ``placement``: the
     KEY_ORDERLY lane placement (label suffix ``-<placement>`` unless
-    ``load``); other modes place no keys and take only the default."""
+    ``load``); other modes place no keys and take only the default.
+    ``loop_turn_target``: the asyncio executor's admission target (``None``:
+    the default; label suffix ``-turn<seconds>`` otherwise, ``-turn0``: off)."""
     if placement not in PLACEMENTS:
         raise SystemExit(f"--placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
     keyed = mode is ConsumeMode.KEY_ORDERLY
@@ -235,11 +238,14 @@ def run_one(
         config = ConsumerConfig(group="bench", mode=mode, consume_thread_min=lanes, consume_thread_max=lanes)
         label = f"QUEUE_ORDERLY-{lanes}"
     else:
+        turn = {} if loop_turn_target is None else {"loop_turn_target": loop_turn_target}
         config = ConsumerConfig(
             group="bench", mode=mode, lanes=lanes, executor="asyncio" if is_async else "thread",
-            lane_placement=placement,
+            lane_placement=placement, **turn,  # type: ignore[arg-type]
         )
         label = f"{mode.name}-{lanes}" + (f"-{executor}" if is_async else "") + suffix
+        if loop_turn_target is not None:
+            label += f"-turn{loop_turn_target:g}"
     if no_failures:
         label += "-nofail"
     registry = None
@@ -408,6 +414,12 @@ def main() -> int:
         help="KEY_ORDERLY lane placement (ConsumerConfig.lane_placement; default load; label suffix otherwise)",
     )
     parser.add_argument(
+        "--loop-turn-target",
+        type=float,
+        metavar="S",
+        help="asyncio executor: ConsumerConfig.loop_turn_target (0: admission off; label suffix -turnS)",
+    )
+    parser.add_argument(
         "--bare",
         action="store_true",
         help="no consumer: the loop's ceiling for this listener over --placement's partitioning "
@@ -433,7 +445,7 @@ def main() -> int:
         queues = int(meta["queues"])
     result = run_one(
         args.workload, ConsumeMode[args.mode], args.lanes, queues, args.log, args.progress, args.no_failures,
-        args.executor, args.bare, args.metrics, args.placement,
+        args.executor, args.bare, args.metrics, args.placement, args.loop_turn_target,
     )
     print(json.dumps(result))
     return 0
