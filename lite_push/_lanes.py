@@ -27,8 +27,8 @@ __all__ = ["AsyncLane", "Lane", "LoopWaker", "Segment", "put_all"]
 #: The messages of one queue routed to one lane by one poll.
 Segment = tuple[ProcessQueue, list[MessageExt]]
 
-#: What :meth:`AsyncLane.take_nowait` hands back when no parked key is due
-#: (shared, never appended to).
+#: What a take hands back as the due keys when none is due (shared, never
+#: appended to: one list less per take).
 _NO_DUE: list[object] = []
 
 
@@ -133,17 +133,24 @@ class Lane:
             self._wake()
         return segments, due
 
-    def _grab(self) -> tuple[list[Segment], list[object], bool]:
+    def _grab(self, more: bool = False) -> tuple[list[Segment], list[object], bool]:
         """(lock held, something queued) Take everything; also say whether
         a put had overfilled the lane, so the taker wakes the pull thread
-        (after releasing the lock)."""
+        (after releasing the lock).  ``more``: a second take before the
+        first was started on (the put stamps add to the first's)."""
         segments = self._segments
-        due = self._due
         self._segments = []
-        self._due = []
+        due = self._due
+        if due:
+            self._due = []
+        else:
+            due = _NO_DUE  # not the lane's own list: a later put_due must not show in it
         self.depth = 0
         if self._stamps is not None:
-            self.taken = self._stamps
+            if more:
+                self.taken += self._stamps
+            else:
+                self.taken = self._stamps
             self._stamps = []
         wake = self.blocked
         self.blocked = False
@@ -227,20 +234,8 @@ class AsyncLane(Lane):
         and empty (the task should exit).  No coroutine per take: a busy
         lane (the common case) only takes the lock."""
         with self._lock:
-            segments = self._segments
-            due: list[object] = self._due
-            if segments or due:
-                self._segments = []
-                if due:
-                    self._due = []
-                else:
-                    due = _NO_DUE  # not the lane's own list: a later put_due must not show in it
-                self.depth = 0
-                if self._stamps is not None:
-                    self.taken = self._stamps
-                    self._stamps = []
-                wake = self.blocked
-                self.blocked = False
+            if self._segments or self._due:
+                segments, due, wake = self._grab()
             elif self._closed:
                 return None
             else:
@@ -257,21 +252,9 @@ class AsyncLane(Lane):
         """(loop thread) :meth:`take_nowait` without waiting: ``None`` when
         nothing is queued."""
         with self._lock:
-            segments = self._segments
-            due: list[object] = self._due
-            if not segments and not due:
+            if not self._segments and not self._due:
                 return None
-            self._segments = []
-            if due:
-                self._due = []
-            else:
-                due = _NO_DUE
-            self.depth = 0
-            if self._stamps is not None:
-                self.taken += self._stamps
-                self._stamps = []
-            wake = self.blocked
-            self.blocked = False
+            segments, due, wake = self._grab(more=True)
         if wake:
             self._wake()
         return segments, due
