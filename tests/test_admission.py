@@ -11,6 +11,7 @@ from collections import defaultdict, deque
 from types import ModuleType
 
 import pytest
+from conftest import compiled_twin
 
 from lite_push import (
     AsyncLitePushConsumer,
@@ -60,9 +61,8 @@ def test_fixed_placements_ignore_the_limit(router: ModuleType) -> None:
         assert a.route([("q", items, 0)]) == b.route([("q", items, 0)])
 
 
-def test_twins_place_keys_alike_while_the_limit_moves(router: ModuleType) -> None:
-    if router is _router_py:
-        pytest.skip("compares the compiled twin with the Python one")
+def test_twins_place_keys_alike_while_the_limit_moves() -> None:
+    router = compiled_twin("_router_c")
     rnd = random.Random(3)
     for trial in range(60):
         n = rnd.choice([1, 2, 5, 64, 300])
