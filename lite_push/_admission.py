@@ -148,6 +148,13 @@ class Admission:
         heapq.heappush(self._waiters, (time.monotonic() - backlog * HEAD_START_PER_MESSAGE, self._seq, fut))
         return fut
 
+    def must_yield(self, held: float) -> bool:
+        """Whether a lane that has held its slot for ``held`` seconds (and
+        still has work) should give it back and queue again: the limit went
+        down under the slots in use, or others have waited while it held
+        one longer than :data:`ADMISSION_HOLD`."""
+        return self.active > self.limit or (bool(self._waiters) and held > ADMISSION_HOLD)
+
     async def admitted(self, backlog: int) -> None:
         """Wait for a slot for a lane holding ``backlog`` messages; a lane
         cancelled meanwhile gives back one it got."""

@@ -38,7 +38,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from ._admission import ADMISSION_HOLD, Admission
+from ._admission import Admission
 from ._lane_worker import FENCE_WAIT, FENCED, LaneWorker, Steps
 from ._lanemetrics import clock
 from ._lanes import AsyncLane, Lane, LoopWaker
@@ -165,9 +165,7 @@ async def run_async_lane(
                 await taken  # resolved by the next put (or close)
                 continue
             if admission is not None:
-                if held >= 0 and (
-                    admission.active > admission.limit or (admission.waiting and mono() - held > ADMISSION_HOLD)
-                ):
+                if held >= 0 and admission.must_yield(mono() - held):
                     held = -1.0
                     admission.leave()  # over the limit, or held long: queue again
                 if held < 0 and (taken[1] or (not aborted() and _live(taken[0]))):

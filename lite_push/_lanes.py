@@ -85,21 +85,7 @@ class Lane:
         the lock.  With ``capacity``: return whether the lane is now above
         it, and if so mark it ``blocked`` (its task wakes the pull thread
         once it took the backlog).  Raises RuntimeError once closed."""
-        with self._lock:
-            if self._closed:
-                raise RuntimeError(f"lane {self.index} is closed")
-            self._segments += segments
-            self.depth += count
-            if self._stamps is not None:
-                self._stamps.append((clock(), count))
-            over = 0 < capacity < self.depth
-            if over:
-                self.blocked = True
-            waiting = self._waiting
-            self._waiting = False
-        if waiting:
-            self._notify()
-        return over
+        return bool(put_all([self], [segments], [count], capacity))
 
     def put_due(self, keys: list[object]) -> None:
         """Hand the task parked keys whose retry is due (pull thread)."""
@@ -189,7 +175,7 @@ def put_all(lanes: list[Lane], segments: list[list[Segment] | None], counts: lis
         lane = lanes[i]
         with lane._lock:
             if lane._closed:
-                raise RuntimeError(f"lane {i} is closed")
+                raise RuntimeError(f"lane {lane.index} is closed")
             lane._segments += segs
             depth = lane.depth = lane.depth + counts[i]
             stamps = lane._stamps
