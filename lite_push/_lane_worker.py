@@ -75,18 +75,16 @@ def _no_steps() -> Steps:
 class LaneWorker:
     """The lane logic of lane ``index`` (see the module docstring)."""
 
-    __slots__ = ("_parked", "_release", "_rt", "aborted", "hot", "index", "metrics", "monotonic", "parked")
+    __slots__ = ("_release", "_rt", "aborted", "hot", "index", "metrics", "monotonic", "parked")
 
     def __init__(self, runtime: Runtime, index: int) -> None:
         self._rt = runtime
         self.index = index
         #: The lane's histogram recorder (``None``: metrics off).
         self.metrics: LaneMetrics | None = None if runtime.lane_metrics is None else runtime.lane_metrics[index]
-        # Keys parked in this lane, owned by this lane's task alone.
-        self._parked: dict[Hashable, Parked] = {}
-        #: The same dict, read by the executor's hot path (empty: no key is
-        #: parked here, so a segment may run on the hot path).
-        self.parked = self._parked
+        #: Keys parked in this lane, owned by this lane's task alone (the
+        #: executor's hot path reads it: empty, no segment waits behind one).
+        self.parked: dict[Hashable, Parked] = {}
         #: The consumer's clock, which fences are on (read before every call).
         self.monotonic = runtime.clock.monotonic
         #: One listener call per message (``batch_size`` 1): the hot path applies.
@@ -135,11 +133,11 @@ class LaneWorker:
         the offset map keeps what finished above them)."""
         counters = self._rt.counters
         counters.busy[self.index] = False
-        items = [item for p in self._parked.values() for item in p.items]
+        items = [item for p in self.parked.values() for item in p.items]
         for pq, ms in per_queue(items).items():
             pq.skip(ms)
         self._done_with([m for _, m in items])
-        self._parked.clear()
+        self.parked.clear()
         counters.parked[self.index] = 0
 
     def crashed(self, exc: BaseException) -> None:
@@ -161,7 +159,7 @@ class LaneWorker:
             pq.skip(msgs)
             self._done_with(msgs)
             return _no_steps()
-        if self._parked or self._rt.config.batch_size != 1:
+        if self.parked or self._rt.config.batch_size != 1:
             return self._slow_steps(pq, msgs)
         return None
 
@@ -223,7 +221,7 @@ class LaneWorker:
         completed at the end, at once."""
         rt = self._rt
         idx = self.index
-        parked = self._parked
+        parked = self.parked
         size = rt.config.batch_size
         park_key = self._park_key
         done: list[MessageExt] = []
@@ -282,7 +280,7 @@ class LaneWorker:
         rt = self._rt
         cfg = rt.config
         idx = self.index
-        parked = self._parked
+        parked = self.parked
         dead_now, reason, text = classify(exc, result)
         rt.counters.retried[idx] += len(chunk)
         first = chunk[0]
@@ -314,7 +312,7 @@ class LaneWorker:
     def _park(self, pq: ProcessQueue, retry: MessageExt, reason: str, text: str) -> None:
         rt = self._rt
         key = self._park_key(pq, retry)
-        p = self._parked[key] = Parked(next(rt.park_generations), reason, text)
+        p = self.parked[key] = Parked(next(rt.park_generations), reason, text)
         p.items.append((pq, retry))
         rt.counters.parked[self.index] += 1
         rt.timer.add(rt.clock.monotonic() + rt.config.suspend_ms / 1000.0, self.index, (key, p.gen))
@@ -329,7 +327,7 @@ class LaneWorker:
         still waits behind it)."""
         rt = self._rt
         idx = self.index
-        parked = self._parked
+        parked = self.parked
         counters = rt.counters
         limit = rt.config.max_reconsume_times
         for token in due:
@@ -393,7 +391,7 @@ class LaneWorker:
 
     def _purge(self) -> None:
         """Skip the parked messages of revoked queues."""
-        parked = self._parked
+        parked = self.parked
         dropped: list[tuple[ProcessQueue, MessageExt]] = []
         for key in list(parked):
             p = parked[key]

@@ -190,17 +190,12 @@ class ProcessQueue:
         return self._tracker.next_offset
 
     def complete(self, messages: list[MessageExt]) -> None:
-        """Mark messages finished (lane thread).  (``_release`` inline: this
-        runs once per lane segment.)"""
+        """Mark messages finished (lane thread)."""
         with self._lock:
-            self._bytes -= self._tracker.complete_batch(messages)
-            count = self._count = self._count - len(messages)
-            if count == 0:
-                self._idle.notify_all()
-            if not self._paused or self._wake_sent or not self._below_low_water():
-                return
-            self._wake_sent = True
-        self._wake()
+            size = self._tracker.complete_batch(messages)
+            wake = self._release(len(messages), size)
+        if wake:
+            self._wake()
 
     def skip(self, messages: list[MessageExt]) -> None:
         """Forget messages that will not be processed here (the queue was

@@ -54,6 +54,7 @@ Two jobs, kept apart:
 from __future__ import annotations
 
 import heapq
+import sys
 from array import array
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
@@ -197,7 +198,7 @@ class KeyRouter:
         fixed = self._fixed
         table = self._table
         loads = self._loads
-        cap = self.max_segment or len(loads) + (1 << 62)
+        cap = self.max_segment or sys.maxsize
         for tag, items, keyless_lane in groups:
             if not 0 <= keyless_lane < n:
                 raise IndexError(f"keyless lane {keyless_lane} out of range for {n} lanes")
