@@ -265,11 +265,19 @@ def _revoke_with_held_failures(broker: EmbeddedBroker, what: str) -> list[int]:
     a = _consumer(broker, listener, "a", mode=mode, revoke_timeout=60.0, suspend_ms=60_000)
     with a:
         assert wait_until(lambda: sum(a.stats().in_flight.values()) == 2 and a.stats().consumed == 10), a.stats()
-        b = _consumer(broker, lambda msgs: None, "b", mode=mode, revoke_timeout=60.0, suspend_ms=60_000)
+        # B holds its first message until the offset is read: otherwise B
+        # may consume the queue and commit past A's offset first
+        hold = threading.Event()
+
+        def held(msgs):  # type: ignore[no-untyped-def]
+            hold.wait(10)
+
+        b = _consumer(broker, held, "b", mode=mode, revoke_timeout=60.0, suspend_ms=60_000)
         with b:
             assert wait_until(lambda: len(b.stats().in_flight) == 1, timeout=20), "B never got a queue"
             (given,) = b.stats().in_flight
             om = broker.committed("g", given)
+            hold.set()
     return [0 if om is None else om.offset]
 
 
