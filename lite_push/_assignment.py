@@ -23,6 +23,7 @@ from collections.abc import Callable, Collection
 
 from ._committer import Committer
 from ._failure_sender import FailureSender
+from ._failures import local_entry
 from ._flow_control import low_water
 from ._lane_worker import PURGE
 from ._offset_map import FinishedOffsets, OffsetMapError, decode
@@ -118,8 +119,8 @@ class Assignment(RebalanceListener):
             # to the next owner now: the wait below is for listener calls only.
             revoked = set(pqs)
             self._sender.release(revoked)
-            held = rt.timer.take_local(lambda token: isinstance(token, tuple) and token[0] in revoked)
-            for pq, ms in per_queue(held).items():  # type: ignore[arg-type]
+            held = rt.timer.take_local(lambda token: local_entry(token)[0] in revoked)
+            for pq, ms in per_queue([local_entry(t) for t in held]).items():
                 pq.skip(ms)
         deadline = time.monotonic() + cfg.revoke_timeout
         for pq in pqs:

@@ -24,6 +24,7 @@ import inspect
 import logging
 import threading
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ._assignment import Assignment
@@ -118,6 +119,10 @@ class ConsumerCore:
             raise ConfigError("source", f"must be a PullSource, got {type(source).__name__}")
         _check_listener(config, listener)
         _check_source(config, source)
+        limit = source.metadata_limit
+        if limit is not None and config.offset_map_max_bytes > limit:
+            # the source stores at most this much metadata: pause before the map outgrows it
+            config = replace(config, offset_map_max_bytes=limit)
         self.config = config
         self._source = source
         self._executor: ThreadExecutor | AsyncExecutor = (

@@ -13,6 +13,10 @@ neither processed nor stored elsewhere:
   local retry after ``suspend_ms``;
 * a BROADCASTING member has no retry topic: it waits the delay level's time
   on the timer and runs the message again itself;
+* a source without delayed delivery (Kafka: ``delayed_delivery`` is False)
+  stores a send-back at once, so the sender holds it on the timer for its
+  delay level first (:meth:`FailureSender.send_held` stores it when due);
+  its offset stays unfinished, so uncommitted, until the copy is stored;
 * the messages of a revoked queue are skipped: left unfinished and
   uncommitted, so the next owner runs them.
 """
@@ -78,6 +82,12 @@ class FailureSender:
                 delay = levels[min(max(it.delay_level, 1), len(levels)) - 1]
                 rt.timer.add(now + delay, -1, (it.pq, it.message))
             back = []
+        if back and not rt.source.delayed_delivery:
+            # the source would store the copy at once: hold it for its delay
+            levels = rt.source.delay_levels
+            for it in back:
+                rt.timer.add(now + levels[min(max(it.delay_level, 1), len(levels)) - 1], -1, it)
+            back = []
         if dead:
             stored += self._dead_letters(dead, now)
         if back:
@@ -88,6 +98,18 @@ class FailureSender:
             for pq, ms in per_queue([(it.pq, it.message) for it in self._unsent]).items():
                 pq.skip(ms)
             self._unsent = []
+
+    def send_held(self, items: list[SendItem], now: float) -> None:
+        """Send-backs held for their delay (a source without delayed
+        delivery), due now: store them in the retry topic and complete
+        their offsets; a revoked queue's are skipped (the next owner runs
+        them)."""
+        live = [it for it in items if not it.pq.dropped]
+        for pq, ms in per_queue([(it.pq, it.message) for it in items if it.pq.dropped]).items():
+            pq.skip(ms)
+        if live:
+            for pq, ms in per_queue(self._send_back(live, now, False)).items():
+                pq.complete(ms)
 
     def release(self, pqs: set[ProcessQueue]) -> None:
         """Queues being revoked: their dead letters waiting to be stored

@@ -26,7 +26,7 @@ from ._errors import NonRetryableError
 from ._process_queue import ProcessQueue
 from ._types import ConsumeResult, MessageExt
 
-__all__ = ["Outbox", "Parked", "RetryTimer", "SendItem", "classify"]
+__all__ = ["Outbox", "Parked", "RetryTimer", "SendItem", "classify", "local_entry"]
 
 _RETRY = (ConsumeResult.RETRY_LATER, ConsumeResult.SUSPEND_CURRENT_QUEUE_A_MOMENT)
 #: Longest exception text stored with a dead letter.
@@ -144,3 +144,12 @@ class Outbox:
 
     def __bool__(self) -> bool:
         return bool(self._items)  # a racy read is fine: the pull thread looks again next loop
+
+
+def local_entry(token: object) -> tuple[ProcessQueue, MessageExt]:
+    """The queue and message of one of the pull thread's timer tokens: a
+    local retry ``(pq, message)`` or a send-back held for its delay (a
+    :class:`SendItem`)."""
+    if isinstance(token, SendItem):
+        return token.pq, token.message
+    return token  # type: ignore[return-value]

@@ -56,7 +56,7 @@ import orjson
 
 from ._offsets_py import MAX_OFFSET
 
-__all__ = ["VERSION", "FinishedOffsets", "OffsetMapError", "decode", "encode", "estimate_size"]
+__all__ = ["VERSION", "FinishedOffsets", "OffsetMapError", "decode", "encode", "estimate_size", "shrink"]
 
 #: The format version :func:`encode` writes and :func:`decode` reads.
 VERSION = 1
@@ -355,3 +355,30 @@ def decode(metadata: str, committed: int) -> FinishedOffsets | None:
     if "r" in doc:
         return _decode_runs(base, end, doc["r"])
     return _decode_bitmap(base, end, doc["m"])
+
+
+def shrink(metadata: str, committed: int, max_bytes: int) -> str:
+    """An offset map of at most ``max_bytes`` characters that names a prefix
+    of what ``metadata`` (a map for a commit at ``committed``) names as
+    finished: the longest such prefix.  Offsets past the prefix count as
+    unfinished, so the next owner runs them again (at-least-once holds;
+    only the skipping is lost).  ``""`` when even the shortest map does not
+    fit; ``metadata`` itself when it fits.  For brokers that limit commit
+    metadata (Kafka's ``offset.metadata.max.bytes``)."""
+    if len(metadata) <= max_bytes:
+        return metadata
+    finished = decode(metadata, committed)
+    if finished is None:  # pragma: no cover - "" always fits
+        return ""
+    base = finished.base
+    unfinished = [o for o in range(base, finished.end) if o not in finished]
+    best = ""
+    lo, hi = base + 1, finished.end - 1  # the end of the map: at least one offset past the base
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        text = encode(base, mid, unfinished[: bisect_right(unfinished, mid - 1)])
+        if len(text) <= max_bytes:
+            best, lo = text, mid + 1
+        else:
+            hi = mid - 1
+    return best

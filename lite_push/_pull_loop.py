@@ -31,6 +31,7 @@ from ._assignment import Assignment
 from ._committer import Committer
 from ._errors import SourceClosedError
 from ._failure_sender import FailureSender
+from ._failures import SendItem
 from ._flow_control import FlowControl
 from ._lanes import Segment, put_all
 from ._process_queue import ProcessQueue
@@ -264,15 +265,20 @@ class PullLoop:
         rt = self._rt
         per_lane: dict[int, list[object]] = {}
         local: list[tuple[ProcessQueue, MessageExt]] = []
+        held: list[SendItem] = []
         for lane, token in rt.timer.pop_due(now):
-            if lane < 0:
-                local.append(token)  # type: ignore[arg-type]
-            else:
+            if lane >= 0:
                 per_lane.setdefault(lane, []).append(token)
+            elif isinstance(token, SendItem):
+                held.append(token)  # a send-back held for its delay
+            else:
+                local.append(token)  # type: ignore[arg-type]
         for lane, tokens in per_lane.items():
             rt.lanes[lane].put_due(tokens)
         if local:
             self._retry_locally(local)
+        if held:
+            self._sender.send_held(held, now)
         rt.flush()
 
     def _retry_locally(self, local: list[tuple[ProcessQueue, MessageExt]]) -> None:

@@ -247,6 +247,34 @@ class PullSource(abc.ABC):
         runtime starts no listener call for a queue past this time."""
         return {}
 
+    @property
+    def delayed_delivery(self) -> bool:
+        """Whether :meth:`send_back` holds a copy until its delay level has
+        passed (True, the default: RocketMQ, the embedded broker, Redis).
+        A source without delayed delivery (Kafka) returns False and stores
+        the copy at once; the runtime then holds the failed message on its
+        own timer for the delay and calls :meth:`send_back` only when it is
+        due, its offset unfinished meanwhile."""
+        return True
+
+    @property
+    def assignment_is_lock(self) -> bool:
+        """Whether owning a queue already excludes every other member of
+        the group from it (Kafka: one owner per partition), so
+        :meth:`lock` grants exactly the asked queues this member owns and
+        the lease is only checked.  False (the default): queue locks are
+        taken and renewed at the broker, apart from the assignment."""
+        return False
+
+    @property
+    def metadata_limit(self) -> int | None:
+        """The most commit metadata (the offset map) the source stores, in
+        bytes (Kafka: ``offset.metadata.max.bytes``, 4,096 by default), or
+        None for no limit.  The consumer pauses a queue before its map
+        could outgrow it; :meth:`commit` cuts a longer map to a prefix that
+        fits rather than fail."""
+        return None
+
     def queue_count(self, topic: str) -> int | None:
         """How many queues ``topic`` has, if the source can tell cheaply
         (None otherwise).  The runtime uses it to warn when its lanes and

@@ -1,0 +1,25 @@
+"""The Kafka source: consumer groups on a Kafka cluster, through confluent-kafka.
+
+Needs the ``kafka`` extra (``pip install 'lite-push[kafka]'``).  One concern
+per module:
+
+* :mod:`.broker`        ``KafkaBroker``: settings, the producer, topics,
+  reading by offset for tools;
+* :mod:`.consumer`      ``KafkaPullConsumer``: a group member (cooperative-
+  sticky rebalance, per-partition pause, commits with the offset map);
+* :mod:`.codec`         records as messages, and lite_push topic names as
+  Kafka names (retry and dead-letter topics);
+* :mod:`.mock_cluster`  librdkafka's mock cluster in a helper process, for
+  tests, benchmarks and demos.
+
+Partitions are the queues (``MessageQueue(topic, broker_name, partition)``);
+the ordering key is the record key; the offset map rides in the commit
+metadata, within Kafka's default ``offset.metadata.max.bytes`` of 4,096.
+"""
+
+from __future__ import annotations
+
+from .broker import KafkaBroker
+from .consumer import KafkaPullConsumer
+
+__all__ = ["KafkaBroker", "KafkaPullConsumer"]

@@ -1,0 +1,421 @@
+"""KafkaBroker: one Kafka cluster as lite_push sees it.
+
+It holds what a cluster's members share: the librdkafka settings, the
+producer (sending, retry and dead-letter copies), topic creation and
+metadata, and reading by offset for tools (``lite_push.dlq``).  A consumer
+group member is a :class:`~.consumer.KafkaPullConsumer`, made by
+:meth:`KafkaBroker.pull_consumer`.
+
+Settings: ``config`` holds librdkafka properties (``security.protocol``,
+``sasl.*``, ``fetch.max.bytes`` ...) given to every client the broker makes;
+``consumer_config`` / ``producer_config`` only to consumers / the producer.
+Properties lite_push itself decides are refused with a ``ConfigError``
+naming them (:data:`RESERVED`).  Unknown properties are refused at
+construction (librdkafka checks them).
+
+Topics: a broker with the admin API creates topics with ``CreateTopics``;
+``topic_creator`` replaces that (librdkafka's mock cluster has no admin
+API: pass its ``create_topic``).  Retry and dead-letter topics are created
+with one partition on first use (see :mod:`.codec` for their Kafka names).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from ..._errors import ConfigError, MessageTooLargeError, SourceClosedError, UnknownTopicError
+from ..._types import MessageExt, MessageQueue, SendResult
+from .._base import DEFAULT_DELAY_LEVELS, ConsumeFromWhere, dlq_topic
+from .._common import check_delay_levels, unpack_item
+from .codec import MalformedRecord, decode, encode_headers, kafka_topic, key_decoder, lite_topic
+
+if TYPE_CHECKING:
+    from .consumer import KafkaPullConsumer
+
+__all__ = ["RESERVED", "KafkaBroker", "Record"]
+
+logger = logging.getLogger(__name__)
+
+#: librdkafka properties lite_push sets itself.
+RESERVED = frozenset(
+    {
+        "bootstrap.servers",
+        "group.id",
+        "enable.auto.commit",
+        "enable.auto.offset.store",
+        "partition.assignment.strategy",
+        "group.protocol",
+        "session.timeout.ms",
+        "statistics.interval.ms",
+        "stats_cb",
+        "on_commit",
+        "logger",
+    }
+)
+
+#: One record to produce: (Kafka topic, partition or None, key, value, headers).
+Record = tuple[str, int | None, bytes | None, bytes, list[tuple[str, bytes]]]
+
+
+def _settings(name: str, raw: Mapping[str, Any] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in (raw or {}).items():
+        if not isinstance(k, str):
+            raise ConfigError(name, f"keys must be librdkafka property names, got {k!r}")
+        if k in RESERVED:
+            raise ConfigError(f"{name}[{k!r}]", "is set by lite_push and cannot be overridden")
+        if isinstance(v, bool):
+            v = "true" if v else "false"
+        elif not isinstance(v, (str, int, float)):
+            raise ConfigError(f"{name}[{k!r}]", f"must be a string or a number, got {v!r}")
+        out[k] = str(v)
+    return out
+
+
+class KafkaBroker:
+    """A Kafka cluster: its bootstrap servers and shared settings."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        *,
+        config: Mapping[str, Any] | None = None,
+        consumer_config: Mapping[str, Any] | None = None,
+        producer_config: Mapping[str, Any] | None = None,
+        session_timeout: float = 10.0,
+        delay_levels: Iterable[float] = DEFAULT_DELAY_LEVELS,
+        metadata_max_bytes: int = 4096,
+        tags_header: str = "tags",
+        key_encoding: str = "utf-8",
+        topic_creator: Callable[[str, int], None] | None = None,
+        broker_name: str = "kafka",
+        max_message_size: int = 1_000_000,
+        send_timeout: float = 30.0,
+    ) -> None:
+        if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
+            raise ConfigError("bootstrap_servers", f"must be 'host:port[,host:port]', got {bootstrap_servers!r}")
+        if isinstance(session_timeout, bool) or not isinstance(session_timeout, (int, float)) or not (
+            1.0 <= session_timeout <= 3600.0
+        ):
+            raise ConfigError("session_timeout", f"must be seconds in [1, 3600], got {session_timeout!r}")
+        if type(metadata_max_bytes) is not int or metadata_max_bytes < 64:
+            raise ConfigError("metadata_max_bytes", f"must be an int >= 64, got {metadata_max_bytes!r}")
+        if not isinstance(tags_header, str) or not tags_header:
+            raise ConfigError("tags_header", f"must be a non-empty string, got {tags_header!r}")
+        try:
+            self.decode_key = key_decoder(key_encoding)
+        except (LookupError, TypeError):
+            raise ConfigError("key_encoding", f"must be 'hex' or a Python codec name, got {key_encoding!r}") from None
+        if topic_creator is not None and not callable(topic_creator):
+            raise ConfigError("topic_creator", f"must be callable, got {topic_creator!r}")
+        self.bootstrap_servers = bootstrap_servers.strip()
+        self.session_timeout = float(session_timeout)
+        self.delay_levels = check_delay_levels(delay_levels)
+        self.metadata_max_bytes = metadata_max_bytes
+        self.tags_header = tags_header
+        self.key_encoding = key_encoding
+        self.broker_name = broker_name
+        self.max_message_size = max_message_size
+        self.send_timeout = send_timeout
+        self._creator = topic_creator
+        self._common = _settings("config", config)
+        self._consumer_only = _settings("consumer_config", consumer_config)
+        producer_settings = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "partitioner": "murmur2_random",  # the Java producer's choice of partition for a key
+            "linger.ms": "2",
+            **self._common,
+            **_settings("producer_config", producer_config),
+            "logger": logger,
+        }
+        try:
+            self._producer = Producer(producer_settings)
+        except KafkaException as e:
+            raise ConfigError("config", str(e.args[0].str() if e.args else e)) from None
+        self._lock = threading.Lock()
+        self._partitions: dict[str, int] = {}
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<KafkaBroker {self.bootstrap_servers}{' closed' if self._closed else ''}>"
+
+    # -- clients -----------------------------------------------------------------
+
+    def client_settings(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The settings of a new consumer client: the bootstrap servers, the
+        common and consumer settings, then ``extra``."""
+        return {"bootstrap.servers": self.bootstrap_servers, **self._common, **self._consumer_only, **(extra or {})}
+
+    def pull_consumer(
+        self,
+        group: str,
+        *,
+        consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
+        consume_timestamp: int | None = None,
+        client_id: str | None = None,
+    ) -> KafkaPullConsumer:
+        """A new member of consumer group ``group`` (it joins at subscribe)."""
+        from .consumer import KafkaPullConsumer
+
+        return KafkaPullConsumer(
+            self, group, consume_from=consume_from, consume_timestamp=consume_timestamp, client_id=client_id
+        )
+
+    def check_open(self) -> None:
+        if self._closed:
+            raise SourceClosedError(f"{self!r} is closed")
+
+    # -- topics ------------------------------------------------------------------
+
+    def create_topic(self, topic: str, partitions: int) -> list[MessageQueue]:
+        """Create ``topic`` (its lite_push name) with ``partitions``
+        partitions; an existing topic is left as it is.  Returns its queues."""
+        self.check_open()
+        if type(partitions) is not int or partitions < 1:
+            raise ValueError(f"partitions must be an int >= 1, got {partitions!r}")
+        name = kafka_topic(topic)
+        if self.partition_count(topic) is None:
+            self._create(name, partitions)
+            deadline = time.monotonic() + 10.0
+            while self.partition_count(topic, fresh=True) is None:
+                if time.monotonic() > deadline:
+                    raise UnknownTopicError(topic)
+                time.sleep(0.05)
+        return self.queues(topic)
+
+    def _create(self, name: str, partitions: int) -> None:
+        if self._creator is not None:
+            try:
+                self._creator(name, partitions)
+            except Exception as e:
+                if "exists" not in str(e).lower():
+                    raise
+            return
+        from confluent_kafka.admin import AdminClient
+        from confluent_kafka.cimpl import NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, **self._common, "logger": logger})  # type: ignore[dict-item]
+        futures = admin.create_topics([NewTopic(name, partitions)], operation_timeout=10.0, request_timeout=15.0)
+        try:
+            futures[name].result(timeout=20.0)
+        except KafkaException as e:
+            if e.args and e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+
+    def ensure_topic(self, topic: str, partitions: int = 1) -> None:
+        """Create ``topic`` unless it exists (retry and dead-letter topics)."""
+        if self.partition_count(topic) is None:
+            self.create_topic(topic, partitions)
+
+    def partition_count(self, topic: str, *, fresh: bool = False) -> int | None:
+        """How many partitions ``topic`` (lite_push name) has, or None when
+        it does not exist.  Asks for the metadata of every topic, never of
+        one by name, so asking never auto-creates a topic."""
+        name = kafka_topic(topic)
+        if not fresh and name in self._partitions:
+            return self._partitions[name]
+        md = self._producer.list_topics(timeout=10.0)
+        counts = {t: len(m.partitions) for t, m in md.topics.items() if m.error is None and m.partitions}
+        with self._lock:
+            self._partitions.update(counts)
+        return counts.get(name)
+
+    def queues(self, topic: str) -> list[MessageQueue]:
+        """The queues of ``topic``, sorted; ``UnknownTopicError`` if none."""
+        n = self.partition_count(topic)
+        if n is None:
+            raise UnknownTopicError(topic)
+        return [MessageQueue(topic, self.broker_name, i) for i in range(n)]
+
+    def watermarks(self, queue: MessageQueue) -> tuple[int, int]:
+        """``(low, high)``: the first stored offset and the next one."""
+        c = self._reader()
+        try:
+            return self._marks(c, kafka_topic(queue.topic), queue.queue_id)
+        finally:
+            c.close()
+
+    @staticmethod
+    def _marks(c: Consumer, name: str, partition: int) -> tuple[int, int]:
+        marks = c.get_watermark_offsets(TopicPartition(name, partition), timeout=10.0)
+        if marks is None:
+            raise TimeoutError(f"no watermarks for {name}-{partition}")
+        return int(marks[0]), int(marks[1])
+
+    # -- sending -----------------------------------------------------------------
+
+    def produce(self, records: list[Record]) -> list[BaseException | None]:
+        """Produce ``records`` and wait for all of them (one flush);
+        ``None`` per stored record, else why not."""
+        return [d[0] for d in self.deliver(records)]
+
+    def deliver(self, records: list[Record]) -> list[tuple[BaseException | None, int, int]]:
+        """Produce ``records``, wait for all of them (one flush), and say
+        per record ``(error or None, partition, offset)``."""
+        self.check_open()
+        out: list[tuple[BaseException | None, int, int]] = [(TimeoutError("not delivered in time"), -1, -1)] * len(
+            records
+        )
+
+        def delivered(i: int) -> Callable[[Any, Any], None]:
+            def cb(err: Any, msg: Any) -> None:
+                out[i] = (None, msg.partition(), msg.offset()) if err is None else (KafkaException(err), -1, -1)
+
+            return cb
+
+        producer = self._producer
+        with self._lock:
+            for i, (topic, partition, key, value, headers) in enumerate(records):
+                kwargs: dict[str, Any] = {"key": key, "value": value, "headers": headers, "on_delivery": delivered(i)}
+                if partition is not None:
+                    kwargs["partition"] = partition
+                while True:
+                    try:
+                        producer.produce(topic, **kwargs)
+                        break
+                    except BufferError:  # the local queue is full: let deliveries drain it
+                        producer.poll(0.05)
+                    except (KafkaException, TypeError, ValueError) as e:
+                        out[i] = (e, -1, -1)
+                        break
+            producer.flush(self.send_timeout)
+        return out
+
+    def send(
+        self,
+        topic: str,
+        body: bytes,
+        keys: str | None = None,
+        tags: str | None = None,
+        properties: Mapping[str, str] | None = None,
+        queue_id: int | None = None,
+    ) -> SendResult:
+        """Store one message (``queue_id``: its partition, else Kafka's
+        partitioner on the key); return where."""
+        item = {"body": body, "keys": keys, "tags": tags, "properties": properties or {}, "queue_id": queue_id}
+        return self.send_batch(topic, [item])[0]
+
+    def send_batch(self, topic: str, items: Iterable[Any]) -> list[SendResult]:
+        """Store many messages; each item is ``body``, ``(body, keys)`` or a
+        mapping (``body``, ``keys``, ``tags``, ``properties``, ``queue_id``).
+        Every item is checked first (a bad one stores nothing).  Results in
+        input order; raises the first delivery error."""
+        n = self.partition_count(topic)
+        if n is None:
+            raise UnknownTopicError(topic)
+        name = kafka_topic(topic)
+        records: list[Record] = []
+        for item in items:
+            body, keys, tags, props, qid = unpack_item(item)
+            if type(body) is not bytes:
+                raise TypeError(f"message body must be bytes, got {type(body).__name__}")
+            if len(body) > self.max_message_size:
+                raise MessageTooLargeError(topic, len(body), self.max_message_size)
+            if keys is not None and type(keys) is not str:
+                raise TypeError(f"keys must be str or None, got {type(keys).__name__}")
+            if qid is not None and (type(qid) is not int or not 0 <= qid < n):
+                raise ValueError(f"queue_id must be an int in [0, {n}) for topic {topic!r}, got {qid!r}")
+            key = None if keys is None else keys.encode("utf-8")
+            records.append((name, qid, key, body, encode_headers(tags, props, self.tags_header)))
+        results = []
+        for err, partition, offset in self.deliver(records):
+            if err is not None:
+                raise err
+            mq = MessageQueue(topic, self.broker_name, partition)
+            results.append(SendResult(mq, offset, f"{name}-{partition}-{offset}"))
+        return results
+
+    # -- reading without a group (tools) -------------------------------------------
+
+    def _reader(self) -> Consumer:
+        return Consumer(self.client_settings({"group.id": "lite-push-reader", "enable.auto.commit": "false",
+                                              "logger": logger}))  # fmt: skip
+
+    def messages(self, queue: MessageQueue, start: int = 0, stop: int | None = None) -> list[MessageExt]:
+        """The stored messages of ``queue`` at offsets ``[start, stop)``,
+        read without joining a group (tools; malformed records are left
+        out)."""
+        self.check_open()
+        name = kafka_topic(queue.topic)
+        c = self._reader()
+        try:
+            lo, hi = self._marks(c, name, queue.queue_id)
+            end = hi if stop is None else min(stop, hi)
+            begin = max(start, lo)
+            out: list[MessageExt] = []
+            if begin >= end:
+                return out
+            c.assign([TopicPartition(name, queue.queue_id, begin)])
+            deadline = time.monotonic() + 30.0
+            pos = begin
+            while pos < end and time.monotonic() < deadline:
+                for rec in c.consume(500, 0.2):
+                    if rec.error() is not None:
+                        continue
+                    off = int(rec.offset() or 0)
+                    pos = off + 1
+                    if off >= end:
+                        break
+                    try:
+                        out.append(decode(rec, queue.topic, self.decode_key, self.tags_header, self.broker_name))
+                    except MalformedRecord:
+                        continue
+            return out
+        finally:
+            c.close()
+
+    # -- failures ----------------------------------------------------------------
+
+    def store_malformed(self, group: str, record: Any, reason: str) -> BaseException | None:
+        """Dead-letter a record the consumer could not decode: its raw key,
+        value and headers, plus the reason and its origin."""
+        from .._base import (
+            DLQ_EXCEPTION,
+            DLQ_GROUP,
+            DLQ_REASON,
+            ORIGIN_MESSAGE_ID,
+            ORIGIN_OFFSET,
+            ORIGIN_QUEUE_ID,
+            ORIGIN_TOPIC,
+            RECONSUME_TIME,
+            RETRY_TOPIC,
+        )
+
+        topic = lite_topic(record.topic())
+        origin = {
+            ORIGIN_TOPIC: topic,
+            RETRY_TOPIC: topic,
+            ORIGIN_QUEUE_ID: str(record.partition()),
+            ORIGIN_OFFSET: str(record.offset()),
+            ORIGIN_MESSAGE_ID: f"{record.topic()}-{record.partition()}-{record.offset()}",
+            DLQ_REASON: reason,
+            DLQ_EXCEPTION: "",
+            DLQ_GROUP: group,
+            RECONSUME_TIME: "0",
+        }
+        raw_headers = [(k, v if v is not None else b"") for k, v in (record.headers() or [])]
+        headers = raw_headers + [(k, v.encode()) for k, v in origin.items()]
+        try:
+            self.ensure_topic(dlq_topic(group), 1)
+            name = kafka_topic(dlq_topic(group))
+            (err,) = self.produce([(name, 0, record.key(), record.value() or b"", headers)])
+        except Exception as e:
+            return e
+        return err
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def close(self) -> None:
+        """Deliver what the producer holds (up to ``send_timeout``) and stop."""
+        if self._closed:
+            return
+        self._closed = True
+        left = self._producer.flush(self.send_timeout)
+        if left:
+            logger.warning("%r: %d message(s) not delivered at close", self, left)

@@ -1,0 +1,612 @@
+"""KafkaPullConsumer: a member of a Kafka consumer group, as a PullSource.
+
+One ``confluent_kafka.Consumer`` per member, with the cooperative-sticky
+assignor (a rebalance moves only the partitions that change owner), manual
+commits, and the offset map in the commit metadata.
+
+Polling: ``poll`` calls ``Consumer.consume`` in slices of at most
+:data:`WAIT_SLICE` (confluent-kafka has no wakeup, so :meth:`wakeup` is seen
+within a slice).  Records are filed per partition; a partition's file holds
+what was fetched but not yet returned (more than ``max_per_queue`` came, or
+the partition is paused), so batches of one partition stay contiguous.  A
+record at an offset below the partition's file end is a re-fetch and is
+dropped; Kafka's own gaps (compaction, transaction markers) are passed over
+by ``next_offset``.  At most :data:`FILE_LIMIT` records wait in the files of
+unpaused partitions before ``poll`` stops fetching more.
+
+Pause and resume are per partition, in librdkafka too (the fetcher stops for
+that partition only); a paused partition's filed records are kept.
+
+Rebalance (inside ``poll``, on the owning thread, through confluent-kafka's
+callbacks): on assignment the start of each new partition is its committed
+offset, else where ``consume_from`` says (as Kafka's ``auto.offset.reset``:
+nothing is committed until the runtime commits); then ``on_assigned``.  On revocation
+``on_revoked`` runs first, while the partitions are still owned: lite_push
+drains their listener calls (up to ``revoke_timeout``) and commits, and only
+then does the callback return and librdkafka give them up.  Partitions
+*lost* (the session expired) are dropped at once and their commits are
+ignored; ``on_revoked`` is told so the runtime drops them.
+
+Fencing: librdkafka heartbeats from its own thread.  Every
+:data:`STATS_INTERVAL` its statistics say how long ago the group coordinator
+last answered (``rxidle``); ownership is certain until that answer's request
+time (the answer less the round trip) plus ``session.timeout.ms``.
+
+Locks: a partition has one owner in a Kafka group, so :meth:`lock` grants
+the asked partitions this member owns (the assignment is the lock).
+Retries: Kafka has no delayed delivery (``delayed_delivery`` is False): the
+runtime holds a failed message for its delay level and only then calls
+:meth:`send_back`, which produces the copy to the retry topic at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
+
+from ..._errors import ConfigError, SourceClosedError, UnknownTopicError
+from ..._offset_map import shrink
+from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
+from .._base import ConsumeFromWhere, PullSource, RebalanceListener, dlq_topic, is_retry_or_dlq_topic
+from .._common import (
+    QueueStates,
+    check_lease,
+    commit_entries,
+    dead_letter_item,
+    parse_tag_expression,
+    retry_item,
+    warn_skipped_start,
+)
+from .codec import MalformedRecord, decode, encode_headers, kafka_topic, lite_topic
+
+if TYPE_CHECKING:
+    from .broker import KafkaBroker, Record
+
+__all__ = ["FILE_LIMIT", "STATS_INTERVAL", "WAIT_SLICE", "KafkaPullConsumer"]
+
+logger = logging.getLogger(__name__)
+
+#: Longest single wait inside a poll (seconds): the wakeup latency.
+WAIT_SLICE = 0.02
+#: Records filed for unpaused partitions beyond which a poll fetches no more.
+FILE_LIMIT = 4096
+#: Pause between commits the coordinator refused during a rebalance (seconds).
+COMMIT_RETRY = 0.05
+#: How often librdkafka reports the coordinator's last answer (seconds).
+STATS_INTERVAL = 0.5
+#: Commit errors that mean "not this member's partition any more".
+_FENCED = frozenset(
+    {
+        KafkaError.ILLEGAL_GENERATION,
+        KafkaError.UNKNOWN_MEMBER_ID,
+        KafkaError.REBALANCE_IN_PROGRESS,
+        KafkaError._ASSIGNMENT_LOST,
+        KafkaError.FENCED_INSTANCE_ID,
+        KafkaError.STALE_MEMBER_EPOCH,
+    }
+)
+
+
+#: A send_back / send_to_dlq item checked: (message, copy properties) or why not.
+_Checked = tuple[MessageExt, dict[str, str]] | BaseException
+
+
+class _Partition:
+    """One owned partition: where the next batch starts and what was
+    fetched for it but not returned yet."""
+
+    __slots__ = ("mq", "name", "pos", "fetched", "file", "paused", "tags")
+
+    def __init__(self, mq: MessageQueue, name: str, pos: int, tags: frozenset[str] | None) -> None:
+        self.mq = mq
+        self.name = name  # the Kafka topic name
+        self.pos = pos  # the offset the next batch starts at
+        self.fetched = pos  # the offset after the last filed record
+        self.file: deque[Any] = deque()
+        self.paused = False
+        self.tags = tags
+
+
+class KafkaPullConsumer(QueueStates[_Partition], PullSource):
+    """A member of a Kafka consumer group; see
+    :class:`~lite_push.sources.PullSource` and the module docstring.  Owned
+    by one thread; only :meth:`wakeup` and :meth:`end_offsets` may be
+    called from others."""
+
+    _broker: KafkaBroker  # type: ignore[assignment]
+
+    def __init__(
+        self,
+        broker: KafkaBroker,
+        group: str,
+        *,
+        consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
+        consume_timestamp: int | None = None,
+        client_id: str | None = None,
+    ) -> None:
+        if not isinstance(group, str) or not group:
+            raise ConfigError("group", f"must be a non-empty string, got {group!r}")
+        if not isinstance(consume_from, ConsumeFromWhere):
+            raise ConfigError("consume_from", f"must be a ConsumeFromWhere, got {consume_from!r}")
+        if consume_from is ConsumeFromWhere.TIMESTAMP and type(consume_timestamp) is not int:
+            raise ConfigError(
+                "consume_timestamp", f"must be ms since the epoch with TIMESTAMP, got {consume_timestamp!r}"
+            )
+        if client_id is not None and (not isinstance(client_id, str) or not client_id):
+            raise ConfigError("client_id", f"must be a non-empty string, got {client_id!r}")
+        broker.check_open()
+        self._broker = broker
+        self._group = group
+        self._cid = client_id or f"lite-push-{group}-{id(self):x}"
+        self._consume_from = consume_from
+        self._consume_timestamp = consume_timestamp
+        self._store = None
+        self._listener: RebalanceListener | None = None
+        self._filters: dict[str, frozenset[str] | None] = {}  # Kafka name -> tag filter
+        self._states: dict[MessageQueue, _Partition] = {}
+        self._active: list[_Partition] = []
+        self._by_name: dict[tuple[str, int], _Partition] = {}
+        self._wakeup_flag = False
+        self._closed = False
+        self._closing = False
+        self._ownership_until = float("-inf")
+        self._rr = 0
+        timeout_ms = int(broker.session_timeout * 1000)
+        settings = broker.client_settings(
+            {
+                "group.id": group,
+                "client.id": self._cid,
+                "partition.assignment.strategy": "cooperative-sticky",
+                "enable.auto.commit": "false",
+                "enable.auto.offset.store": "false",
+                "auto.offset.reset": "earliest" if consume_from is ConsumeFromWhere.FIRST_OFFSET else "latest",
+                "session.timeout.ms": str(timeout_ms),
+                "heartbeat.interval.ms": str(max(100, timeout_ms // 10)),
+                "statistics.interval.ms": str(int(STATS_INTERVAL * 1000)),
+                "stats_cb": self._on_stats,
+                "logger": logger,
+            }
+        )
+        settings.setdefault("max.poll.interval.ms", str(max(timeout_ms + 1000, 300_000)))
+        try:
+            self._kc = Consumer(settings)
+        except KafkaException as e:
+            raise ConfigError("consumer_config", str(e.args[0].str() if e.args else e)) from None
+
+    # -- identity -------------------------------------------------------------
+
+    @property
+    def group(self) -> str:
+        return self._group
+
+    @property
+    def client_id(self) -> str:
+        return self._cid
+
+    @property
+    def session_timeout(self) -> float:
+        return self._broker.session_timeout
+
+    @property
+    def delayed_delivery(self) -> bool:
+        return False
+
+    @property
+    def assignment_is_lock(self) -> bool:
+        return True
+
+    @property
+    def metadata_limit(self) -> int:
+        return self._broker.metadata_max_bytes
+
+    @property
+    def delay_levels(self) -> tuple[float, ...]:
+        return self._broker.delay_levels
+
+    def queue_count(self, topic: str) -> int | None:
+        try:
+            return self._broker.partition_count(topic)
+        except (KafkaException, ValueError):
+            return None
+
+    def owned_for(self) -> dict[MessageQueue, float]:
+        left = self._ownership_until - time.monotonic()
+        return {q: left for q in self._states}
+
+    def _on_stats(self, raw: str) -> None:
+        """librdkafka's statistics (inside consume): when the coordinator
+        last answered; a request then was at most one round trip earlier."""
+        now = time.monotonic()
+        try:
+            stats = orjson.loads(raw)
+            coord = next((b for b in stats.get("brokers", {}).values() if b.get("nodeid") == -1 and
+                          b.get("state") == "UP" and b.get("rxidle", -1) >= 0), None)  # fmt: skip
+        except (orjson.JSONDecodeError, AttributeError, TypeError):
+            return
+        if coord is None or stats.get("cgrp", {}).get("state") != "up":
+            return
+        rtt = coord.get("rtt", {}).get("max", 0) or 0
+        answered = now - coord["rxidle"] / 1e6 - rtt / 1e6
+        self._ownership_until = max(self._ownership_until, answered + self._broker.session_timeout)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __repr__(self) -> str:
+        return f"<KafkaPullConsumer {self._group!r}/{self._cid!r}{' closed' if self._closed else ''}>"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SourceClosedError(f"consumer {self._cid!r} of group {self._group!r} is closed")
+
+    # -- subscription ---------------------------------------------------------
+
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        """Consume ``topic``: a name, or a pattern starting with ``^`` (a
+        regular expression over Kafka topic names)."""
+        self._check_open()
+        tags = parse_tag_expression(expression)
+        if topic.startswith("^"):
+            name = topic
+        else:
+            try:
+                name = kafka_topic(topic)
+            except ValueError:
+                raise UnknownTopicError(topic) from None
+            if self._broker.partition_count(topic, fresh=True) is None:
+                if not is_retry_or_dlq_topic(topic):
+                    raise UnknownTopicError(topic)
+                self._broker.ensure_topic(topic, 1)
+        new = name not in self._filters
+        self._filters[name] = tags
+        for st in self._states.values():
+            if st.name == name:
+                st.tags = tags
+        if new:
+            self._kc.subscribe(
+                list(self._filters), on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+            )
+
+    def set_rebalance_listener(self, listener: RebalanceListener | None) -> None:
+        self._check_open()
+        self._listener = listener
+
+    # -- polling --------------------------------------------------------------
+
+    def poll(self, timeout: float, max_per_queue: int = 32) -> list[PollBatch]:
+        self._check_open()
+        if type(max_per_queue) is not int or max_per_queue < 1:
+            raise ValueError(f"max_per_queue must be an int >= 1, got {max_per_queue!r}")
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            if self._wakeup_flag:
+                self._wakeup_flag = False
+                return []
+            ready = self._ready()
+            if ready < FILE_LIMIT and self._filters:
+                wait = 0.0 if ready else max(0.0, min(WAIT_SLICE, deadline - time.monotonic()))
+                count = min(FILE_LIMIT, max_per_queue * max(1, len(self._active)))
+                self._file(self._kc.consume(count, wait))
+                self._check_open()
+            elif not self._filters:
+                time.sleep(max(0.0, min(WAIT_SLICE, deadline - time.monotonic())))
+            out = self._batches(max_per_queue)
+            if out or time.monotonic() >= deadline:
+                return out
+
+    def _ready(self) -> int:
+        return sum(len(st.file) for st in self._active)
+
+    def _file(self, records: list[Any]) -> None:
+        by_name = self._by_name
+        for rec in records:
+            err = rec.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if err.fatal():
+                    raise KafkaException(err)
+                logger.warning("%r: %s", self, err.str())
+                continue
+            st = by_name.get((rec.topic(), rec.partition()))
+            if st is None:  # revoked meanwhile
+                continue
+            off = rec.offset()
+            if off < st.fetched:  # fetched again (after a pause or a seek)
+                continue
+            st.file.append(rec)
+            st.fetched = off + 1
+
+    def _batches(self, max_per_queue: int) -> list[PollBatch]:
+        out: list[PollBatch] = []
+        active = self._active
+        n = len(active)
+        if not n:
+            return out
+        start = self._rr % n
+        self._rr = start + 1
+        broker = self._broker
+        decode_key, tags_header, broker_name = broker.decode_key, broker.tags_header, broker.broker_name
+        for st in active[start:] + active[:start]:
+            file = st.file
+            if not file:
+                continue
+            messages: list[MessageExt] = []
+            pos = st.pos
+            tags = st.tags
+            topic = st.mq.topic
+            while file and len(messages) < max_per_queue:
+                rec = file[0]
+                try:
+                    m = decode(rec, topic, decode_key, tags_header, broker_name)
+                except MalformedRecord as e:
+                    err = broker.store_malformed(self._group, rec, str(e))
+                    if err is not None:
+                        logger.error("%r: malformed record %s-%d@%d not dead-lettered (%s); retrying",
+                                     self, rec.topic(), rec.partition(), rec.offset(), err)  # fmt: skip
+                        break
+                    logger.warning("%r: record %s-%d@%d dead-lettered: %s",
+                                   self, rec.topic(), rec.partition(), rec.offset(), e)  # fmt: skip
+                    file.popleft()
+                    pos = rec.offset() + 1
+                    continue
+                file.popleft()
+                pos = m.queue_offset + 1
+                if tags is None or m.tags in tags:
+                    messages.append(m)
+            if pos != st.pos:
+                st.pos = pos
+                out.append(PollBatch(st.mq, messages, pos))
+        return out
+
+    # -- rebalance (confluent-kafka callbacks, inside consume) ----------------
+
+    def _start_of(self, committed: list[TopicPartition]) -> dict[tuple[str, int], int]:
+        """Start offsets of newly assigned partitions without a committed offset."""
+        kc = self._kc
+        starts: dict[tuple[str, int], int] = {}
+        fresh = [tp for tp in committed if tp.offset < 0]
+        if not fresh:
+            return starts
+        if self._consume_from is ConsumeFromWhere.TIMESTAMP:
+            ts = self._consume_timestamp or 0
+            asked = [TopicPartition(tp.topic, tp.partition, ts) for tp in fresh]
+            for tp in kc.offsets_for_times(asked, timeout=10.0):
+                if tp.offset >= 0:
+                    starts[(tp.topic, tp.partition)] = tp.offset
+                else:  # nothing stored at or after the time: the end
+                    starts[(tp.topic, tp.partition)] = kc.get_watermark_offsets(tp, timeout=10.0)[1]
+            return starts
+        skipped: dict[str, int] = {}
+        for tp in fresh:
+            lo, hi = kc.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10.0)
+            if self._consume_from is ConsumeFromWhere.FIRST_OFFSET:
+                starts[(tp.topic, tp.partition)] = lo
+            else:
+                starts[(tp.topic, tp.partition)] = hi
+                skipped[tp.topic] = skipped.get(tp.topic, 0) + (hi - lo)
+        for name, n in skipped.items():
+            if n:
+                warn_skipped_start(self._group, lite_topic(name), n)
+        return starts
+
+    def _on_assign(self, kc: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._closing or not partitions:
+            return
+        committed = kc.committed([TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=10.0)
+        starts = self._start_of(committed)
+        assign = []
+        new: list[MessageQueue] = []
+        for tp in committed:
+            pos = tp.offset if tp.offset >= 0 else starts[(tp.topic, tp.partition)]
+            mq = MessageQueue(lite_topic(tp.topic), self._broker.broker_name, tp.partition)
+            st = _Partition(mq, tp.topic, pos, self._filters.get(tp.topic))
+            self._states[mq] = st
+            self._by_name[(tp.topic, tp.partition)] = st
+            assign.append(TopicPartition(tp.topic, tp.partition, pos))
+            new.append(mq)
+        kc.incremental_assign(assign)
+        self._rebuild_active()
+        self._notify("on_assigned", sorted(new))
+
+    def _drop(self, partitions: list[TopicPartition]) -> list[MessageQueue]:
+        gone = []
+        for tp in partitions:
+            st = self._by_name.pop((tp.topic, tp.partition), None)
+            if st is not None:
+                del self._states[st.mq]
+                gone.append(st.mq)
+        self._rebuild_active()
+        return sorted(gone)
+
+    def _on_revoke(self, kc: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._closing:
+            return
+        queues = sorted(st.mq for tp in partitions if (st := self._by_name.get((tp.topic, tp.partition))) is not None)
+        if queues:
+            self._notify("on_revoked", queues)  # drains and commits while still owned
+        self._drop(partitions)
+
+    def _on_lost(self, kc: Consumer, partitions: list[TopicPartition]) -> None:
+        gone = self._drop(partitions)  # first: their commits are now ignored
+        if gone and not self._closing:
+            logger.warning("group %r: %r lost %s (its session expired)", self._group, self._cid, [str(q) for q in gone])
+            self._notify("on_revoked", gone)
+
+    # -- queue control ----------------------------------------------------------
+
+    def pause(self, queues: Collection[MessageQueue]) -> None:
+        tps = [TopicPartition(st.name, st.mq.queue_id) for q in queues
+               if (st := self._states.get(q)) is not None and not st.paused]  # fmt: skip
+        super().pause(queues)
+        if tps:
+            self._kc.pause(tps)
+
+    def resume(self, queues: Collection[MessageQueue]) -> None:
+        tps = [TopicPartition(st.name, st.mq.queue_id) for q in queues
+               if (st := self._states.get(q)) is not None and st.paused]  # fmt: skip
+        super().resume(queues)
+        if tps:
+            self._kc.resume(tps)
+
+    def seek(self, queue: MessageQueue, offset: int) -> None:
+        """Next poll of ``queue`` starts at ``offset`` clamped to the stored range."""
+        self._check_open()
+        st = self._owned(queue)
+        lo, hi = self._kc.get_watermark_offsets(TopicPartition(st.name, queue.queue_id), timeout=10.0)
+        pos = min(max(int(offset), lo), hi)
+        self._kc.seek(TopicPartition(st.name, queue.queue_id, pos))
+        st.file.clear()
+        st.pos = st.fetched = pos
+
+    def position(self, queue: MessageQueue) -> int:
+        self._check_open()
+        return self._owned(queue).pos
+
+    def end_offsets(self, queues: Collection[MessageQueue]) -> dict[MessageQueue, int]:
+        """The high watermark librdkafka last saw for each queue (no
+        request); queues it has not fetched yet are left out."""
+        out: dict[MessageQueue, int] = {}
+        for q in queues:
+            try:
+                _, hi = self._kc.get_watermark_offsets(TopicPartition(kafka_topic(q.topic), q.queue_id), cached=True)
+            except (KafkaException, RuntimeError, ValueError):
+                continue
+            if hi is not None and hi >= 0:
+                out[q] = int(hi)
+        return out
+
+    # -- offsets --------------------------------------------------------------
+
+    def commit(self, offsets: Mapping[MessageQueue, OffsetAndMetadata | int]) -> None:
+        """Commit the owned partitions' offsets with their offset maps
+        (a map over ``metadata_max_bytes`` is cut to the longest prefix that
+        fits); partitions not owned (revoked, lost) are ignored."""
+        self._check_open()
+        limit = self._broker.metadata_max_bytes
+        tps = []
+        for q, om in commit_entries(offsets).items():
+            st = self._states.get(q)
+            if st is None:
+                logger.debug("%r: commit of %s ignored: not its partition", self, q)
+                continue
+            md = om.metadata
+            if len(md) > limit:
+                md = shrink(md, om.offset, limit)
+                logger.info("%r: offset map of %s cut to %d bytes (limit %d)", self, q, len(md), limit)
+            tps.append(TopicPartition(st.name, q.queue_id, om.offset, metadata=md))
+        if not tps:
+            return
+        deadline = time.monotonic() + self._broker.session_timeout
+        while True:
+            try:
+                result = self._kc.commit(offsets=tps, asynchronous=False)
+                break
+            except KafkaException as e:
+                code = e.args[0].code() if e.args else None
+                if code == KafkaError.REBALANCE_IN_PROGRESS and time.monotonic() < deadline:
+                    # the coordinator takes commits again once the group is stable
+                    time.sleep(COMMIT_RETRY)
+                    continue
+                if code in _FENCED:
+                    logger.warning("%r: commit refused, the partitions are not this member's: %s", self, e.args[0].str())
+                    return
+                raise
+        for tp in result or ():
+            if tp.error is not None:
+                logger.warning("%r: commit of %s-%d refused: %s", self, tp.topic, tp.partition, tp.error.str())
+
+    def committed(self, queue: MessageQueue) -> OffsetAndMetadata | None:
+        self._check_open()
+        (tp,) = self._kc.committed([TopicPartition(kafka_topic(queue.topic), queue.queue_id)], timeout=10.0)
+        if tp.offset == OFFSET_INVALID or tp.offset < 0:
+            return None
+        return OffsetAndMetadata(tp.offset, tp.metadata or "")
+
+    # -- locks: the assignment is the lock ----------------------------------------
+
+    def lock(self, queues: Collection[MessageQueue], lease: float) -> frozenset[MessageQueue]:
+        self._check_open()
+        check_lease(lease)
+        return frozenset(q for q in queues if q in self._states)
+
+    def unlock(self, queues: Collection[MessageQueue]) -> None:
+        self._check_open()
+
+    # -- failures -------------------------------------------------------------
+
+    def _copies(self, topic: str, items: list[tuple[MessageExt, dict[str, str]]]) -> list[BaseException | None]:
+        self._broker.ensure_topic(topic, 1)
+        name = kafka_topic(topic)
+        header = self._broker.tags_header
+        records: list[Record] = [
+            (name, 0, None if m.keys is None else m.keys.encode("utf-8"), m.body, encode_headers(m.tags, props, header))
+            for m, props in items
+        ]
+        return self._broker.produce(records)
+
+    def _store_copies(self, topic: str, checked: list[_Checked]) -> list[BaseException | None]:
+        self._check_open()
+        good = [c for c in checked if not isinstance(c, BaseException)]
+        try:
+            results = iter(self._copies(topic, good) if good else [])
+        except Exception as e:
+            results = iter([e] * len(good))
+        return [c if isinstance(c, BaseException) else next(results) for c in checked]
+
+    def send_back(self, items: Sequence[tuple[MessageExt, int]]) -> list[BaseException | None]:
+        """Produce each copy to the retry topic at once (the runtime has
+        held it for its delay level already: ``delayed_delivery`` is False)."""
+        levels = self._broker.delay_levels
+        limit = self._broker.max_message_size
+        checked: list[_Checked] = []
+        for item in items:
+            try:
+                m, _level, props = retry_item(item, levels, limit)
+                checked.append((m, props))
+            except Exception as e:
+                checked.append(e)
+        return self._store_copies(f"%RETRY%{self._group}", checked)
+
+    def send_to_dlq(self, items: Sequence[tuple[MessageExt, str, str]]) -> list[BaseException | None]:
+        limit = self._broker.max_message_size
+        checked: list[_Checked] = []
+        for item in items:
+            try:
+                checked.append(dead_letter_item(item, self._group, limit))
+            except Exception as e:
+                checked.append(e)
+        return self._store_copies(dlq_topic(self._group), checked)
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def wakeup(self) -> None:
+        self._wakeup_flag = True
+
+    def close(self) -> None:
+        """Leave the group: the partitions go to the other members at once
+        (nothing is committed, no listener runs)."""
+        if self._closed:
+            return
+        self._closing = True
+        try:
+            self._kc.close()
+        except (KafkaException, RuntimeError) as e:
+            logger.warning("%r: leaving the group failed (%s); its session will expire", self, e)
+        self._closed = True
+        self._states.clear()
+        self._by_name.clear()
+        self._active = []
+
+    def __enter__(self) -> KafkaPullConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
