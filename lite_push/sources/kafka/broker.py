@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from ..._errors import ConfigError, MessageTooLargeError, SourceClosedError, UnknownTopicError
-from ..._types import MessageExt, MessageQueue, SendResult
+from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
 from .._base import DEFAULT_DELAY_LEVELS, ConsumeFromWhere, dlq_topic
 from .._common import check_delay_levels, unpack_item
 from .codec import MalformedRecord, decode, encode_headers, kafka_topic, key_decoder, lite_topic
@@ -38,7 +38,7 @@ from .codec import MalformedRecord, decode, encode_headers, kafka_topic, key_dec
 if TYPE_CHECKING:
     from .consumer import KafkaPullConsumer
 
-__all__ = ["RESERVED", "KafkaBroker", "Record"]
+__all__ = ["MALFORMED_HEADER_PREFIX", "MALFORMED_KEY", "RESERVED", "KafkaBroker", "Record"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +58,11 @@ RESERVED = frozenset(
         "logger",
     }
 )
+
+#: Property of a malformed record's dead letter: its undecodable key, in hex.
+MALFORMED_KEY = "KAFKA_KEY_HEX"
+#: Prefix of a property holding an undecodable header value of it, in hex.
+MALFORMED_HEADER_PREFIX = "KAFKA_HEADER_HEX."
 
 #: One record to produce: (Kafka topic, partition or None, key, value, headers).
 Record = tuple[str, int | None, bytes | None, bytes, list[tuple[str, bytes]]]
@@ -88,7 +93,7 @@ class KafkaBroker:
         config: Mapping[str, Any] | None = None,
         consumer_config: Mapping[str, Any] | None = None,
         producer_config: Mapping[str, Any] | None = None,
-        session_timeout: float = 10.0,
+        session_timeout: float = 45.0,
         delay_levels: Iterable[float] = DEFAULT_DELAY_LEVELS,
         metadata_max_bytes: int = 4096,
         tags_header: str = "tags",
@@ -370,11 +375,27 @@ class KafkaBroker:
         finally:
             c.close()
 
+    def committed(self, group: str, queue: MessageQueue) -> OffsetAndMetadata | None:
+        """``group``'s committed position of ``queue`` (tools, tests), read
+        without joining the group."""
+        self.check_open()
+        c = Consumer(self.client_settings({"group.id": group, "enable.auto.commit": "false", "logger": logger}))
+        try:
+            (tp,) = c.committed([TopicPartition(kafka_topic(queue.topic), queue.queue_id)], timeout=10.0)
+        finally:
+            c.close()
+        if tp.offset is None or tp.offset < 0:
+            return None
+        return OffsetAndMetadata(tp.offset, tp.metadata or "")
+
     # -- failures ----------------------------------------------------------------
 
     def store_malformed(self, group: str, record: Any, reason: str) -> BaseException | None:
-        """Dead-letter a record the consumer could not decode: its raw key,
-        value and headers, plus the reason and its origin."""
+        """Dead-letter a record the consumer could not decode: its value and
+        headers, the reason and its origin; an undecodable key goes to the
+        :data:`MALFORMED_KEY` property (the copy has no key) and an
+        undecodable header value to ``KAFKA_HEADER_HEX.<name>``, both in
+        hex, so the dead letter itself reads back."""
         from .._base import (
             DLQ_EXCEPTION,
             DLQ_GROUP,
@@ -399,12 +420,27 @@ class KafkaBroker:
             DLQ_GROUP: group,
             RECONSUME_TIME: "0",
         }
-        raw_headers = [(k, v if v is not None else b"") for k, v in (record.headers() or [])]
-        headers = raw_headers + [(k, v.encode()) for k, v in origin.items()]
+        # The dead letter must itself be readable: an undecodable key or
+        # header value travels as hex in a property instead.
+        headers: list[tuple[str, bytes]] = []
+        for k, v in record.headers() or []:
+            try:
+                (v or b"").decode("utf-8")
+                headers.append((k, v or b""))
+            except UnicodeDecodeError:
+                headers.append((MALFORMED_HEADER_PREFIX + k, v.hex().encode()))
+        key = record.key()
+        if key is not None:
+            try:
+                self.decode_key(key)
+            except (UnicodeDecodeError, ValueError):
+                headers.append((MALFORMED_KEY, key.hex().encode()))
+                key = None
+        headers += [(k, v.encode()) for k, v in origin.items()]
         try:
             self.ensure_topic(dlq_topic(group), 1)
             name = kafka_topic(dlq_topic(group))
-            (err,) = self.produce([(name, 0, record.key(), record.value() or b"", headers)])
+            (err,) = self.produce([(name, 0, key, record.value() or b"", headers)])
         except Exception as e:
             return e
         return err
