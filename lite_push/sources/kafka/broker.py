@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -38,7 +38,7 @@ from .codec import MalformedRecord, decode, encode_headers, kafka_topic, key_dec
 if TYPE_CHECKING:
     from .consumer import KafkaPullConsumer
 
-__all__ = ["MALFORMED_HEADER_PREFIX", "MALFORMED_KEY", "RESERVED", "KafkaBroker", "Record"]
+__all__ = ["MALFORMED_HEADER_PREFIX", "MALFORMED_KEY", "RESERVED", "Checked", "KafkaBroker", "Record"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,9 @@ RESERVED = frozenset(
 MALFORMED_KEY = "KAFKA_KEY_HEX"
 #: Prefix of a property holding an undecodable header value of it, in hex.
 MALFORMED_HEADER_PREFIX = "KAFKA_HEADER_HEX."
+
+#: A send_back / send_to_dlq item checked: (message, copy properties) or why not.
+Checked = tuple[MessageExt, dict[str, str]] | BaseException
 
 #: One record to produce: (Kafka topic, partition or None, key, value, headers).
 Record = tuple[str, int | None, bytes | None, bytes, list[tuple[str, bytes]]]
@@ -335,6 +338,27 @@ class KafkaBroker:
             mq = MessageQueue(topic, self.broker_name, partition)
             results.append(SendResult(mq, offset, f"{name}-{partition}-{offset}"))
         return results
+
+    def store_copies(self, topic: str, checked: list[Checked]) -> list[BaseException | None]:
+        """Produce retry or dead-letter copies to ``topic`` (a retry or
+        dead-letter topic, created with one partition if missing), all to
+        partition 0, one flush for all; one result per item (an item that
+        failed its checks keeps its exception)."""
+        good = [c for c in checked if not isinstance(c, BaseException)]
+        results: Iterator[BaseException | None] = iter(())
+        if good:
+            try:
+                self.ensure_topic(topic, 1)
+                name = kafka_topic(topic)
+                records: list[Record] = [
+                    (name, 0, None if m.keys is None else m.keys.encode("utf-8"), m.body,
+                     encode_headers(m.tags, props, self.tags_header))
+                    for m, props in good
+                ]  # fmt: skip
+                results = iter(self.produce(records))
+            except Exception as e:
+                results = iter([e] * len(good))
+        return [c if isinstance(c, BaseException) else next(results) for c in checked]
 
     # -- reading without a group (tools) -------------------------------------------
 

@@ -47,32 +47,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import orjson
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
 
 from ..._errors import ConfigError, SourceClosedError, UnknownTopicError
-from ..._offset_map import shrink
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
 from .._base import ConsumeFromWhere, PullSource, RebalanceListener, dlq_topic, is_retry_or_dlq_topic
-from .._common import (
-    QueueStates,
-    check_lease,
-    commit_entries,
-    dead_letter_item,
-    parse_tag_expression,
-    retry_item,
-    warn_skipped_start,
-)
-from .codec import MalformedRecord, decode, encode_headers, kafka_topic, lite_topic
+from .._common import QueueStates, check_lease, commit_entries, dead_letter_item, parse_tag_expression, retry_item
+from .codec import kafka_topic, lite_topic
+from .commits import commit_within, fit_metadata
+from .ownership import STATS_INTERVAL, Ownership
+from .reading import PartitionState, file_records, start_positions, take_batches
 
 if TYPE_CHECKING:
-    from .broker import KafkaBroker, Record
+    from .broker import Checked, KafkaBroker
 
-__all__ = ["FILE_LIMIT", "STATS_INTERVAL", "WAIT_SLICE", "KafkaPullConsumer"]
+__all__ = ["FILE_LIMIT", "WAIT_SLICE", "KafkaPullConsumer"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,44 +74,7 @@ WAIT_SLICE = 0.02
 EMPTY_BACKOFF = 0.002
 #: Records filed for unpaused partitions beyond which a poll fetches no more.
 FILE_LIMIT = 4096
-#: Pause between commits the coordinator refused during a rebalance (seconds).
-COMMIT_RETRY = 0.05
-#: How often librdkafka reports the coordinator's last answer (seconds).
-STATS_INTERVAL = 0.5
-#: Commit errors that mean "not this member's partition any more".
-_FENCED = frozenset(
-    {
-        KafkaError.ILLEGAL_GENERATION,
-        KafkaError.UNKNOWN_MEMBER_ID,
-        KafkaError.REBALANCE_IN_PROGRESS,
-        KafkaError._ASSIGNMENT_LOST,
-        KafkaError.FENCED_INSTANCE_ID,
-        KafkaError.STALE_MEMBER_EPOCH,
-    }
-)
-
-
-#: A send_back / send_to_dlq item checked: (message, copy properties) or why not.
-_Checked = tuple[MessageExt, dict[str, str]] | BaseException
-
-
-class _Partition:
-    """One owned partition: where the next batch starts and what was
-    fetched for it but not returned yet."""
-
-    __slots__ = ("mq", "name", "pos", "fetched", "file", "paused", "tags")
-
-    def __init__(self, mq: MessageQueue, name: str, pos: int, tags: frozenset[str] | None) -> None:
-        self.mq = mq
-        self.name = name  # the Kafka topic name
-        self.pos = pos  # the offset the next batch starts at
-        self.fetched = pos  # the offset after the last filed record
-        self.file: deque[Any] = deque()
-        self.paused = False
-        self.tags = tags
-
-
-class KafkaPullConsumer(QueueStates[_Partition], PullSource):
+class KafkaPullConsumer(QueueStates[PartitionState], PullSource):
     """A member of a Kafka consumer group; see
     :class:`~lite_push.sources.PullSource` and the module docstring.  Owned
     by one thread; only :meth:`wakeup` and :meth:`end_offsets` may be
@@ -155,14 +110,14 @@ class KafkaPullConsumer(QueueStates[_Partition], PullSource):
         self._store = None
         self._listener: RebalanceListener | None = None
         self._filters: dict[str, frozenset[str] | None] = {}  # Kafka name -> tag filter
-        self._states: dict[MessageQueue, _Partition] = {}
-        self._active: list[_Partition] = []
-        self._by_name: dict[tuple[str, int], _Partition] = {}
+        self._states: dict[MessageQueue, PartitionState] = {}
+        self._active: list[PartitionState] = []
+        self._by_name: dict[tuple[str, int], PartitionState] = {}
         self._wakeup_flag = False
         self._event = threading.Event()  # ends a wait of a poll with nothing to fetch
         self._closed = False
         self._closing = False
-        self._ownership_until = float("-inf")
+        self._ownership = Ownership(broker.session_timeout)
         self._rr = 0
         timeout_ms = int(broker.session_timeout * 1000)
         settings = broker.client_settings(
@@ -176,7 +131,7 @@ class KafkaPullConsumer(QueueStates[_Partition], PullSource):
                 "session.timeout.ms": str(timeout_ms),
                 "heartbeat.interval.ms": str(max(100, timeout_ms // 10)),
                 "statistics.interval.ms": str(int(STATS_INTERVAL * 1000)),
-                "stats_cb": self._on_stats,
+                "stats_cb": self._ownership.on_stats,
                 "logger": logger,
             }
         )
@@ -223,24 +178,8 @@ class KafkaPullConsumer(QueueStates[_Partition], PullSource):
             return None
 
     def owned_for(self) -> dict[MessageQueue, float]:
-        left = self._ownership_until - time.monotonic()
+        left = self._ownership.left()
         return {q: left for q in self._states}
-
-    def _on_stats(self, raw: str) -> None:
-        """librdkafka's statistics (inside consume): when the coordinator
-        last answered; a request then was at most one round trip earlier."""
-        now = time.monotonic()
-        try:
-            stats = orjson.loads(raw)
-            coord = next((b for b in stats.get("brokers", {}).values() if b.get("nodeid") == -1 and
-                          b.get("state") == "UP" and b.get("rxidle", -1) >= 0), None)  # fmt: skip
-        except (orjson.JSONDecodeError, AttributeError, TypeError):
-            return
-        if coord is None or stats.get("cgrp", {}).get("state") != "up":
-            return
-        rtt = coord.get("rtt", {}).get("max", 0) or 0
-        answered = now - coord["rxidle"] / 1e6 - rtt / 1e6
-        self._ownership_until = max(self._ownership_until, answered + self._broker.session_timeout)
 
     @property
     def closed(self) -> bool:
@@ -321,122 +260,40 @@ class KafkaPullConsumer(QueueStates[_Partition], PullSource):
             if out or time.monotonic() >= deadline:
                 return out
 
-    def _ready(self) -> int:
-        return sum(len(st.file) for st in self._active)
-
     def _file(self, records: list[Any]) -> None:
-        by_name = self._by_name
-        for rec in records:
-            err = rec.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    continue
-                if err.fatal():
-                    raise KafkaException(err)
-                logger.warning("%r: %s", self, err.str())
-                continue
-            st = by_name.get((rec.topic(), rec.partition()))
-            if st is None:  # revoked meanwhile
-                continue
-            off = rec.offset()
-            if off < st.fetched:  # fetched again (after a pause or a seek)
-                continue
-            st.file.append(rec)
-            st.fetched = off + 1
+        file_records(self._by_name, records, self)
 
     def _batches(self, max_per_queue: int) -> list[PollBatch]:
-        out: list[PollBatch] = []
         active = self._active
         n = len(active)
         if not n:
-            return out
+            return []
         start = self._rr % n
         self._rr = start + 1
-        broker = self._broker
-        decode_key, tags_header, broker_name = broker.decode_key, broker.tags_header, broker.broker_name
-        for st in active[start:] + active[:start]:
-            file = st.file
-            if not file:
-                continue
-            messages: list[MessageExt] = []
-            pos = st.pos
-            tags = st.tags
-            topic = st.mq.topic
-            while file and len(messages) < max_per_queue:
-                rec = file[0]
-                try:
-                    m = decode(rec, topic, decode_key, tags_header, broker_name)
-                except MalformedRecord as e:
-                    err = broker.store_malformed(self._group, rec, str(e))
-                    if err is not None:
-                        logger.error("%r: malformed record %s-%d@%d not dead-lettered (%s); retrying",
-                                     self, rec.topic(), rec.partition(), rec.offset(), err)  # fmt: skip
-                        break
-                    logger.warning("%r: record %s-%d@%d dead-lettered: %s",
-                                   self, rec.topic(), rec.partition(), rec.offset(), e)  # fmt: skip
-                    file.popleft()
-                    pos = rec.offset() + 1
-                    continue
-                file.popleft()
-                pos = m.queue_offset + 1
-                if tags is None or m.tags in tags:
-                    messages.append(m)
-            if pos != st.pos:
-                st.pos = pos
-                out.append(PollBatch(st.mq, messages, pos))
-        return out
+        return take_batches(active[start:] + active[:start], max_per_queue, self._broker, self._group, self)
+
+    def _ready(self) -> int:
+        return sum(len(st.file) for st in self._active)
 
     # -- rebalance (confluent-kafka callbacks, inside consume) ----------------
-
-    def _start_of(self, committed: list[TopicPartition]) -> dict[tuple[str, int], int]:
-        """Start offsets of newly assigned partitions without a committed offset."""
-        kc = self._kc
-        starts: dict[tuple[str, int], int] = {}
-        fresh = [tp for tp in committed if tp.offset < 0]
-        if not fresh:
-            return starts
-        if self._consume_from is ConsumeFromWhere.TIMESTAMP:
-            ts = self._consume_timestamp or 0
-            asked = [TopicPartition(tp.topic, tp.partition, ts) for tp in fresh]
-            for tp in kc.offsets_for_times(asked, timeout=10.0):
-                if tp.offset >= 0:
-                    starts[(tp.topic, tp.partition)] = tp.offset
-                else:  # nothing stored at or after the time: the end
-                    starts[(tp.topic, tp.partition)] = kc.get_watermark_offsets(tp, timeout=10.0)[1]
-            return starts
-        skipped: dict[str, int] = {}
-        for tp in fresh:
-            lo, hi = kc.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10.0)
-            if self._consume_from is ConsumeFromWhere.FIRST_OFFSET:
-                starts[(tp.topic, tp.partition)] = lo
-            else:
-                starts[(tp.topic, tp.partition)] = hi
-                skipped[tp.topic] = skipped.get(tp.topic, 0) + (hi - lo)
-        for name, n in skipped.items():
-            if n:
-                warn_skipped_start(self._group, lite_topic(name), n)
-        return starts
 
     def _on_assign(self, kc: Consumer, partitions: list[TopicPartition]) -> None:
         if self._closing or not partitions:
             return
         committed = kc.committed([TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=10.0)
-        starts = self._start_of(committed)
+        starts = start_positions(kc, committed, self._consume_from, self._consume_timestamp, self._group)
         assign = []
         new: list[MessageQueue] = []
         for tp in committed:
-            pos = tp.offset if tp.offset >= 0 else starts[(tp.topic, tp.partition)]
+            pos = starts[(tp.topic, tp.partition)]
             mq = MessageQueue(lite_topic(tp.topic), self._broker.broker_name, tp.partition)
-            st = _Partition(mq, tp.topic, pos, self._filters.get(tp.topic))
+            st = PartitionState(mq, tp.topic, pos, self._filters.get(tp.topic))
             self._states[mq] = st
             self._by_name[(tp.topic, tp.partition)] = st
             assign.append(TopicPartition(tp.topic, tp.partition, pos))
             new.append(mq)
         kc.incremental_assign(assign)
-        # The coordinator has just answered the join (an assignment comes
-        # with it): ownership is certain for a session from about now.
-        answered = time.monotonic() - STATS_INTERVAL
-        self._ownership_until = max(self._ownership_until, answered + self._broker.session_timeout)
+        self._ownership.assigned()
         self._rebuild_active()
         self._notify("on_assigned", sorted(new))
 
@@ -530,31 +387,9 @@ class KafkaPullConsumer(QueueStates[_Partition], PullSource):
             if st is None:
                 logger.debug("%r: commit of %s ignored: not its partition", self, q)
                 continue
-            md = om.metadata
-            if len(md) > limit:
-                md = shrink(md, om.offset, limit)
-                logger.info("%r: offset map of %s cut to %d bytes (limit %d)", self, q, len(md), limit)
-            tps.append(TopicPartition(st.name, q.queue_id, om.offset, metadata=md))
-        if not tps:
-            return
-        deadline = time.monotonic() + self._broker.session_timeout
-        while True:
-            try:
-                result = self._kc.commit(offsets=tps, asynchronous=False)
-                break
-            except KafkaException as e:
-                code = e.args[0].code() if e.args else None
-                if code == KafkaError.REBALANCE_IN_PROGRESS and time.monotonic() < deadline:
-                    # the coordinator takes commits again once the group is stable
-                    time.sleep(COMMIT_RETRY)
-                    continue
-                if code in _FENCED:
-                    logger.warning("%r: commit refused, not this member's partitions: %s", self, e.args[0].str())
-                    return
-                raise
-        for tp in result or ():
-            if tp.error is not None:
-                logger.warning("%r: commit of %s-%d refused: %s", self, tp.topic, tp.partition, tp.error.str())
+            tps.append(TopicPartition(st.name, q.queue_id, om.offset, metadata=fit_metadata(om, limit, q)))
+        if tps:
+            commit_within(self._kc, tps, self._broker.session_timeout, self)
 
     def committed(self, queue: MessageQueue) -> OffsetAndMetadata | None:
         self._check_open()
@@ -575,48 +410,31 @@ class KafkaPullConsumer(QueueStates[_Partition], PullSource):
 
     # -- failures -------------------------------------------------------------
 
-    def _copies(self, topic: str, items: list[tuple[MessageExt, dict[str, str]]]) -> list[BaseException | None]:
-        self._broker.ensure_topic(topic, 1)
-        name = kafka_topic(topic)
-        header = self._broker.tags_header
-        records: list[Record] = [
-            (name, 0, None if m.keys is None else m.keys.encode("utf-8"), m.body, encode_headers(m.tags, props, header))
-            for m, props in items
-        ]
-        return self._broker.produce(records)
-
-    def _store_copies(self, topic: str, checked: list[_Checked]) -> list[BaseException | None]:
-        self._check_open()
-        good = [c for c in checked if not isinstance(c, BaseException)]
-        try:
-            results = iter(self._copies(topic, good) if good else [])
-        except Exception as e:
-            results = iter([e] * len(good))
-        return [c if isinstance(c, BaseException) else next(results) for c in checked]
-
     def send_back(self, items: Sequence[tuple[MessageExt, int]]) -> list[BaseException | None]:
         """Produce each copy to the retry topic at once (the runtime has
         held it for its delay level already: ``delayed_delivery`` is False)."""
         levels = self._broker.delay_levels
         limit = self._broker.max_message_size
-        checked: list[_Checked] = []
+        checked: list[Checked] = []
         for item in items:
             try:
                 m, _level, props = retry_item(item, levels, limit)
                 checked.append((m, props))
             except Exception as e:
                 checked.append(e)
-        return self._store_copies(f"%RETRY%{self._group}", checked)
+        self._check_open()
+        return self._broker.store_copies(f"%RETRY%{self._group}", checked)
 
     def send_to_dlq(self, items: Sequence[tuple[MessageExt, str, str]]) -> list[BaseException | None]:
         limit = self._broker.max_message_size
-        checked: list[_Checked] = []
+        checked: list[Checked] = []
         for item in items:
             try:
                 checked.append(dead_letter_item(item, self._group, limit))
             except Exception as e:
                 checked.append(e)
-        return self._store_copies(dlq_topic(self._group), checked)
+        self._check_open()
+        return self._broker.store_copies(dlq_topic(self._group), checked)
 
     # -- lifecycle ------------------------------------------------------------
 

@@ -1,0 +1,78 @@
+"""Committing a Kafka member's offsets: the offset map within the metadata
+limit, and the coordinator's refusals.
+
+The offset map rides in the commit metadata.  Kafka refuses metadata over
+``offset.metadata.max.bytes`` (4,096 by default) and fails the whole commit,
+so a map over the limit is cut to the longest prefix that fits
+(:func:`lite_push._offset_map.shrink`): the next owner then runs again what
+lies past the prefix, which is at-least-once, never a failed commit.
+
+During a rebalance the coordinator may answer REBALANCE_IN_PROGRESS (a
+classic group that is between join and sync); the commit is tried again
+every :data:`COMMIT_RETRY` for up to a session, since the group is stable
+again within one.  A commit refused because the member is no longer in the
+generation (its partitions were reassigned) is logged and dropped: commits
+of partitions not owned are ignored, as the contract says.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from ..._offset_map import shrink
+from ..._types import MessageQueue, OffsetAndMetadata
+
+__all__ = ["COMMIT_RETRY", "FENCED", "commit_within", "fit_metadata"]
+
+logger = logging.getLogger(__name__)
+
+#: Pause between commits the coordinator refused during a rebalance (seconds).
+COMMIT_RETRY = 0.05
+#: Commit errors that mean "not this member's partitions any more".
+FENCED = frozenset(
+    {
+        KafkaError.ILLEGAL_GENERATION,
+        KafkaError.UNKNOWN_MEMBER_ID,
+        KafkaError.REBALANCE_IN_PROGRESS,
+        KafkaError._ASSIGNMENT_LOST,
+        KafkaError.FENCED_INSTANCE_ID,
+        KafkaError.STALE_MEMBER_EPOCH,
+    }
+)
+
+
+def fit_metadata(om: OffsetAndMetadata, limit: int, queue: MessageQueue) -> str:
+    """``om.metadata``, cut to at most ``limit`` bytes (ASCII: one byte a
+    character) when longer."""
+    md = om.metadata
+    if len(md) > limit:
+        md = shrink(md, om.offset, limit)
+        logger.info("offset map of %s at %d cut to %d bytes (limit %d)", queue, om.offset, len(md), limit)
+    return md
+
+
+def commit_within(kc: Consumer, tps: list[TopicPartition], patience: float, owner: object) -> None:
+    """Commit ``tps`` synchronously; REBALANCE_IN_PROGRESS is retried for up
+    to ``patience`` seconds, a fenced member's commit is logged and dropped,
+    any other error raised.  A partition the coordinator refused on its own
+    is logged."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            result = kc.commit(offsets=tps, asynchronous=False)
+            break
+        except KafkaException as e:
+            code = e.args[0].code() if e.args else None
+            if code == KafkaError.REBALANCE_IN_PROGRESS and time.monotonic() < deadline:
+                time.sleep(COMMIT_RETRY)  # the coordinator takes commits again once the group is stable
+                continue
+            if code in FENCED:
+                logger.warning("%r: commit refused, not this member's partitions: %s", owner, e.args[0].str())
+                return
+            raise
+    for tp in result or ():
+        if tp.error is not None:
+            logger.warning("%r: commit of %s-%d refused: %s", owner, tp.topic, tp.partition, tp.error.str())

@@ -1,0 +1,153 @@
+"""A Kafka member's reading: per-partition files of fetched records, the
+batches a poll returns, and where a newly assigned partition starts.
+
+``consume`` hands back records of many partitions at once, up to a count,
+not per partition.  Each owned partition keeps a *file*: the records fetched
+for it and not yet returned (more than ``max_per_queue`` came, or it is
+paused).  A poll takes at most ``max_per_queue`` from each unpaused
+partition's file, in turn, so a partition's batches stay contiguous.  A
+record below the file's end was fetched again (librdkafka refetches after a
+pause, a resume or a seek) and is dropped; Kafka's own gaps (compaction,
+transaction markers) are passed over by ``next_offset``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from ..._types import MessageExt, MessageQueue, PollBatch
+from .._base import ConsumeFromWhere
+from .._common import warn_skipped_start
+from .codec import MalformedRecord, decode, lite_topic
+
+if TYPE_CHECKING:
+    from .broker import KafkaBroker
+
+__all__ = ["PartitionState", "file_records", "start_positions", "take_batches"]
+
+logger = logging.getLogger(__name__)
+
+
+class PartitionState:
+    """One owned partition: where the next batch starts and what was
+    fetched for it but not returned yet."""
+
+    __slots__ = ("mq", "name", "pos", "fetched", "file", "paused", "tags")
+
+    def __init__(self, mq: MessageQueue, name: str, pos: int, tags: frozenset[str] | None) -> None:
+        self.mq = mq
+        #: The Kafka topic name.
+        self.name = name
+        #: The offset the next batch starts at (``position``).
+        self.pos = pos
+        #: The offset after the last filed record.
+        self.fetched = pos
+        self.file: deque[Any] = deque()
+        self.paused = False
+        self.tags = tags
+
+
+def file_records(by_name: dict[tuple[str, int], PartitionState], records: Iterable[Any], owner: object) -> None:
+    """File what ``consume`` returned under its partitions; log (never
+    raise) a record-level error unless it is fatal."""
+    for rec in records:
+        err = rec.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                continue
+            if err.fatal():
+                raise KafkaException(err)
+            logger.warning("%r: %s", owner, err.str())
+            continue
+        st = by_name.get((rec.topic(), rec.partition()))
+        if st is None:  # revoked meanwhile
+            continue
+        off = rec.offset()
+        if off < st.fetched:  # fetched again (after a pause or a seek)
+            continue
+        st.file.append(rec)
+        st.fetched = off + 1
+
+
+def take_batches(
+    order: Iterable[PartitionState], max_per_queue: int, broker: KafkaBroker, group: str, owner: object
+) -> list[PollBatch]:
+    """At most ``max_per_queue`` messages of each partition's file, decoded
+    and tag-filtered, as one batch per partition that moved.  A malformed
+    record is dead-lettered (``broker.store_malformed``) and passed over; if
+    that fails, the partition's batch stops before it (tried next poll)."""
+    out: list[PollBatch] = []
+    decode_key, tags_header, broker_name = broker.decode_key, broker.tags_header, broker.broker_name
+    for st in order:
+        file = st.file
+        if not file:
+            continue
+        messages: list[MessageExt] = []
+        pos = st.pos
+        tags = st.tags
+        topic = st.mq.topic
+        while file and len(messages) < max_per_queue:
+            rec = file[0]
+            try:
+                m = decode(rec, topic, decode_key, tags_header, broker_name)
+            except MalformedRecord as e:
+                err = broker.store_malformed(group, rec, str(e))
+                if err is not None:
+                    logger.error("%r: malformed record %s-%d@%d not dead-lettered (%s); retrying",
+                                 owner, rec.topic(), rec.partition(), rec.offset(), err)  # fmt: skip
+                    break
+                logger.warning("%r: record %s-%d@%d dead-lettered: %s",
+                               owner, rec.topic(), rec.partition(), rec.offset(), e)  # fmt: skip
+                file.popleft()
+                pos = rec.offset() + 1
+                continue
+            file.popleft()
+            pos = m.queue_offset + 1
+            if tags is None or m.tags in tags:
+                messages.append(m)
+        if pos != st.pos:
+            st.pos = pos
+            out.append(PollBatch(st.mq, messages, pos))
+    return out
+
+
+def start_positions(
+    kc: Consumer,
+    committed: list[TopicPartition],
+    consume_from: ConsumeFromWhere,
+    consume_timestamp: int | None,
+    group: str,
+) -> dict[tuple[str, int], int]:
+    """Where each newly assigned partition starts: its committed offset,
+    else where ``consume_from`` says (Kafka's ``auto.offset.reset``: nothing
+    is committed until the runtime commits).  A new group starting at
+    LAST_OFFSET says how many stored messages it skips."""
+    starts = {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0}
+    fresh = [tp for tp in committed if tp.offset < 0]
+    if not fresh:
+        return starts
+    if consume_from is ConsumeFromWhere.TIMESTAMP:
+        asked = [TopicPartition(tp.topic, tp.partition, consume_timestamp or 0) for tp in fresh]
+        for tp in kc.offsets_for_times(asked, timeout=10.0):
+            if tp.offset >= 0:
+                starts[(tp.topic, tp.partition)] = tp.offset
+            else:  # nothing stored at or after the time: the end
+                starts[(tp.topic, tp.partition)] = kc.get_watermark_offsets(tp, timeout=10.0)[1]
+        return starts
+    skipped: dict[str, int] = {}
+    for tp in fresh:
+        lo, hi = kc.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10.0)
+        if consume_from is ConsumeFromWhere.FIRST_OFFSET:
+            starts[(tp.topic, tp.partition)] = lo
+        else:
+            starts[(tp.topic, tp.partition)] = hi
+            skipped[tp.topic] = skipped.get(tp.topic, 0) + (hi - lo)
+    for name, n in skipped.items():
+        if n:
+            warn_skipped_start(group, lite_topic(name), n)
+    return starts
