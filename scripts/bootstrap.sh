@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up a checkout to run lite_push: idempotent, safe to run from any cwd.
 #
-#   scripts/bootstrap.sh           redis-server, .venv, lite-push[test,uvloop,redis]
+#   scripts/bootstrap.sh           redis-server, .venv, lite-push[test,uvloop,redis,kafka]
 #   scripts/bootstrap.sh --bench   ... plus the [bench] extra (PySpark, pandas, ...)
 #
 # The package is installed editable, so the compiled kernels (_ext/*.pyx) are
@@ -20,7 +20,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 say() { printf 'bootstrap: %s\n' "$*" >&2; }
 die() { say "ERROR: $*"; exit 1; }
 
-extras="test,uvloop,redis"
+extras="test,uvloop,redis,kafka"
 for arg in "$@"; do
     case "$arg" in
         --bench) extras="$extras,bench" ;;

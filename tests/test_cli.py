@@ -171,7 +171,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         ),
         (["dlq", "resend", "--offset", "1", "--all"], "not allowed with"),
         (
-            ["dlq", "list", "--source", "kafka://host:9092", "--group", "g"],
+            ["dlq", "list", "--source", "nosuch://host:9092", "--group", "g"],
             "expected redis://",
         ),
         (

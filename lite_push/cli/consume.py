@@ -168,7 +168,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
     if "executor" not in settings.consumer and is_async_callable(listener):
         overrides["executor"] = "asyncio"  # an async def listener, executor not told
     config = settings.consumer_config(**overrides)
-    broker = open_source(url)
+    broker = open_source(url, settings.kafka)
     out = sys.stdout
     try:
         with source_errors(url):

@@ -24,7 +24,7 @@ def _dlq_source(args: argparse.Namespace) -> tuple[Broker, str, str]:
     group = require(settings, "group", "--group").strip()
     if not group:
         raise CliError("group: must be a non-empty string")
-    return open_source(url), url, group
+    return open_source(url, settings.kafka), url, group
 
 
 def _dl_line(dl: DeadLetter) -> str:

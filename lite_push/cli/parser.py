@@ -44,6 +44,7 @@ LITE_PUSH_SOURCE, LITE_PUSH_GROUP, LITE_PUSH_TOPIC, LITE_PUSH_TAGS,
 LITE_PUSH_LISTENER, LITE_PUSH_FROM.  TOML file:
   [consumer]      ConsumerConfig fields: group, mode, lanes, batch_size, ...
   [source]        url
+  [source.kafka]  librdkafka properties of a kafka:// url (its query wins)
   [listener]      path = "module:function"
   [subscription]  topic, tags, from
 An unknown key, table or LITE_PUSH_* variable is an error.
@@ -59,7 +60,8 @@ def _add_source_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--source",
         metavar="URL",
-        help="redis://host:port[/db][?namespace=NS] or embedded:/path/to/dir",
+        help="redis://host:port[/db][?namespace=NS], "
+        "kafka://host:port[,host:port...][?property=value&...] or embedded:/path/to/dir",
     )
     p.add_argument("--group", metavar="G", help="consumer group")
     p.add_argument(

@@ -9,8 +9,9 @@ Each can come from four places; the first that has it wins:
 1. a command-line flag (``--lanes 64``);
 2. an environment variable ``LITE_PUSH_<NAME>`` (``LITE_PUSH_LANES=64``);
 3. the TOML file of ``--config``: consumer fields in its ``[consumer]``
-   table, the service settings in ``[source]`` (``url``), ``[listener]``
-   (``path``) and ``[subscription]`` (``topic``, ``tags``, ``from``);
+   table, the service settings in ``[source]`` (``url``; and the
+   ``[source.kafka]`` table, below), ``[listener]`` (``path``) and
+   ``[subscription]`` (``topic``, ``tags``, ``from``);
 4. the default (the dataclass default; none for the service settings).
 
 Values are converted to the field's type from the dataclass annotations:
@@ -23,6 +24,13 @@ checks are left to :class:`~lite_push.ConsumerConfig`, which raises
 A TOML key, table or ``LITE_PUSH_*`` environment variable that names no
 setting is an error naming it (``LITE_PUSH_*`` variables read elsewhere are
 allowed: :data:`NON_CONFIG_ENV`).
+
+The ``[source.kafka]`` table is the exception: its keys are settings of a
+``kafka://`` source (librdkafka properties, and the KafkaBroker arguments a
+``kafka://`` URL's query may carry), which
+:func:`~lite_push.cli.sources.open_source` merges under the URL's query and
+librdkafka checks by name.  Here its values must only be strings, numbers or
+booleans (:attr:`Settings.kafka`).  It comes from the file only.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from .._errors import ConfigError
 from .errors import CliError
 
 __all__ = [
+    "KafkaValue",
     "require",
     "settings_of",
     "ENV_PREFIX",
@@ -80,6 +89,9 @@ SERVICE_SETTINGS: Mapping[str, tuple[str, str]] = types.MappingProxyType(
         "from": ("subscription", "from"),
     }
 )
+
+#: A value of the ``[source.kafka]`` table.
+KafkaValue = str | int | float | bool
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -190,12 +202,14 @@ class Settings:
     (the others keep their dataclass defaults); ``service`` the service
     settings that were set (``source``, ``listener``, ``topic``, ``tags``,
     ``from``); ``origins`` says where each came from (``"--lanes"``,
-    ``"LITE_PUSH_LANES"``, ``"app.toml [consumer] lanes"``).
+    ``"LITE_PUSH_LANES"``, ``"app.toml [consumer] lanes"``); ``kafka`` the
+    config file's ``[source.kafka]`` table (empty without one).
     """
 
     consumer: Mapping[str, Any] = field(default_factory=dict)
     service: Mapping[str, str] = field(default_factory=dict)
     origins: Mapping[str, str] = field(default_factory=dict)
+    kafka: Mapping[str, KafkaValue] = field(default_factory=dict)
 
     def get(self, name: str) -> str | None:
         """A service setting (``"source"``, ``"topic"``, ...), or ``None``."""
@@ -224,14 +238,32 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError("config", f"{path} is not valid TOML: {e}") from None
 
 
+def _kafka_table(path: Path, body: object) -> dict[str, KafkaValue]:
+    """The ``[source.kafka]`` table of ``path``, checked: a table of
+    strings, numbers and booleans."""
+    if not isinstance(body, dict):
+        raise ConfigError(
+            "source.kafka", f"must be a table ([source.kafka]) in {path}, got {body!r}"
+        )
+    for key, value in body.items():
+        if not isinstance(value, (str, int, float, bool)):
+            raise ConfigError(
+                f"source.kafka.{key}",
+                f"{path} [source.kafka]: must be a string, number or boolean, got {value!r}",
+            )
+    return dict(body)
+
+
 def _toml_layer(
     path: Path, fields: Mapping[str, _FieldType | None]
-) -> dict[str, tuple[object, str]]:
-    """Setting name -> (raw value, origin) from the TOML file ``path``."""
+) -> tuple[dict[str, tuple[object, str]], dict[str, KafkaValue]]:
+    """Setting name -> (raw value, origin) from the TOML file ``path``, and
+    its ``[source.kafka]`` table."""
     doc = _read_toml(path)
     by_table: dict[tuple[str, str], str] = {v: k for k, v in SERVICE_SETTINGS.items()}
     tables = {"consumer"} | {t for t, _ in SERVICE_SETTINGS.values()}
     out: dict[str, tuple[object, str]] = {}
+    kafka: dict[str, KafkaValue] = {}
     for table, body in doc.items():
         if table not in tables:
             raise ConfigError(
@@ -255,18 +287,22 @@ def _toml_layer(
                         key, f"cannot be set from a config file ({path} [consumer])"
                     )
                 out[key] = (value, origin)
+            elif table == "source" and key == "kafka":
+                kafka = _kafka_table(path, value)
             else:
                 name = by_table.get((table, key))
                 if name is None:
                     known = ", ".join(
                         k for t, k in SERVICE_SETTINGS.values() if t == table
                     )
+                    if table == "source":
+                        known += ", and the [source.kafka] table"
                     raise ConfigError(
                         f"{table}.{key}",
                         f"unknown key in {path} [{table}] (known: {known})",
                     )
                 out[name] = (value, origin)
-    return out
+    return out, kafka
 
 
 def _env_layer(
@@ -306,8 +342,10 @@ def load_settings(
     """
     fields = consumer_fields()
     layers: list[dict[str, tuple[object, str]]] = []
+    kafka: dict[str, KafkaValue] = {}
     if config_file is not None:
-        layers.append(_toml_layer(Path(config_file), fields))
+        file_layer, kafka = _toml_layer(Path(config_file), fields)
+        layers.append(file_layer)
     layers.append(_env_layer(os.environ if environ is None else environ, fields))
     flag_layer: dict[str, tuple[object, str]] = {}
     for name, value in (flags or {}).items():
@@ -335,7 +373,7 @@ def load_settings(
                     name, f"{origin}: cannot be set from the command line"
                 )
             consumer[name] = _convert(name, ft, raw, origin)
-    return Settings(consumer=consumer, service=service, origins=origins)
+    return Settings(consumer=consumer, service=service, origins=origins, kafka=kafka)
 
 
 # -- for the commands ----------------------------------------------------------

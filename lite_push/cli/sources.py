@@ -4,49 +4,105 @@ that knows the source classes."""
 
 from __future__ import annotations
 
+import re
+import sys
+import types
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from .._errors import ConfigError, LitePushError
 from .errors import CliError
 
 if TYPE_CHECKING:
     from ..sources.embedded import EmbeddedBroker
+    from ..sources.kafka import KafkaBroker
     from ..sources.redis import RedisBroker
 
-__all__ = ["Broker", "open_source", "redact", "source_errors"]
+__all__ = ["KAFKA_BROKER_ARGS", "Broker", "open_source", "redact", "source_errors"]
 
 #: The brokers a URL can name.
-Broker: TypeAlias = "EmbeddedBroker | RedisBroker"
+Broker: TypeAlias = "EmbeddedBroker | RedisBroker | KafkaBroker"
+
+#: Query parameters of a ``kafka://`` URL (and keys of the ``[source.kafka]``
+#: table) that are :class:`~lite_push.sources.kafka.KafkaBroker` arguments,
+#: with their types; every other key is a librdkafka property.
+KAFKA_BROKER_ARGS: Mapping[str, type] = types.MappingProxyType(
+    {
+        "session_timeout": float,
+        "metadata_max_bytes": int,
+        "tags_header": str,
+        "key_encoding": str,
+    }
+)
+
+#: Query parameters whose values :func:`redact` hides (``password``,
+#: ``sasl.password``, ``ssl.key.password``, ``sasl.oauthbearer.client.secret``,
+#: ``ssl.key.pem``, ...).
+_SECRET_KEY = re.compile(r"password|secret|key\.pem|oauthbearer\.config", re.IGNORECASE)
+
+#: One bootstrap server: ``host``, ``host:port`` or ``[v6 address]:port``.
+_KAFKA_SERVER = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[^\s:\[\]/@?#]+)(?::[0-9]{1,5})?")
+
+_KAFKA_FORM = "kafka://host:port[,host:port...][?property=value&...]"
 
 
 def redact(url: str) -> str:
-    """``url`` without a password (for printing)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+    """``url`` without a password (for printing): the password of its user
+    part and the values of query parameters that hold secrets."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        password = parts.password
+    except ValueError:  # not a URL urllib can take apart: show no query, no user part
+        return re.sub(r"//[^/@]*@", "//***@", url.partition("?")[0])
+    changed = False
+    if parts.query:
+        pairs = parts.query.split("&")
+        hidden = []
+        for pair in pairs:
+            key, sep, _ = pair.partition("=")
+            secret = sep and _SECRET_KEY.search(urllib.parse.unquote_plus(key))
+            hidden.append(f"{key}=***" if secret else pair)
+        if hidden != pairs:
+            parts, changed = parts._replace(query="&".join(hidden)), True
+    if password is not None:
+        netloc = parts.netloc.rsplit("@", 1)[1]
+        parts, changed = parts._replace(netloc=f"{parts.username or ''}:***@{netloc}"), True
+    return urllib.parse.urlunsplit(parts) if changed else url
 
 
-def open_source(url: str) -> Broker:
+def open_source(url: str, kafka: Mapping[str, Any] | None = None) -> Broker:
     """The broker that ``url`` names.
 
     * ``redis://host:port[/db][?namespace=NS]`` (also ``rediss://``): a
       :class:`~lite_push.sources.redis.RedisBroker` on that server;
       ``namespace`` is the broker's key prefix (default ``lite_push``), the
       other query parameters go to redis-py.
+    * ``kafka://host:port[,host:port...][?key=value&...]``: a
+      :class:`~lite_push.sources.kafka.KafkaBroker` with those bootstrap
+      servers; the query keys ``session_timeout`` (seconds),
+      ``metadata_max_bytes``, ``tags_header`` and ``key_encoding`` are its
+      arguments, every other key is a librdkafka property
+      (``?security.protocol=ssl&fetch.max.bytes=1048576``).  ``kafka``
+      holds more of the same (the config file's ``[source.kafka]`` table),
+      under the query: a key in both takes the URL's value.
     * ``embedded:/path/to/dir``: the durable
       :class:`~lite_push.sources.EmbeddedBroker` stored in that existing
       directory (one process at a time may open it).
 
-    Raises :class:`CliError` for a URL it cannot use.  Nothing is contacted
-    yet: a Redis server that is down shows on first use.
+    Raises :class:`CliError` for a URL it cannot use (and for ``kafka``
+    settings given with a URL that is not ``kafka://``).  Nothing is
+    contacted yet: a Redis server or Kafka cluster that is down shows on
+    first use (librdkafka checks the Kafka settings here, though).
     """
+    if url.startswith("kafka:"):
+        return _open_kafka(url, kafka or {})
+    if kafka:
+        raise CliError(
+            f"source {redact(url)!r}: [source.kafka] settings are for a kafka:// source"
+        )
     if url.startswith("embedded:"):
         raw = url[len("embedded:") :].removeprefix("//")
         if not raw:
@@ -83,14 +139,88 @@ def open_source(url: str) -> Broker:
         except (ValueError, TypeError) as e:
             raise CliError(f"source {redact(url)!r}: {e}") from None
     raise CliError(
-        f"source {redact(url)!r}: expected redis://host:port[/db] or embedded:/path/to/dir"
+        f"source {redact(url)!r}: expected redis://host:port[/db], "
+        "kafka://host:port[,host:port...] or embedded:/path/to/dir"
     )
+
+
+def _broker_arg(url: str, key: str, value: object) -> object:
+    """Query parameter or ``[source.kafka]`` value ``value`` as KafkaBroker
+    argument ``key``'s type (ranges are KafkaBroker's to check)."""
+    kind = KAFKA_BROKER_ARGS[key]
+    if kind is str:
+        if isinstance(value, str):
+            return value
+    elif not isinstance(value, bool):
+        if isinstance(value, str):
+            try:
+                return int(value.strip(), 10) if kind is int else float(value)
+            except ValueError:
+                pass
+        elif isinstance(value, int) or (kind is float and isinstance(value, float)):
+            return kind(value)
+    want = {str: "a string", int: "an int", float: "a number of seconds"}[kind]
+    raise CliError(f"source {redact(url)!r}: {key}: must be {want}, got {value!r}")
+
+
+def _open_kafka(url: str, settings: Mapping[str, Any]) -> KafkaBroker:
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # an unbalanced [ in the netloc
+        raise CliError(f"source {redact(url)!r}: expected {_KAFKA_FORM}") from None
+    servers = [s.strip() for s in parts.netloc.split(",")]
+    bad = [s for s in servers if not _KAFKA_SERVER.fullmatch(s)]
+    problem = None
+    if parts.scheme != "kafka" or not parts.netloc.strip():
+        problem = "no host"
+    elif "@" in parts.netloc:  # never echo it: it may hold a password
+        problem = "no user part here (SASL credentials are the sasl.username and sasl.password properties)"
+    elif bad:
+        problem = f"{bad[0]!r} is not host:port" if bad[0] else "an empty host:port"
+    elif parts.path not in ("", "/") or parts.fragment:
+        problem = "a kafka:// URL has no path or fragment"
+    if problem is not None:
+        raise CliError(f"source {redact(url)!r}: {problem}; expected {_KAFKA_FORM}")
+    try:
+        from ..sources.kafka import KafkaBroker
+    except ImportError as e:
+        if e.name is not None and e.name.partition(".")[0] != "confluent_kafka":
+            raise
+        raise CliError(
+            "kafka:// sources need the kafka extra: pip install 'lite-push[kafka]'"
+        ) from None
+    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    merged: dict[str, Any] = {**settings, **dict(query)}  # the URL wins
+    kwargs: dict[str, Any] = {
+        k: _broker_arg(url, k, v) for k, v in merged.items() if k in KAFKA_BROKER_ARGS
+    }
+    config = {k: v for k, v in merged.items() if k not in KAFKA_BROKER_ARGS}
+    try:
+        return KafkaBroker(",".join(servers), config=config, **kwargs)
+    except (ValueError, TypeError) as e:  # ConfigError is a ValueError
+        raise CliError(f"source {redact(url)!r}: {e}") from None
+
+
+def _client_failure(e: Exception) -> str | None:
+    """What a Redis or Kafka client error says, in one line; ``None`` for
+    any other exception.  A client library that was never imported raised
+    nothing, so neither is imported here."""
+    redis = sys.modules.get("redis")
+    if redis is not None and isinstance(e, redis.RedisError):
+        return f"{type(e).__name__}: {e}"
+    kafka = sys.modules.get("confluent_kafka")
+    if kafka is not None and isinstance(e, kafka.KafkaException):
+        err = e.args[0] if e.args else None
+        if isinstance(err, kafka.KafkaError):
+            return f"{type(e).__name__}: {err.name()}: {err.str()}"
+        return f"{type(e).__name__}: {e}"
+    return None
 
 
 @contextmanager
 def source_errors(url: str) -> Iterator[None]:
-    """Turn a source that fails at run time (unreachable Redis, ...) into a
-    one-line :class:`CliError` with exit status 1."""
+    """Turn a source that fails at run time (unreachable Redis or Kafka,
+    ...) into a one-line :class:`CliError` with exit status 1."""
     try:
         yield
     except (CliError, ConfigError):
@@ -98,12 +228,7 @@ def source_errors(url: str) -> Iterator[None]:
     except LitePushError as e:
         raise CliError(str(e), code=1) from None
     except Exception as e:
-        try:
-            import redis
-        except ImportError:  # pragma: no cover - without the extra, no redis source
-            raise e from None
-        if isinstance(e, redis.RedisError):
-            raise CliError(
-                f"source {redact(url)}: {type(e).__name__}: {e}", code=1
-            ) from None
-        raise
+        failure = _client_failure(e)
+        if failure is None:
+            raise
+        raise CliError(f"source {redact(url)}: {failure}", code=1) from None

@@ -33,6 +33,7 @@ from ..._errors import ConfigError, MessageTooLargeError, SourceClosedError, Unk
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
 from .._base import DEFAULT_DELAY_LEVELS, ConsumeFromWhere, dlq_topic
 from .._common import check_delay_levels, unpack_item
+from .client_log import LIBRDKAFKA_LOGGER
 from .codec import MalformedRecord, decode, encode_headers, kafka_topic, key_decoder, lite_topic
 
 if TYPE_CHECKING:
@@ -138,9 +139,10 @@ class KafkaBroker:
             "bootstrap.servers": self.bootstrap_servers,
             "partitioner": "murmur2_random",  # the Java producer's choice of partition for a key
             "linger.ms": "2",
+            "reconnect.backoff.ms": "10",  # a first connection is held back half of it (default 100)
             **self._common,
             **_settings("producer_config", producer_config),
-            "logger": logger,
+            "logger": LIBRDKAFKA_LOGGER,
         }
         try:
             self._producer = Producer(producer_settings)
@@ -208,7 +210,7 @@ class KafkaBroker:
         from confluent_kafka.admin import AdminClient
         from confluent_kafka.cimpl import NewTopic
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, **self._common, "logger": logger})  # type: ignore[dict-item]
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, **self._common, "logger": LIBRDKAFKA_LOGGER})  # type: ignore[dict-item]
         futures = admin.create_topics([NewTopic(name, partitions)], operation_timeout=10.0, request_timeout=15.0)
         try:
             futures[name].result(timeout=20.0)
@@ -364,7 +366,7 @@ class KafkaBroker:
 
     def _reader(self) -> Consumer:
         return Consumer(self.client_settings({"group.id": "lite-push-reader", "enable.auto.commit": "false",
-                                              "logger": logger}))  # fmt: skip
+                                              "logger": LIBRDKAFKA_LOGGER}))  # fmt: skip
 
     def messages(self, queue: MessageQueue, start: int = 0, stop: int | None = None) -> list[MessageExt]:
         """The stored messages of ``queue`` at offsets ``[start, stop)``,
@@ -403,7 +405,8 @@ class KafkaBroker:
         """``group``'s committed position of ``queue`` (tools, tests), read
         without joining the group."""
         self.check_open()
-        c = Consumer(self.client_settings({"group.id": group, "enable.auto.commit": "false", "logger": logger}))
+        c = Consumer(self.client_settings({"group.id": group, "enable.auto.commit": "false",
+                                           "logger": LIBRDKAFKA_LOGGER}))  # fmt: skip
         try:
             (tp,) = c.committed([TopicPartition(kafka_topic(queue.topic), queue.queue_id)], timeout=10.0)
         finally:

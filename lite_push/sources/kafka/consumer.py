@@ -56,6 +56,7 @@ from ..._errors import ConfigError, SourceClosedError, UnknownTopicError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
 from .._base import ConsumeFromWhere, PullSource, RebalanceListener, dlq_topic, is_retry_or_dlq_topic
 from .._common import QueueStates, check_lease, commit_entries, dead_letter_item, parse_tag_expression, retry_item
+from .client_log import LIBRDKAFKA_LOGGER
 from .codec import kafka_topic, lite_topic
 from .commits import commit_within, fit_metadata
 from .ownership import STATS_INTERVAL, Ownership
@@ -72,6 +73,8 @@ logger = logging.getLogger(__name__)
 WAIT_SLICE = 0.02
 #: Pause after consume came back early with nothing (seconds).
 EMPTY_BACKOFF = 0.002
+#: librdkafka's ``reconnect.backoff.ms`` unless set (its default is 100).
+RECONNECT_BACKOFF_MS = "10"
 #: Records filed for unpaused partitions beyond which a poll fetches no more.
 FILE_LIMIT = 4096
 class KafkaPullConsumer(QueueStates[PartitionState], PullSource):
@@ -132,10 +135,13 @@ class KafkaPullConsumer(QueueStates[PartitionState], PullSource):
                 "heartbeat.interval.ms": str(max(100, timeout_ms // 10)),
                 "statistics.interval.ms": str(int(STATS_INTERVAL * 1000)),
                 "stats_cb": self._ownership.on_stats,
-                "logger": logger,
+                "logger": LIBRDKAFKA_LOGGER,
             }
         )
         settings.setdefault("max.poll.interval.ms", str(max(timeout_ms + 1000, 300_000)))
+        # librdkafka holds back new broker connections for half of this
+        # (50 ms by default): at start that delays joining the group.
+        settings.setdefault("reconnect.backoff.ms", RECONNECT_BACKOFF_MS)
         try:
             self._kc = Consumer(settings)
         except KafkaException as e:

@@ -1,0 +1,60 @@
+"""Where librdkafka's own log lines go: the ``lite_push.sources.kafka.librdkafka``
+logger, through a filter that keeps them readable.
+
+librdkafka logs through a Python logger when its ``logger`` property is set
+(every client lite_push makes sets it to :data:`LIBRDKAFKA_LOGGER`).  Left
+alone it repeats itself: a cluster that refuses connections gives one
+"Connect ... failed" line per attempt, hundreds before a metadata request
+gives up.  :class:`RepeatFilter` lets a given message through once per
+:data:`REPEAT_WINDOW` seconds and counts what it held back; and it drops
+the producer's warning about a consumer property in the settings every
+client shares (``KafkaBroker(config=...)`` goes to the producer too).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+__all__ = ["LIBRDKAFKA_LOGGER", "REPEAT_WINDOW", "RepeatFilter"]
+
+#: Seconds during which a repeated librdkafka message is held back.
+REPEAT_WINDOW = 10.0
+#: At most this many distinct messages are remembered (then the oldest go).
+_MEMORY = 256
+
+
+class RepeatFilter(logging.Filter):
+    """Lets a record through unless the same text passed within the window."""
+
+    def __init__(self, window: float = REPEAT_WINDOW) -> None:
+        super().__init__()
+        self.window = window
+        self._last: dict[str, tuple[float, int]] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if "is a consumer property and will be ignored by this producer" in text:
+            return False
+        # librdkafka's lines carry the client's name and thread: compare without them
+        key = text.split("]: ", 1)[-1]
+        now = time.monotonic()
+        with self._lock:
+            seen = self._last.get(key)
+            if seen is not None and now - seen[0] < self.window:
+                self._last[key] = (seen[0], seen[1] + 1)
+                return False
+            if len(self._last) >= _MEMORY:
+                self._last.pop(next(iter(self._last)))
+            self._last[key] = (now, 0)
+        if seen is not None and seen[1]:
+            record.msg = f"{text} (and {seen[1]} more like it in {self.window:g}s)"
+            record.args = None
+        return True
+
+
+#: The logger every librdkafka client of lite_push logs through.
+LIBRDKAFKA_LOGGER = logging.getLogger("lite_push.sources.kafka.librdkafka")
+LIBRDKAFKA_LOGGER.addFilter(RepeatFilter())
