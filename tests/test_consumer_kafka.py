@@ -271,3 +271,35 @@ def test_a_member_joining_mid_run_takes_partitions_after_they_were_drained_and_c
     assert rec.overlaps == []
     assert_offsets_increase(rec.order, first_only=True)
     assert len(rec.seen) == len(set(rec.seen))  # the hand-off replayed nothing
+
+
+def test_a_member_cut_off_from_its_coordinator_starts_no_call_past_its_session(cluster, broker):
+    """Fencing: with the broker unreachable, no heartbeat is answered; the
+    member's lanes stop starting listener calls before its session could
+    have expired (last answer + session - fence_margin), although messages
+    are still queued in them."""
+    broker.create_topic("T", 2)
+    broker.send_batch("T", [(b"x", f"k{i % 4}") for i in range(2000)])
+    starts: list[float] = []
+    lock = threading.Lock()
+
+    def listener(msgs):
+        with lock:
+            starts.append(time.monotonic())
+        time.sleep(0.01)
+
+    margin = 0.5
+    with _consumer(broker, listener, "c1", lanes=4, batch_size=1, fence_margin=margin, revoke_timeout=1.0) as consumer:
+        assert wait_until(lambda: len(starts) > 50, timeout=30)
+        down_at = time.monotonic()
+        cluster.broker_down(1)
+        try:
+            time.sleep(SESSION + 1.0)
+            with lock:
+                late = [t - down_at for t in starts if t > down_at + SESSION - margin]
+                after = len([t for t in starts if t > down_at])
+            assert late == [], late
+            assert after > 0  # the lanes went on until the fence
+            assert consumer.stats().consumed < 2000  # and stopped with work left, not for lack of it
+        finally:
+            cluster.broker_up(1)

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lite_push import _offsets_py
-from lite_push._offset_map import FinishedOffsets, OffsetMapError, decode, encode, estimate_size
+from lite_push._offset_map import FinishedOffsets, OffsetMapError, decode, encode, estimate_size, shrink
 from lite_push._offsets_py import MAX_OFFSET
 
 FORMS: tuple[Literal["auto", "runs", "bitmap"], ...] = ("auto", "runs", "bitmap")
@@ -345,3 +345,33 @@ def test_a_long_span(count: int, form: str, limit: int) -> None:
     todo = set(unfinished)
     assert all((o in fin) == (o not in todo) for o in range(base, base + 20_000))
     assert all((o in fin) == (o not in todo) for o in unfinished)
+
+
+@given(
+    st.integers(0, 10**9),
+    st.sets(st.integers(1, 30_000), max_size=3000),
+    st.integers(64, 4096),
+)
+@settings(max_examples=60, deadline=None)
+def test_shrink_keeps_the_longest_prefix_that_fits(base: int, holes: set[int], limit: int) -> None:
+    end = base + 30_001
+    unfinished = [base, *sorted(base + h for h in holes)]
+    full = encode(base, end, unfinished)
+    cut = shrink(full, base, limit)
+    assert len(cut) <= limit
+    if len(full) <= limit:
+        assert cut == full
+        return
+    whole = decode(full, base)
+    part = decode(cut, base)
+    assert whole is not None
+    if part is None:  # not even the shortest map fits
+        return
+    assert part.end <= whole.end
+    # a prefix: the same verdict on every offset it covers, nothing claimed past it
+    for off in range(base, part.end):
+        assert (off in part) == (off in whole)
+    assert not any(off in part for off in range(part.end, min(part.end + 50, end)))
+    # the longest: one more offset would not fit
+    longer = encode(base, part.end + 1, [u for u in unfinished if u <= part.end])
+    assert len(longer) > limit

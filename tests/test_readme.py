@@ -35,8 +35,8 @@ def readme_blocks() -> list[str]:
 
 
 def test_the_readme_has_python_examples() -> None:
-    # embedding, async listeners, metrics: if one is dropped, say so here too
-    assert len(readme_blocks()) == 3
+    # embedding, async listeners, Kafka, metrics: if one is dropped, say so here too
+    assert len(readme_blocks()) == 4
 
 
 def test_every_readme_python_example_runs() -> None:
@@ -53,6 +53,8 @@ def test_every_readme_python_example_runs() -> None:
     assert "50 keys, each in offset order: True" in out, out[-3000:]
     # block 1: the application-loop consumer consumed them too
     assert "app loop consumed 1000" in out, out[-3000:]
-    # block 2: the exporter served the build info
+    # block 2: the same on Kafka (the mock cluster)
+    assert "kafka consumed 1000" in out, out[-3000:]
+    # block 3: the exporter served the build info
     build_info = [line for line in out.splitlines() if "lite_push_build_info" in line]
     assert build_info and "router=" in build_info[0], out[-3000:]

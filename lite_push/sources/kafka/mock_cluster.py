@@ -14,6 +14,8 @@ its bootstrap servers (``127.0.0.1:<port>`` each, a port the kernel chose)
 and then serves one command per line on its standard input:
 
     topic <name> <partitions>     create a topic   -> "ok" or "error <text>"
+    down <broker id>              the broker stops answering (its connections drop)
+    up <broker id>                ... and answers again
 
 It is stopped by its PID (SIGTERM, then SIGKILL); closing its standard
 input stops it too, so it never outlives the process that started it.
@@ -123,15 +125,27 @@ class MockKafkaCluster:
         (for example, it exists already)."""
         if not name or any(c.isspace() for c in name):
             raise ValueError(f"topic name must be non-empty without spaces, got {name!r}")
+        self._command(f"topic {name} {int(partitions)}", f"topic {name!r}")
+
+    def broker_down(self, broker_id: int = 1) -> None:
+        """Take broker ``broker_id`` (1-based) down: its connections drop and
+        new ones are refused (a network partition, as a client sees it)."""
+        self._command(f"down {int(broker_id)}", f"broker {broker_id}")
+
+    def broker_up(self, broker_id: int = 1) -> None:
+        """Bring broker ``broker_id`` back."""
+        self._command(f"up {int(broker_id)}", f"broker {broker_id}")
+
+    def _command(self, line: str, what: str) -> None:
         with self._lock:
             proc = self._proc
             if proc is None or proc.stdin is None:
                 raise MockClusterError("the mock cluster is not running")
-            proc.stdin.write(f"topic {name} {int(partitions)}\n")
+            proc.stdin.write(line + "\n")
             proc.stdin.flush()
             answer = self._read_line(10.0)
         if answer != "ok":
-            raise MockClusterError(f"topic {name!r}: {answer}")
+            raise MockClusterError(f"{what}: {answer}")
 
     def stop(self) -> None:
         """Stop the helper process by its PID (SIGTERM, then SIGKILL)."""
@@ -180,6 +194,9 @@ def _serve(brokers: int, rebalance_delay_ms: int) -> int:  # pragma: no cover - 
     lib.rd_kafka_mock_set_controller_id.argtypes = [vp, ctypes.c_int32]
     lib.rd_kafka_mock_topic_create.restype = ci
     lib.rd_kafka_mock_topic_create.argtypes = [vp, cp, ci, ci]
+    for name in ("rd_kafka_mock_broker_set_down", "rd_kafka_mock_broker_set_up"):
+        getattr(lib, name).restype = ci
+        getattr(lib, name).argtypes = [vp, ctypes.c_int32]
     lib.rd_kafka_err2str.restype = cp
     lib.rd_kafka_err2str.argtypes = [ci]
     errstr = ctypes.create_string_buffer(512)
@@ -202,6 +219,10 @@ def _serve(brokers: int, rebalance_delay_ms: int) -> int:  # pragma: no cover - 
         parts = line.split()
         if len(parts) == 3 and parts[0] == "topic" and parts[2].isdecimal():
             err = lib.rd_kafka_mock_topic_create(mc, parts[1].encode(), int(parts[2]), 1)
+            print("ok" if err == 0 else f"error {lib.rd_kafka_err2str(err).decode()}", flush=True)
+        elif len(parts) == 2 and parts[0] in ("down", "up") and parts[1].isdecimal():
+            setter = lib.rd_kafka_mock_broker_set_down if parts[0] == "down" else lib.rd_kafka_mock_broker_set_up
+            err = setter(mc, int(parts[1]))
             print("ok" if err == 0 else f"error {lib.rd_kafka_err2str(err).decode()}", flush=True)
         elif parts:
             print(f"error unknown command {line.strip()!r}", flush=True)
