@@ -34,7 +34,7 @@ Layout (one concern per module; underscored modules are implementation;
 * ``codec``            JSON bodies (orjson)
 * ``dlq``              reading dead letters and re-sending them
 * ``cli/``             the ``lite-push`` command (parser, settings, sources, consume, dlq); ``demo``: the demo
-* ``sources/``         the source contract; ``embedded/`` and ``redis/``: the two sources
+* ``sources/``         the source contract; ``embedded/``, ``redis/`` and ``kafka/``: the three sources
 * ``rebalance/``       queue allocation strategies
 """
 

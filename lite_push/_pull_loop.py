@@ -3,7 +3,8 @@
 Each turn: ``poll`` (the source runs the rebalance callbacks inside it, see
 ``_assignment``), **track** each batch in its queue's ProcessQueue (offsets
 in flight; the committed offset map's finished offsets dropped), keep
-polling without waiting while more is ready (up to ``DISPATCH_BUDGET``),
+polling without waiting while more is ready (up to ``DISPATCH_BUDGET``; not
+when every lane is idle: then the first poll goes out at once),
 **route** what was gathered to the lanes with one put per lane
 (KEY_ORDERLY: by key through the compiled router, which first takes back
 what the lanes finished since the last dispatch, so a key with no work left
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -148,12 +150,16 @@ class PullLoop:
         a capacity and a poll), then route it all at once: one put per lane
         per dispatch, so lanes wake once per dispatch rather than once per
         poll."""
+        rt = self._rt
+        idle = not any(rt.counters.busy)  # a racy read: a hint
         total = self._track(batches)
-        cfg = self._rt.config
-        budget = min(DISPATCH_BUDGET, cfg.lane_capacity)
+        cfg = rt.config
+        # Lanes with nothing to do are better fed at once (the first poll
+        # after a start or a quiet spell) than after a full budget's polls.
+        budget = 0 if idle else min(DISPATCH_BUDGET, cfg.lane_capacity)
         while total < budget:
             try:
-                more = self._rt.source.poll(0.0, cfg.pull_batch_size)
+                more = rt.source.poll(0.0, cfg.pull_batch_size)
             except Exception:
                 break  # the next regular poll reports it
             if not more:
@@ -162,6 +168,10 @@ class PullLoop:
                 self.assignment.renew_fences()
             total += self._track(more)
         self.route_pending()
+        # Give the GIL up once: the lanes just woken (the event loop, lane
+        # threads) start their calls now instead of after a whole switch
+        # interval (5 ms) of this thread decoding the next polls.
+        time.sleep(0)
 
     def _track(self, batches: list[PollBatch]) -> int:
         """Add polled batches to their ProcessQueues and to the pending

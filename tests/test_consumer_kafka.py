@@ -303,3 +303,25 @@ def test_a_member_cut_off_from_its_coordinator_starts_no_call_past_its_session(c
             assert consumer.stats().consumed < 2000  # and stopped with work left, not for lack of it
         finally:
             cluster.broker_up(1)
+
+
+def test_a_topic_pattern_subscribes_every_matching_topic_with_its_tag_filter(broker):
+    for t in ("orders-eu", "orders-us", "audit"):
+        broker.create_topic(t, 2)
+    for t in ("orders-eu", "orders-us", "audit"):
+        items = [{"body": b"%d" % i, "keys": f"k{i % 5}", "tags": "A" if i % 2 else "B"} for i in range(40)]
+        broker.send_batch(t, items)
+    rec = Recorder()
+    with _consumer(broker, rec, "c1", topic="^orders-.*", lanes=4) as consumer:
+        assert wait_until(lambda: consumer.stats().consumed == 80, timeout=30)
+        time.sleep(0.2)
+    assert {t for t, _, _ in rec.seen} == {"orders-eu", "orders-us"}  # not "audit"
+    assert len(rec.seen) == 80
+    with pytest.raises(ValueError, match="pattern"):
+        broker.pull_consumer("x").subscribe("^orders-(")
+    c = broker.pull_consumer("g2", consume_from=ConsumeFromWhere.FIRST_OFFSET)
+    c.subscribe("^orders-.*", "A")
+    got: list[MessageExt] = []
+    assert wait_until(lambda: got.extend(m for b in c.poll(0.05) for m in b.messages) or len(got) >= 40, timeout=20)
+    assert len(got) == 40 and {m.tags for m in got} == {"A"}
+    c.close()

@@ -223,14 +223,16 @@ class KafkaBroker:
         if self.partition_count(topic) is None:
             self.create_topic(topic, partitions)
 
-    def partition_count(self, topic: str, *, fresh: bool = False) -> int | None:
+    def partition_count(self, topic: str, *, fresh: bool = False, client: Any = None) -> int | None:
         """How many partitions ``topic`` (lite_push name) has, or None when
         it does not exist.  Asks for the metadata of every topic, never of
-        one by name, so asking never auto-creates a topic."""
+        one by name, so asking never auto-creates a topic; through
+        ``client`` (a consumer about to join: its first connection is then
+        made before the join needs it), else through the producer."""
         name = kafka_topic(topic)
         if not fresh and name in self._partitions:
             return self._partitions[name]
-        md = self._producer.list_topics(timeout=10.0)
+        md = (client or self._producer).list_topics(timeout=10.0)
         counts = {t: len(m.partitions) for t, m in md.topics.items() if m.error is None and m.partitions}
         with self._lock:
             self._partitions.update(counts)

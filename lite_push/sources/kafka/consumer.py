@@ -45,6 +45,7 @@ runtime holds a failed message for its delay level and only then calls
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
@@ -206,25 +207,38 @@ class KafkaPullConsumer(QueueStates[PartitionState], PullSource):
         self._check_open()
         tags = parse_tag_expression(expression)
         if topic.startswith("^"):
+            try:
+                re.compile(topic)
+            except re.error as e:
+                raise ValueError(f"topic pattern {topic!r}: {e}") from None
             name = topic
         else:
             try:
                 name = kafka_topic(topic)
             except ValueError:
                 raise UnknownTopicError(topic) from None
-            if self._broker.partition_count(topic, fresh=True) is None:
+            if self._broker.partition_count(topic, fresh=True, client=self._kc) is None:
                 if not is_retry_or_dlq_topic(topic):
                     raise UnknownTopicError(topic)
                 self._broker.ensure_topic(topic, 1)
         new = name not in self._filters
         self._filters[name] = tags
         for st in self._states.values():
-            if st.name == name:
-                st.tags = tags
+            st.tags = self._tags_for(st.name)
         if new:
             self._kc.subscribe(
                 list(self._filters), on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
             )
+
+    def _tags_for(self, name: str) -> frozenset[str] | None:
+        """The tag filter of Kafka topic ``name``: its own subscription's,
+        else that of the first pattern it matches."""
+        if name in self._filters:
+            return self._filters[name]
+        for pattern, tags in self._filters.items():
+            if pattern.startswith("^") and re.search(pattern, name):
+                return tags
+        return None
 
     def set_rebalance_listener(self, listener: RebalanceListener | None) -> None:
         self._check_open()
@@ -293,7 +307,7 @@ class KafkaPullConsumer(QueueStates[PartitionState], PullSource):
         for tp in committed:
             pos = starts[(tp.topic, tp.partition)]
             mq = MessageQueue(lite_topic(tp.topic), self._broker.broker_name, tp.partition)
-            st = PartitionState(mq, tp.topic, pos, self._filters.get(tp.topic))
+            st = PartitionState(mq, tp.topic, pos, self._tags_for(tp.topic))
             self._states[mq] = st
             self._by_name[(tp.topic, tp.partition)] = st
             assign.append(TopicPartition(tp.topic, tp.partition, pos))
