@@ -3,8 +3,8 @@
 Each turn: ``poll`` (the source runs the rebalance callbacks inside it, see
 ``_assignment``), **track** each batch in its queue's ProcessQueue (offsets
 in flight; the committed offset map's finished offsets dropped), keep
-polling without waiting while more is ready (up to ``DISPATCH_BUDGET``; not
-when every lane is idle: then the first poll goes out at once),
+polling without waiting while more is ready (up to ``DISPATCH_BUDGET``; the
+very first dispatch goes out with the first poll),
 **route** what was gathered to the lanes with one put per lane
 (KEY_ORDERLY: by key through the compiled router, which first takes back
 what the lanes finished since the last dispatch, so a key with no work left
@@ -83,6 +83,7 @@ class PullLoop:
         self._pending: list[Group] = []
         self._pending_index: dict[ProcessQueue, int] = {}
         self._rr = 0  # CONCURRENTLY: the next lane of the round robin
+        self._dispatched = False  # whether anything was routed yet
 
     def run(self, finish: Callable[[bool], None]) -> None:
         """Poll until ``stopping`` is set (or the source closed), then call
@@ -151,12 +152,12 @@ class PullLoop:
         per dispatch, so lanes wake once per dispatch rather than once per
         poll."""
         rt = self._rt
-        idle = not any(rt.counters.busy)  # a racy read: a hint
+        first = not self._dispatched
         total = self._track(batches)
         cfg = rt.config
-        # Lanes with nothing to do are better fed at once (the first poll
-        # after a start or a quiet spell) than after a full budget's polls.
-        budget = 0 if idle else min(DISPATCH_BUDGET, cfg.lane_capacity)
+        # The first dispatch goes out with the first poll: at a start every
+        # lane waits, and a full budget's polls would keep them waiting.
+        budget = 0 if first else min(DISPATCH_BUDGET, cfg.lane_capacity)
         while total < budget:
             try:
                 more = rt.source.poll(0.0, cfg.pull_batch_size)
@@ -168,6 +169,7 @@ class PullLoop:
                 self.assignment.renew_fences()
             total += self._track(more)
         self.route_pending()
+        self._dispatched = True
         # Give the GIL up once: the lanes just woken (the event loop, lane
         # threads) start their calls now instead of after a whole switch
         # interval (5 ms) of this thread decoding the next polls.
