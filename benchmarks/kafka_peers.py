@@ -200,8 +200,7 @@ def run_lite_push(
         },
     )
     rec = AsyncRecorder(costs)
-    # session_timeout: librdkafka's default 45 s (KafkaBroker's own 10 s is refused with ConsumerConfig's
-    # default revoke_timeout 10 s + fence_margin 0.5 s)
+    # session_timeout: 45 s, KafkaBroker's default (librdkafka's); stated so the run records it
     broker = KafkaBroker(bootstrap, topic_creator=create_topic, session_timeout=SESSION_TIMEOUT)
     try:
         cpu0 = time.process_time()

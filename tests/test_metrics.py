@@ -117,7 +117,9 @@ def test_a_scrape_over_http_matches_stats_and_the_broker(broker: EmbeddedBroker)
         # the listener histogram counted every finished message, once
         assert _value(s, "lite_push_listener_duration_seconds_count", group="g", mode="KEY_ORDERLY") == 600 - k3
         assert _value(s, "lite_push_end_to_end_latency_seconds_count", group="g") == 600 - k3
-        assert _value(s, "lite_push_lane_wait_seconds_count", group="g") == 600  # every message was taken
+        # every message taken from its lane so far (k3's later ones may still
+        # queue behind its held call)
+        assert _value(s, "lite_push_lane_wait_seconds_count", group="g") == 600 - sum(st.lane_depths)
         gate.set()
         assert wait_until(lambda: c.stats().consumed == 600)
         # committed to the end: lag 0 once the commit ran

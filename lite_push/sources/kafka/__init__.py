@@ -6,9 +6,16 @@ per module:
 * :mod:`.broker`        ``KafkaBroker``: settings, the producer, topics,
   reading by offset for tools;
 * :mod:`.consumer`      ``KafkaPullConsumer``: a group member (cooperative-
-  sticky rebalance, per-partition pause, commits with the offset map);
+  sticky rebalance, per-partition pause, the rebalance callbacks);
+* :mod:`.reading`       per-partition files of fetched records, batches,
+  start positions;
+* :mod:`.commits`       commits: the offset map within the metadata limit,
+  the coordinator's refusals;
+* :mod:`.ownership`     fencing: how long ownership is certain;
+* :mod:`.copies`        retry and dead-letter copies, malformed records;
 * :mod:`.codec`         records as messages, and lite_push topic names as
   Kafka names (retry and dead-letter topics);
+* :mod:`.client_log`    librdkafka's log lines, without repeats;
 * :mod:`.mock_cluster`  librdkafka's mock cluster in a helper process, for
   tests, benchmarks and demos.
 

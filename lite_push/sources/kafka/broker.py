@@ -24,22 +24,23 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from ..._errors import ConfigError, MessageTooLargeError, SourceClosedError, UnknownTopicError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
-from .._base import DEFAULT_DELAY_LEVELS, ConsumeFromWhere, dlq_topic
+from .._base import DEFAULT_DELAY_LEVELS, ConsumeFromWhere
 from .._common import check_delay_levels, unpack_item
 from .client_log import LIBRDKAFKA_LOGGER
-from .codec import MalformedRecord, decode, encode_headers, kafka_topic, key_decoder, lite_topic
+from .codec import MalformedRecord, decode, encode_headers, kafka_topic, key_decoder
+from .copies import Copies
 
 if TYPE_CHECKING:
     from .consumer import KafkaPullConsumer
 
-__all__ = ["MALFORMED_HEADER_PREFIX", "MALFORMED_KEY", "RESERVED", "Checked", "KafkaBroker", "Record"]
+__all__ = ["RESERVED", "KafkaBroker", "Record"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,14 +60,6 @@ RESERVED = frozenset(
         "logger",
     }
 )
-
-#: Property of a malformed record's dead letter: its undecodable key, in hex.
-MALFORMED_KEY = "KAFKA_KEY_HEX"
-#: Prefix of a property holding an undecodable header value of it, in hex.
-MALFORMED_HEADER_PREFIX = "KAFKA_HEADER_HEX."
-
-#: A send_back / send_to_dlq item checked: (message, copy properties) or why not.
-Checked = tuple[MessageExt, dict[str, str]] | BaseException
 
 #: One record to produce: (Kafka topic, partition or None, key, value, headers).
 Record = tuple[str, int | None, bytes | None, bytes, list[tuple[str, bytes]]]
@@ -150,6 +143,8 @@ class KafkaBroker:
             raise ConfigError("config", str(e.args[0].str() if e.args else e)) from None
         self._lock = threading.Lock()
         self._partitions: dict[str, int] = {}
+        #: Retry and dead-letter copies, malformed records' dead letters.
+        self.copies = Copies(self)
         self._closed = False
 
     def __repr__(self) -> str:
@@ -343,27 +338,6 @@ class KafkaBroker:
             results.append(SendResult(mq, offset, f"{name}-{partition}-{offset}"))
         return results
 
-    def store_copies(self, topic: str, checked: list[Checked]) -> list[BaseException | None]:
-        """Produce retry or dead-letter copies to ``topic`` (a retry or
-        dead-letter topic, created with one partition if missing), all to
-        partition 0, one flush for all; one result per item (an item that
-        failed its checks keeps its exception)."""
-        good = [c for c in checked if not isinstance(c, BaseException)]
-        results: Iterator[BaseException | None] = iter(())
-        if good:
-            try:
-                self.ensure_topic(topic, 1)
-                name = kafka_topic(topic)
-                records: list[Record] = [
-                    (name, 0, None if m.keys is None else m.keys.encode("utf-8"), m.body,
-                     encode_headers(m.tags, props, self.tags_header))
-                    for m, props in good
-                ]  # fmt: skip
-                results = iter(self.produce(records))
-            except Exception as e:
-                results = iter([e] * len(good))
-        return [c if isinstance(c, BaseException) else next(results) for c in checked]
-
     # -- reading without a group (tools) -------------------------------------------
 
     def _reader(self) -> Consumer:
@@ -416,63 +390,6 @@ class KafkaBroker:
         if tp.offset is None or tp.offset < 0:
             return None
         return OffsetAndMetadata(tp.offset, tp.metadata or "")
-
-    # -- failures ----------------------------------------------------------------
-
-    def store_malformed(self, group: str, record: Any, reason: str) -> BaseException | None:
-        """Dead-letter a record the consumer could not decode: its value and
-        headers, the reason and its origin; an undecodable key goes to the
-        :data:`MALFORMED_KEY` property (the copy has no key) and an
-        undecodable header value to ``KAFKA_HEADER_HEX.<name>``, both in
-        hex, so the dead letter itself reads back."""
-        from .._base import (
-            DLQ_EXCEPTION,
-            DLQ_GROUP,
-            DLQ_REASON,
-            ORIGIN_MESSAGE_ID,
-            ORIGIN_OFFSET,
-            ORIGIN_QUEUE_ID,
-            ORIGIN_TOPIC,
-            RECONSUME_TIME,
-            RETRY_TOPIC,
-        )
-
-        topic = lite_topic(record.topic())
-        origin = {
-            ORIGIN_TOPIC: topic,
-            RETRY_TOPIC: topic,
-            ORIGIN_QUEUE_ID: str(record.partition()),
-            ORIGIN_OFFSET: str(record.offset()),
-            ORIGIN_MESSAGE_ID: f"{record.topic()}-{record.partition()}-{record.offset()}",
-            DLQ_REASON: reason,
-            DLQ_EXCEPTION: "",
-            DLQ_GROUP: group,
-            RECONSUME_TIME: "0",
-        }
-        # The dead letter must itself be readable: an undecodable key or
-        # header value travels as hex in a property instead.
-        headers: list[tuple[str, bytes]] = []
-        for k, v in record.headers() or []:
-            try:
-                (v or b"").decode("utf-8")
-                headers.append((k, v or b""))
-            except UnicodeDecodeError:
-                headers.append((MALFORMED_HEADER_PREFIX + k, v.hex().encode()))
-        key = record.key()
-        if key is not None:
-            try:
-                self.decode_key(key)
-            except (UnicodeDecodeError, ValueError):
-                headers.append((MALFORMED_KEY, key.hex().encode()))
-                key = None
-        headers += [(k, v.encode()) for k, v in origin.items()]
-        try:
-            self.ensure_topic(dlq_topic(group), 1)
-            name = kafka_topic(dlq_topic(group))
-            (err,) = self.produce([(name, 0, key, record.value() or b"", headers)])
-        except Exception as e:
-            return e
-        return err
 
     # -- lifecycle -----------------------------------------------------------------
 

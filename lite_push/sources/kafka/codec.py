@@ -33,7 +33,7 @@ Records
 
 A record whose key or a header does not decode is malformed:
 :func:`decode` raises :class:`MalformedRecord` with the reason, and the
-consumer dead-letters it (:meth:`KafkaBroker.store_malformed`).
+consumer dead-letters it (:meth:`.copies.Copies.store_malformed`).
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ lies past the prefix, which is at-least-once, never a failed commit.
 
 During a rebalance the coordinator may answer REBALANCE_IN_PROGRESS (a
 classic group that is between join and sync); the commit is tried again
-every :data:`COMMIT_RETRY` for up to a session, since the group is stable
-again within one.  A commit refused because the member is no longer in the
+every :data:`COMMIT_RETRY`, inside the revoke callback for up to a session
+(the group is stable again within one), elsewhere for up to
+:data:`COMMIT_PATIENCE`.  A commit refused because the member is no longer in the
 generation (its partitions were reassigned) is logged and dropped: commits
 of partitions not owned are ignored, as the contract says.
 """
@@ -25,12 +26,17 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from ..._offset_map import shrink
 from ..._types import MessageQueue, OffsetAndMetadata
 
-__all__ = ["COMMIT_RETRY", "FENCED", "commit_within", "fit_metadata"]
+__all__ = ["COMMIT_PATIENCE", "COMMIT_RETRY", "FENCED", "commit_within", "fit_metadata"]
 
 logger = logging.getLogger(__name__)
 
 #: Pause between commits the coordinator refused during a rebalance (seconds).
 COMMIT_RETRY = 0.05
+#: Longest a commit outside the revoke callback waits for a rebalance to
+#: end (seconds): a periodic commit that gives up is made again at the next
+#: interval.  Inside the revoke callback the wait is up to a session: that
+#: commit is what the next owner starts from.
+COMMIT_PATIENCE = 2.0
 #: Commit errors that mean "not this member's partitions any more".
 FENCED = frozenset(
     {

@@ -55,16 +55,16 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicParti
 
 from ..._errors import ConfigError, SourceClosedError, UnknownTopicError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
-from .._base import ConsumeFromWhere, PullSource, RebalanceListener, dlq_topic, is_retry_or_dlq_topic
-from .._common import QueueStates, check_lease, commit_entries, dead_letter_item, parse_tag_expression, retry_item
+from .._base import ConsumeFromWhere, PullSource, RebalanceListener, is_retry_or_dlq_topic
+from .._common import QueueStates, check_lease, commit_entries, parse_tag_expression
 from .client_log import LIBRDKAFKA_LOGGER
 from .codec import kafka_topic, lite_topic
-from .commits import commit_within, fit_metadata
+from .commits import COMMIT_PATIENCE, commit_within, fit_metadata
 from .ownership import STATS_INTERVAL, Ownership
-from .reading import PartitionState, file_records, start_positions, take_batches
+from .reading import PartitionState, file_records, start_positions, tags_for, take_batches
 
 if TYPE_CHECKING:
-    from .broker import Checked, KafkaBroker
+    from .broker import KafkaBroker
 
 __all__ = ["FILE_LIMIT", "WAIT_SLICE", "KafkaPullConsumer"]
 
@@ -114,6 +114,8 @@ class KafkaPullConsumer(QueueStates[PartitionState], PullSource):
         self._store = None
         self._listener: RebalanceListener | None = None
         self._filters: dict[str, frozenset[str] | None] = {}  # Kafka name -> tag filter
+        self._subscription_changed = False
+        self._revoking = False  # inside the revoke callback: its commit waits out a rebalance
         self._states: dict[MessageQueue, PartitionState] = {}
         self._active: list[PartitionState] = []
         self._by_name: dict[tuple[str, int], PartitionState] = {}
@@ -224,21 +226,11 @@ class KafkaPullConsumer(QueueStates[PartitionState], PullSource):
         new = name not in self._filters
         self._filters[name] = tags
         for st in self._states.values():
-            st.tags = self._tags_for(st.name)
-        if new:
-            self._kc.subscribe(
-                list(self._filters), on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
-            )
-
-    def _tags_for(self, name: str) -> frozenset[str] | None:
-        """The tag filter of Kafka topic ``name``: its own subscription's,
-        else that of the first pattern it matches."""
-        if name in self._filters:
-            return self._filters[name]
-        for pattern, tags in self._filters.items():
-            if pattern.startswith("^") and re.search(pattern, name):
-                return tags
-        return None
+            st.tags = tags_for(self._filters, st.name)
+        # The subscription reaches librdkafka at the next poll, whole: topics
+        # subscribed one after another (a topic, then the retry topic) make
+        # one join, not a join and a rebalance.
+        self._subscription_changed |= new
 
     def set_rebalance_listener(self, listener: RebalanceListener | None) -> None:
         self._check_open()
@@ -251,6 +243,11 @@ class KafkaPullConsumer(QueueStates[PartitionState], PullSource):
         if type(max_per_queue) is not int or max_per_queue < 1:
             raise ValueError(f"max_per_queue must be an int >= 1, got {max_per_queue!r}")
         deadline = time.monotonic() + max(0.0, timeout)
+        if self._subscription_changed:
+            self._subscription_changed = False
+            self._kc.subscribe(
+                list(self._filters), on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+            )
         while True:
             self._event.clear()
             if self._wakeup_flag:
@@ -307,7 +304,7 @@ class KafkaPullConsumer(QueueStates[PartitionState], PullSource):
         for tp in committed:
             pos = starts[(tp.topic, tp.partition)]
             mq = MessageQueue(lite_topic(tp.topic), self._broker.broker_name, tp.partition)
-            st = PartitionState(mq, tp.topic, pos, self._tags_for(tp.topic))
+            st = PartitionState(mq, tp.topic, pos, tags_for(self._filters, tp.topic))
             self._states[mq] = st
             self._by_name[(tp.topic, tp.partition)] = st
             assign.append(TopicPartition(tp.topic, tp.partition, pos))
@@ -332,7 +329,11 @@ class KafkaPullConsumer(QueueStates[PartitionState], PullSource):
             return
         queues = sorted(st.mq for tp in partitions if (st := self._by_name.get((tp.topic, tp.partition))) is not None)
         if queues:
-            self._notify("on_revoked", queues)  # drains and commits while still owned
+            self._revoking = True
+            try:
+                self._notify("on_revoked", queues)  # drains and commits while still owned
+            finally:
+                self._revoking = False
         self._drop(partitions)
 
     def _on_lost(self, kc: Consumer, partitions: list[TopicPartition]) -> None:
@@ -409,7 +410,8 @@ class KafkaPullConsumer(QueueStates[PartitionState], PullSource):
                 continue
             tps.append(TopicPartition(st.name, q.queue_id, om.offset, metadata=fit_metadata(om, limit, q)))
         if tps:
-            commit_within(self._kc, tps, self._broker.session_timeout, self)
+            session = self._broker.session_timeout
+            commit_within(self._kc, tps, session if self._revoking else min(session, COMMIT_PATIENCE), self)
 
     def committed(self, queue: MessageQueue) -> OffsetAndMetadata | None:
         self._check_open()
@@ -433,28 +435,12 @@ class KafkaPullConsumer(QueueStates[PartitionState], PullSource):
     def send_back(self, items: Sequence[tuple[MessageExt, int]]) -> list[BaseException | None]:
         """Produce each copy to the retry topic at once (the runtime has
         held it for its delay level already: ``delayed_delivery`` is False)."""
-        levels = self._broker.delay_levels
-        limit = self._broker.max_message_size
-        checked: list[Checked] = []
-        for item in items:
-            try:
-                m, _level, props = retry_item(item, levels, limit)
-                checked.append((m, props))
-            except Exception as e:
-                checked.append(e)
         self._check_open()
-        return self._broker.store_copies(f"%RETRY%{self._group}", checked)
+        return self._broker.copies.store_retries(self._group, items)
 
     def send_to_dlq(self, items: Sequence[tuple[MessageExt, str, str]]) -> list[BaseException | None]:
-        limit = self._broker.max_message_size
-        checked: list[Checked] = []
-        for item in items:
-            try:
-                checked.append(dead_letter_item(item, self._group, limit))
-            except Exception as e:
-                checked.append(e)
         self._check_open()
-        return self._broker.store_copies(dlq_topic(self._group), checked)
+        return self._broker.copies.store_dead_letters(self._group, items)
 
     # -- lifecycle ------------------------------------------------------------
 

@@ -14,6 +14,7 @@ transaction markers) are passed over by ``next_offset``.
 from __future__ import annotations
 
 import logging
+import re
 from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -28,7 +29,7 @@ from .codec import MalformedRecord, decode, lite_topic
 if TYPE_CHECKING:
     from .broker import KafkaBroker
 
-__all__ = ["PartitionState", "file_records", "start_positions", "take_batches"]
+__all__ = ["PartitionState", "file_records", "start_positions", "tags_for", "take_batches"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,17 @@ class PartitionState:
         self.file: deque[Any] = deque()
         self.paused = False
         self.tags = tags
+
+
+def tags_for(filters: dict[str, frozenset[str] | None], name: str) -> frozenset[str] | None:
+    """The tag filter of Kafka topic ``name``: its own subscription's, else
+    that of the first pattern (``^...``) it matches; None: no filter."""
+    if name in filters:
+        return filters[name]
+    for pattern, tags in filters.items():
+        if pattern.startswith("^") and re.search(pattern, name):
+            return tags
+    return None
 
 
 def file_records(by_name: dict[tuple[str, int], PartitionState], records: Iterable[Any], owner: object) -> None:
@@ -96,7 +108,7 @@ def take_batches(
             try:
                 m = decode(rec, topic, decode_key, tags_header, broker_name)
             except MalformedRecord as e:
-                err = broker.store_malformed(group, rec, str(e))
+                err = broker.copies.store_malformed(group, rec, str(e))
                 if err is not None:
                     logger.error("%r: malformed record %s-%d@%d not dead-lettered (%s); retrying",
                                  owner, rec.topic(), rec.partition(), rec.offset(), err)  # fmt: skip
