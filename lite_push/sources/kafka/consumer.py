@@ -145,6 +145,10 @@ class KafkaPullConsumer(QueueStates[PartitionState], PullSource):
         # librdkafka holds back new broker connections for half of this
         # (50 ms by default): at start that delays joining the group.
         settings.setdefault("reconnect.backoff.ms", RECONNECT_BACKOFF_MS)
+        # Connect to every broker as soon as it is known, not when first
+        # needed: joining waits for one (measured on the mock cluster: the
+        # join took 4 ms, or 15 ms half of the time with sparse connections).
+        settings.setdefault("enable.sparse.connections", "false")
         try:
             self._kc = Consumer(settings)
         except KafkaException as e:
