@@ -4,23 +4,18 @@ sharing the queues."""
 
 from __future__ import annotations
 
-import itertools
 import logging
-import os
-import re
-import signal
-import subprocess
 import sys
-import textwrap
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 from helpers import Recorder, assert_offsets_increase, wait_until
+from member_runs import check_kill_run, lost_to_expiry, run_three_and_kill
 
 from lite_push import ConsumeMode, ConsumerConfig, LitePushConsumer, ManualClock
 from lite_push.sources import ConsumeFromWhere
@@ -121,140 +116,23 @@ def test_two_members_share_the_queues_without_breaking_key_order(broker):
     assert_offsets_increase(rec.order, first_only=True)
 
 
-_MEMBER = textwrap.dedent(
-    """
-    import os, sys, time
-    sys.path.insert(0, {root!r})
-    from lite_push import ConsumerConfig, LitePushConsumer
-    from lite_push.sources import ConsumeFromWhere
-    from lite_push.sources.redis import RedisBroker
-    broker = RedisBroker({url!r}, namespace={ns!r}, session_timeout=2.0, heartbeat_interval=0.3)
-    log = os.open({log!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    pid = os.getpid()
-    def listener(msgs):
-        for m in msgs:
-            start = time.time_ns()
-            time.sleep(0.002)
-            line = f"{{pid}} {{m.queue_id}} {{m.queue_offset}} {{m.keys}} {{start}} {{time.time_ns()}}\\n"
-            os.write(log, line.encode())
-    consumer = LitePushConsumer(
-        ConsumerConfig(group="g", lanes=4, commit_interval=0.05, poll_timeout=0.02, revoke_timeout=1.0),
-        source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET, client_id={cid!r}),
-        listener=listener)
-    consumer.subscribe("T")
-    consumer.start()
-    time.sleep(600)
-    """
-)
-
-
-def _read_log(path: Path) -> list[tuple[int, int, int, str, int, int]]:
-    rows = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            parts = line.split()
-            if len(parts) == 6:
-                rows.append((int(parts[0]), int(parts[1]), int(parts[2]), parts[3], int(parts[4]), int(parts[5])))
-    return rows
-
-
 def test_three_processes_one_killed_its_queues_move_and_keys_stay_ordered(server, tmp_path):
     ns = f"p-{uuid.uuid4().hex[:12]}"
     broker = RedisBroker(server.url, namespace=ns)
     broker.create_topic("T", queue_count=8)
     total = 12_000
     broker.send_batch("T", [(b"x", f"k{i % 300}") for i in range(total)])
-    log = tmp_path / "deliveries.log"
-    root = str(Path(__file__).resolve().parents[1])
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _MEMBER.format(root=root, url=server.url, ns=ns, log=str(log), cid=f"m{i}")],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        for i in range(3)
-    ]
-    try:
-        # all three members consuming (each has its share of the queues)
-        assert wait_until(
-            lambda: len({r[0] for r in _read_log(log)}) == 3 or any(p.poll() is not None for p in procs), timeout=60
-        )
-        assert all(p.poll() is None for p in procs), [
-            p.stderr.read().decode()[-2000:] for p in procs if p.poll() is not None
-        ]
-        rows = _read_log(log)
-        assert len(rows) < total // 2  # killed mid-run
-        busiest = max({r[0] for r in rows}, key=lambda pid: sum(1 for r in rows if r[0] == pid))
-        victim = next(p for p in procs if p.pid == busiest)
-        os.kill(victim.pid, signal.SIGKILL)
-        victim.wait(10)
-        killed_at = time.time_ns()
-        assert wait_until(lambda: len({(q, o) for _, q, o, _, _, _ in _read_log(log)}) == total, timeout=90)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-                p.wait(10)
-    rows = _read_log(log)
-    broker.close()
-    # A survivor the machine stalled for longer than the session timeout lost
-    # its queues too (it says so): duplicates there are at-least-once, not a
-    # failed hand-off.
-    errs = {p.pid: p.stderr.read().decode(errors="replace") for p in procs if p is not victim}
-    expired = _queues_lost_to_expiry(errs.values())
-    # every message processed at least once
-    assert {(q, o) for _, q, o, _, _, _ in rows} == {
-        (q.queue_id, o) for q in broker.queues("T") for o in range(broker_max(server, ns, q))
-    }
-    # each key's first deliveries in offset order, never overlapping, across processes
-    first: dict[tuple[int, int], tuple[int, str, int, int]] = {}
-    for pid, q, o, k, s, e in sorted(rows, key=lambda r: r[4]):
-        first.setdefault((q, o), (pid, k, s, e))
-    by_key: dict[str, list[tuple[int, int, int, int]]] = {}
-    for (q, o), (_pid, k, s, e) in first.items():
-        by_key.setdefault(k, []).append((q, o, s, e))
-    for k, items in by_key.items():
-        items.sort()
-        for (_, _, _s1, e1), (_, _, s2, _e2) in itertools.pairwise(items):
-            assert e1 <= s2, k
-    # and over all deliveries (duplicates too), no key ever ran in two
-    # processes at once: the fence stops a member before its session lapses.
-    # The one exception no client can prevent: a call in progress when the
-    # machine froze a whole survivor past its session (one per lane of a
-    # member that reported the loss).
-    overlaps = overlaps_by_member(rows, set())
-    stalled = {pid for pid, err in errs.items() if _queues_lost_to_expiry([err])}
-    assert all(pid in stalled for pid in overlaps), overlaps
-    assert all(n <= 4 for n in overlaps.values()), overlaps
-    # duplicates only from the queues the killed process owned, after the kill
-    victim_queues = {q for pid, q, *_ in rows if pid == victim.pid}
-    assert victim_queues
-    seen: dict[tuple[int, int], int] = {}
-    for _pid, q, o, *_rest in rows:
-        seen[(q, o)] = seen.get((q, o), 0) + 1
-    dups = {qo for qo, n in seen.items() if n > 1 and qo[0] not in expired}
-    where = {
-        q: sorted(
-            {(pid, round((s - killed_at) / 1e9, 2)) for pid, qq, o, k, s, e in rows if qq == q and (qq, o) in dups}
-        )[:6]
-        for q in {q for q, _ in dups}
-    }
-    assert {q for q, _ in dups} <= victim_queues, (victim.pid, victim_queues, where)
-    assert all(s >= killed_at - 5_000_000_000 for pid, q, o, k, s, e in rows if (q, o) in dups and pid != victim.pid), (
-        where
+    source_lines = (
+        "from lite_push.sources import ConsumeFromWhere\n"
+        "from lite_push.sources.redis import RedisBroker\n"
+        f"broker = RedisBroker({server.url!r}, namespace={ns!r}, session_timeout=2.0, heartbeat_interval=0.3)\n"
+        'source = broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET, client_id="{cid}")\n'
     )
+    run = run_three_and_kill(source_lines, tmp_path / "deliveries.log", total)
+    stored = {(q.queue_id, o) for q in broker.queues("T") for o in range(broker_max(server, ns, q))}
+    broker.close()
     # its queues were consumed again within the session timeout (2 s) plus slack
-    # the queues it held at the kill (it delivered on them in its last 0.5 s)
-    # were consumed again by the others within the session timeout (2 s) plus slack
-    held = {q for pid, q, o, k, s, e in rows if pid == victim.pid and e > killed_at - 500_000_000}
-    assert held
-    for q in held:
-        if not any(pid != victim.pid and qq == q and s > killed_at for pid, qq, o, k, s, e in rows):
-            # nothing of q ran after the kill: the victim had finished all of it
-            assert all(any(r[0] == victim.pid and r[1] == q and r[2] == o for r in rows) for qq, o in seen if qq == q)
-            continue
-        resumed = min(s for pid, qq, o, k, s, e in rows if qq == q and pid != victim.pid and s > killed_at)
-        assert resumed - killed_at < 15_000_000_000, (q, (resumed - killed_at) / 1e9)
+    check_kill_run(run, stored)
 
 
 def test_cross_process_overlaps() -> None:
@@ -262,19 +140,9 @@ def test_cross_process_overlaps() -> None:
     assert overlaps_by_member(rows, set()) == {1: 1}
 
 
-def _queues_lost_to_expiry(stderrs: Iterable[str]) -> set[int]:
-    """Queue ids a member reported lost because its session expired
-    (``RedisPullConsumer``'s warning)."""
-    lost: set[int] = set()
-    for err in stderrs:
-        for listed in re.findall(r"lost \[([^\]]*)\] \(its session expired\)", err):
-            lost.update(int(q) for q in re.findall(r"#(\d+)'", listed))
-    return lost
-
-
 def test_queues_lost_to_expiry() -> None:
     err = "group 'g': 'm1' lost ['T@redis#4', 'T@redis#7'] (its session expired)\nother line ['T@redis#2']\n"
-    assert _queues_lost_to_expiry([err, ""]) == {4, 7}
+    assert lost_to_expiry([err, ""]) == {4, 7}
 
 
 def broker_max(server: RedisServer, ns: str, q) -> int:

@@ -175,6 +175,25 @@ def unpack_item(item: Any) -> tuple[Any, Any, str | None, dict[str, str], Any]:
     raise TypeError(f"send_batch items are body, (body, keys) or a mapping; got {tp.__name__}")
 
 
+def checked_item(
+    item: Any, topic: str, queues: int, limit: int
+) -> tuple[bytes, str | None, str | None, dict[str, str], int | None]:
+    """``(body, keys, tags, properties, queue_id)`` of one ``send_batch``
+    item, checked: ``TypeError`` for a body that is not bytes or keys that
+    are not str, ``MessageTooLargeError`` over ``limit``, ``ValueError`` for
+    a ``queue_id`` outside ``[0, queues)``."""
+    body, keys, tags, props, qid = unpack_item(item)
+    if type(body) is not bytes:
+        raise TypeError(f"message body must be bytes, got {type(body).__name__}")
+    if len(body) > limit:
+        raise MessageTooLargeError(topic, len(body), limit)
+    if keys is not None and type(keys) is not str:
+        raise TypeError(f"keys must be str or None, got {type(keys).__name__}")
+    if qid is not None and (type(qid) is not int or not 0 <= qid < queues):
+        raise ValueError(f"queue_id must be an int in [0, {queues}) for topic {topic!r}, got {qid!r}")
+    return body, keys, tags, props, qid
+
+
 def commit_entries(offsets: Mapping[MessageQueue, OffsetAndMetadata | int]) -> dict[MessageQueue, OffsetAndMetadata]:
     """The values of a ``commit()`` as OffsetAndMetadata; ``ValueError``
     for a negative offset or a value that is neither ``int`` nor

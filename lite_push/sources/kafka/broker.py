@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from ..._errors import ConfigError, MessageTooLargeError, SourceClosedError, UnknownTopicError
+from ..._errors import ConfigError, SourceClosedError, UnknownTopicError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
 from .._base import DEFAULT_DELAY_LEVELS, ConsumeFromWhere
-from .._common import check_delay_levels, unpack_item
+from .._common import check_delay_levels, checked_item
 from .client_log import LIBRDKAFKA_LOGGER
 from .codec import MalformedRecord, decode, encode_headers, kafka_topic, key_decoder
 from .copies import Copies
@@ -319,15 +319,7 @@ class KafkaBroker:
         name = kafka_topic(topic)
         records: list[Record] = []
         for item in items:
-            body, keys, tags, props, qid = unpack_item(item)
-            if type(body) is not bytes:
-                raise TypeError(f"message body must be bytes, got {type(body).__name__}")
-            if len(body) > self.max_message_size:
-                raise MessageTooLargeError(topic, len(body), self.max_message_size)
-            if keys is not None and type(keys) is not str:
-                raise TypeError(f"keys must be str or None, got {type(keys).__name__}")
-            if qid is not None and (type(qid) is not int or not 0 <= qid < n):
-                raise ValueError(f"queue_id must be an int in [0, {n}) for topic {topic!r}, got {qid!r}")
+            body, keys, tags, props, qid = checked_item(item, topic, n, self.max_message_size)
             key = None if keys is None else keys.encode("utf-8")
             records.append((name, qid, key, body, encode_headers(tags, props, self.tags_header)))
         results = []

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import redis
 
-from ..._errors import ConfigError, MessageTooLargeError, SourceClosedError, UnknownTopicError
+from ..._errors import ConfigError, SourceClosedError, UnknownTopicError
 from ..._router import lane_of
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
 from ...rebalance.allocate import AVERAGELY, AllocateStrategy
@@ -32,7 +32,7 @@ from .._base import (
     is_retry_or_dlq_topic,
     reconsume_times_of,
 )
-from .._common import BrokerClock, check_delay_levels, now_ms, unpack_item, validate_topic
+from .._common import BrokerClock, check_delay_levels, checked_item, now_ms, validate_topic
 from .codec import decode, offset_of
 from .connection import Connection, qfield
 from .consumer import RedisPullConsumer
@@ -252,16 +252,8 @@ class RedisBroker:
         args: dict[int, list[bytes]] = {}
         order: list[tuple[int, int]] = []  # (queue, index within the queue's part)
         for item in items:
-            body, keys, tags, props, qid = unpack_item(item)
-            if type(body) is not bytes:
-                raise TypeError(f"message body must be bytes, got {type(body).__name__}")
-            if len(body) > limit:
-                raise MessageTooLargeError(topic, len(body), limit)
-            if keys is not None and type(keys) is not str:
-                raise TypeError(f"keys must be str or None, got {type(keys).__name__}")
+            body, keys, tags, props, qid = checked_item(item, topic, n, limit)
             if qid is not None:
-                if type(qid) is not int or not 0 <= qid < n:
-                    raise ValueError(f"queue_id must be an int in [0, {n}) for topic {topic!r}, got {qid!r}")
                 q = qid
             elif keys:
                 q = lane_of(keys, n)
