@@ -264,6 +264,10 @@ class AsyncExecutor:
         done.add_done_callback(lambda _f: self._done.set())
         self.watchdog.start(loop)
 
+    def lanes_alive(self) -> bool:
+        """Whether every lane's task still runs (before start: none to run)."""
+        return not any(t.done() for t in self._tasks)
+
     def join(self, deadline: float, final: bool = False) -> bool:
         """(pull thread) Wait until ``deadline`` (``time.monotonic``) for
         the lane coroutines to exit.  ``final``: past the grace, cancel the

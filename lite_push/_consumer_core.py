@@ -33,6 +33,7 @@ from ._clock import SYSTEM_CLOCK, Clock
 from ._committer import Committer
 from ._config import ConsumeMode, ConsumerConfig
 from ._errors import ConfigError, LitePushError
+from ._exporter import exporter_for, release_exporter
 from ._failure_sender import FailureSender
 from ._lane_worker import LaneWorker
 from ._lanemetrics import LaneMetrics
@@ -43,7 +44,7 @@ from ._router import ROUTER_IMPL
 from ._runtime import ABORT_GRACE, Runtime, safe_key_of
 from ._snapshots import ConsumerMetrics, ConsumerStats, metrics_of, stats_of
 from ._thread_executor import ThreadExecutor
-from .metrics import collector_for, exporter_for, new_lane_metrics, release_exporter
+from .metrics import collector_for, new_lane_metrics
 from .sources._base import MessageModel, PullSource, retry_topic
 
 if TYPE_CHECKING:
@@ -190,7 +191,42 @@ class ConsumerCore:
     def stats(self) -> ConsumerStats:
         """A snapshot of counters and per-queue state (any thread)."""
         thread = self._pull_thread
-        return stats_of(self._rt, self._baseline_counts(), thread is not None and thread.is_alive())
+        st = stats_of(self._rt, self._baseline_counts(), thread is not None and thread.is_alive())
+        health, readiness = self.health()
+        return replace(st, health=health, readiness=readiness)
+
+    @property
+    def name(self) -> str:
+        """How the health endpoints name this consumer."""
+        return f"consumer {self.config.group!r}"
+
+    def health(self) -> tuple[str, str]:
+        """``(liveness, readiness)``, each ``"ok"`` or one line saying why
+        not (any thread).  Alive: not failed, not stopped, its pull thread
+        and every lane running (a consumer not started yet is alive).
+        Ready: started, subscribed, polling, and owning at least one queue
+        (assignment received)."""
+        rt = self._rt
+        thread = self._pull_thread
+        if rt.failure is not None:
+            live = f"failed: {type(rt.failure).__name__}: {rt.failure}"
+        elif self._stopping.is_set():
+            live = "stopped" if self._stopped.is_set() else "stopping"
+        elif self._started and thread is not None and not thread.is_alive():
+            live = "its pull thread is not running"
+        elif self._started and not self._executor.lanes_alive():
+            live = "a lane is not running"
+        else:
+            live = "ok"
+        if live != "ok":
+            return live, live
+        if not self._started or thread is None:
+            return live, "not started"
+        if not self._subscriptions:
+            return live, "not subscribed"
+        if not rt.pqs:
+            return live, "no queue assigned yet"
+        return live, "ok"
 
     def metrics_snapshot(self) -> ConsumerMetrics | None:
         """This consumer's metric samples now (the collector of
@@ -236,6 +272,8 @@ class ConsumerCore:
             self._source.wakeup()
         assert self._pull_thread is not None
         self._pull_thread.join(max(0.0, timeout) + ABORT_GRACE + 5.0)
+        if self._stopped.is_set():
+            self._stop_metrics()  # a failed consumer's endpoint outlives its pull thread
         return self._stopped.is_set() and not self._rt.abort.is_set()
 
     @property
@@ -290,7 +328,10 @@ class ConsumerCore:
             try:
                 self._source.close()
             finally:
-                self._stop_metrics()
+                if rt.failure is None:
+                    self._stop_metrics()
+                # else the endpoint stays up, its probes saying why, until
+                # shutdown() (_stop) takes it down
                 self._stopped.set()
                 logger.info("lite_push consumer %r stopped", self.config.group)
 
@@ -309,16 +350,17 @@ class ConsumerCore:
         if port is not None:
             addr = self.config.metrics_addr
             try:
-                self._exporter, bound = exporter_for(addr, port, self._registry)
+                self._exporter, bound = exporter_for(addr, port, self._registry, self)
             except (OSError, ValueError) as e:
                 collector_for(self._registry).remove(self)
                 raise ConfigError("metrics_port", f"cannot serve metrics on {addr}:{port}: {e}") from e
             self.metrics_url = f"http://{addr}:{bound}/metrics"
 
     def _stop_metrics(self) -> None:
+        """Leave the collector and the exporter (idempotent)."""
         if self._rt.lane_metrics is None:
             return
         collector_for(self._registry).remove(self)
         if self._exporter is not None:
-            release_exporter(self._exporter)
+            release_exporter(self._exporter, self)
             self._exporter = None

@@ -59,6 +59,12 @@ class ConsumerStats:
     #: or fewer while the asyncio executor's admission limits them (the
     #: event loop cannot turn over every lane within ``loop_turn_target``).
     lanes_admitted: int = 0
+    #: Liveness, as ``/healthz`` says it: ``"ok"`` or why not (failed,
+    #: stopped, a thread not running).
+    health: str = "ok"
+    #: Readiness, as ``/readyz`` says it: ``"ok"`` or why not (not started,
+    #: not subscribed, no queue assigned yet).
+    readiness: str = "ok"
 
 
 @dataclass(frozen=True, slots=True)

@@ -128,6 +128,10 @@ class ThreadExecutor:
             t.start()
             self._threads.append(t)
 
+    def lanes_alive(self) -> bool:
+        """Whether every lane's thread runs (before start: none to run)."""
+        return all(t.is_alive() for t in self._threads)
+
     def join(self, deadline: float, final: bool = False) -> bool:
         """Wait (until ``deadline``, ``time.monotonic``) for the lane
         threads to exit; return whether they all did."""

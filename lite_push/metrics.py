@@ -1,4 +1,4 @@
-"""Prometheus metrics of a running consumer, and the HTTP exporter.
+"""Prometheus metrics of a running consumer (the HTTP endpoint: :mod:`lite_push._exporter`).
 
 Names, types and labels: :mod:`lite_push.metric_names` (the one place they
 live).  Turn metrics on with ``ConsumerConfig(metrics_port=9464)`` (an
@@ -33,7 +33,7 @@ import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
-from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -57,10 +57,8 @@ __all__ = [
     "MetricsSource",
     "add_samples",
     "collector_for",
-    "exporter_for",
     "histogram_samples",
     "new_lane_metrics",
-    "release_exporter",
 ]
 
 logger = logging.getLogger(__name__)
@@ -221,55 +219,3 @@ def collector_for(registry: CollectorRegistry | None) -> ConsumerCollector:
             _collectors[id(reg)] = (reg, collector)
             return collector
         return entry[1]
-
-
-class _Exporter:
-    __slots__ = ("port", "refs", "registry", "server", "thread")
-
-    def __init__(self, server: Any, thread: threading.Thread, registry: CollectorRegistry) -> None:
-        self.server = server
-        self.thread = thread
-        self.registry = registry
-        self.port: int = server.server_port
-        self.refs = 0
-
-
-_exporters: dict[tuple[str, int], _Exporter] = {}
-_exporters_lock = threading.Lock()
-
-
-def exporter_for(addr: str, port: int, registry: CollectorRegistry | None) -> tuple[tuple[str, int], int]:
-    """Start (or share) the HTTP exporter on ``addr:port`` serving
-    ``registry``; return its key (for :func:`release_exporter`) and the
-    port it listens on.  Port 0 starts a new exporter on a free port."""
-    reg = REGISTRY if registry is None else registry
-    with _exporters_lock:
-        if port:
-            ex = _exporters.get((addr, port))
-            if ex is not None:
-                if ex.registry is not reg:
-                    raise ValueError(f"{addr}:{port} already serves another registry")
-                ex.refs += 1
-                return (addr, port), port
-        server, thread = start_http_server(port, addr=addr, registry=reg)
-        ex = _Exporter(server, thread, reg)
-        ex.refs = 1
-        key = (addr, ex.port)
-        _exporters[key] = ex
-        logger.info("metrics exporter on http://%s:%d/metrics", addr, ex.port)
-        return key, ex.port
-
-
-def release_exporter(key: tuple[str, int]) -> None:
-    """A consumer stopped: shut the exporter down when nobody uses it."""
-    with _exporters_lock:
-        ex = _exporters.get(key)
-        if ex is None:
-            return
-        ex.refs -= 1
-        if ex.refs > 0:
-            return
-        del _exporters[key]
-    ex.server.shutdown()
-    ex.server.server_close()
-    ex.thread.join(5.0)
