@@ -34,6 +34,9 @@ from ._runtime import Episode, Runtime, per_queue
 from ._types import MessageQueue
 from .sources._base import RebalanceListener
 
+#: An application's rebalance hook: called with the queues, sorted.
+AppHook = Callable[[list[MessageQueue]], object]
+
 __all__ = ["Assignment"]
 
 logger = logging.getLogger(__name__)
@@ -58,8 +61,11 @@ class Assignment(RebalanceListener):
         sender: FailureSender,
         route_pending: Callable[[], None],
         orderly: QueueOrderlyService | None,
+        hooks: tuple[AppHook | None, AppHook | None] = (None, None),
     ) -> None:
         self._rt = runtime
+        #: The application's own ``on_assigned`` and ``on_revoked``.
+        self._hooks = hooks
         self._committer = committer
         self._sender = sender
         #: Hands the batches gathered but not yet routed to the lanes.
@@ -91,6 +97,8 @@ class Assignment(RebalanceListener):
         logger.info("consumer %r assigned %s", cfg.group, [str(q) for q in queues])
         if rt.keyed and cfg.key_extractor is None and cfg.lane_placement == "java":
             self._check_lane_reach({q.topic for q in queues})
+        if queues:
+            self._call_hook(0, queues)
 
     def on_revoked(self, queues: Collection[MessageQueue]) -> None:
         # Stop routing the queues, let their in-flight work finish (bounded),
@@ -144,6 +152,20 @@ class Assignment(RebalanceListener):
                     cfg.group, len(pqs), exc_info=True,
                 )  # fmt: skip
         logger.info("consumer %r revoked %s", cfg.group, [str(q) for q in queues])
+        if queues:
+            self._call_hook(1, queues)
+
+    def _call_hook(self, which: int, queues: list[MessageQueue]) -> None:
+        """The application's hook, after lite_push's own work (for a revoke:
+        drained and committed); what it raises is logged, never fatal."""
+        hook = self._hooks[which]
+        if hook is None:
+            return
+        try:
+            hook(sorted(queues))
+        except Exception:
+            name = ("on_assigned", "on_revoked")[which]
+            logger.exception("consumer %r: the application's %s hook raised", self._rt.config.group, name)
 
     # -- QUEUE_ORDERLY's broker locks ------------------------------------------------
 

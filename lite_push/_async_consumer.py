@@ -15,6 +15,7 @@ from collections.abc import Awaitable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from ._assignment import AppHook
 from ._async_executor import AsyncExecutor, new_event_loop
 from ._clock import Clock
 from ._config import ConsumerConfig
@@ -52,10 +53,14 @@ class AsyncLitePushConsumer(ConsumerCore):
         *,
         clock: Clock | None = None,
         registry: CollectorRegistry | None = None,
+        on_assigned: AppHook | None = None,
+        on_revoked: AppHook | None = None,
     ) -> None:
         if isinstance(config, ConsumerConfig) and config.executor != "asyncio":
             raise ConfigError("executor", f"AsyncLitePushConsumer needs executor='asyncio', got {config.executor!r}")
-        super().__init__(config, source, listener, clock=clock, registry=registry)
+        super().__init__(
+            config, source, listener, clock=clock, registry=registry, on_assigned=on_assigned, on_revoked=on_revoked
+        )
         assert isinstance(self._executor, AsyncExecutor)
         self._async_executor = self._executor
 

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from ._assignment import AppHook
 from ._async_executor import AsyncExecutor, LoopThread
 from ._clock import Clock
 from ._config import ConsumerConfig
@@ -58,6 +59,13 @@ class LitePushConsumer(ConsumerCore):
     ``executor="asyncio"`` runs on an event loop the consumer starts on a
     thread of its own.  Invalid arguments raise :class:`~lite_push.ConfigError`
     naming the field.
+
+    ``on_assigned`` / ``on_revoked``: the application's rebalance hooks,
+    called with the queues (sorted) on the pull thread, after lite_push's
+    own work -- for a revoke, after the queues' listener calls finished (up
+    to ``revoke_timeout``) and their offsets were committed.  Keep them
+    short: they run inside the rebalance.  What they raise is logged.
+    :meth:`pause` / :meth:`resume` stop and restart polling of queues.
     """
 
     def __init__(
@@ -68,8 +76,12 @@ class LitePushConsumer(ConsumerCore):
         *,
         clock: Clock | None = None,
         registry: CollectorRegistry | None = None,
+        on_assigned: AppHook | None = None,
+        on_revoked: AppHook | None = None,
     ) -> None:
-        super().__init__(config, source, listener, clock=clock, registry=registry)
+        super().__init__(
+            config, source, listener, clock=clock, registry=registry, on_assigned=on_assigned, on_revoked=on_revoked
+        )
         self._loop_thread: LoopThread | None = None
 
     def start(self) -> None:

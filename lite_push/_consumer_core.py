@@ -24,10 +24,11 @@ import inspect
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ._assignment import Assignment
+from ._assignment import AppHook, Assignment
 from ._async_executor import AsyncExecutor
 from ._clock import SYSTEM_CLOCK, Clock
 from ._committer import Committer
@@ -44,6 +45,7 @@ from ._router import ROUTER_IMPL
 from ._runtime import ABORT_GRACE, Runtime, safe_key_of
 from ._snapshots import ConsumerMetrics, ConsumerStats, metrics_of, stats_of
 from ._thread_executor import ThreadExecutor
+from ._types import MessageQueue
 from .metrics import collector_for, new_lane_metrics
 from .sources._base import MessageModel, PullSource, retry_topic
 
@@ -113,6 +115,8 @@ class ConsumerCore:
         *,
         clock: Clock | None = None,
         registry: CollectorRegistry | None = None,
+        on_assigned: AppHook | None = None,
+        on_revoked: AppHook | None = None,
     ) -> None:
         if not isinstance(config, ConsumerConfig):
             raise ConfigError("config", f"must be a ConsumerConfig, got {type(config).__name__}")
@@ -120,6 +124,9 @@ class ConsumerCore:
             raise ConfigError("source", f"must be a PullSource, got {type(source).__name__}")
         _check_listener(config, listener)
         _check_source(config, source)
+        for name, hook in (("on_assigned", on_assigned), ("on_revoked", on_revoked)):
+            if hook is not None and (not callable(hook) or is_async_callable(hook)):
+                raise ConfigError(name, f"must be a plain (not async) function of the queues, got {hook!r}")
         limit = source.metadata_limit
         if limit is not None and config.offset_map_max_bytes > limit:
             # the source stores at most this much metadata: pause before the map outgrows it
@@ -158,7 +165,10 @@ class ConsumerCore:
         self._stopped = threading.Event()  # the pull thread finished shutdown
         self._deadline = 0.0
         self._pull = PullLoop(rt, self._committer, self._sender, self._orderly, self._stopping)
-        self._pull.assignment = Assignment(rt, self._committer, self._sender, self._pull.route_pending, self._orderly)
+        self._pull.assignment = Assignment(
+            rt, self._committer, self._sender, self._pull.route_pending, self._orderly, (on_assigned, on_revoked)
+        )
+        self._pause_lock = threading.Lock()
         source.set_rebalance_listener(self._pull.assignment)
         self._pull_thread: threading.Thread | None = None
         self._started = False
@@ -194,6 +204,26 @@ class ConsumerCore:
         st = stats_of(self._rt, self._baseline_counts(), thread is not None and thread.is_alive())
         health, readiness = self.health()
         return replace(st, health=health, readiness=readiness)
+
+    def pause(self, queues: Iterable[MessageQueue]) -> None:
+        """Stop polling these queues until :meth:`resume` (any thread): what
+        was polled already is still processed and committed; flow control
+        never resumes them.  Queues not owned (yet) are paused when they
+        come."""
+        with self._pause_lock:
+            self._rt.app_paused = self._rt.app_paused | frozenset(queues)
+        self._source.wakeup()
+
+    def resume(self, queues: Iterable[MessageQueue]) -> None:
+        """Undo :meth:`pause` (any thread); a queue still over a flow-control
+        threshold resumes when it falls below."""
+        with self._pause_lock:
+            self._rt.app_paused = self._rt.app_paused - frozenset(queues)
+        self._source.wakeup()
+
+    def paused_by_app(self) -> frozenset[MessageQueue]:
+        """The queues :meth:`pause` holds now."""
+        return self._rt.app_paused
 
     @property
     def name(self) -> str:

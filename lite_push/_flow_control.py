@@ -74,8 +74,9 @@ class FlowControl:
         to_pause: list[MessageQueue] = []
         to_resume: list[MessageQueue] = []
         counters = rt.counters.queues
+        app_paused = rt.app_paused  # the application's pauses hold until it resumes
         for q, pq in rt.pqs.items():
-            blocked = pq.unblock_lanes(still_blocked)
+            blocked = pq.unblock_lanes(still_blocked) or q in app_paused
             if not pq.paused:
                 if blocked or self.over_threshold(*pq.snapshot()):
                     pq.pause()

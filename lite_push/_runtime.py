@@ -131,9 +131,9 @@ class Runtime:
     """What the parts of one consumer share (see the module docstring)."""
 
     __slots__ = (
-        "abort", "broadcasting", "clock", "config", "counters", "failure", "flush", "key_of", "lane_limit",
-        "lane_metrics", "lanes", "on_failure", "outbox", "park_generations", "pqs", "released", "router", "source",
-        "timer",
+        "abort", "app_paused", "broadcasting", "clock", "config", "counters", "failure", "flush", "key_of",
+        "lane_limit", "lane_metrics", "lanes", "on_failure", "outbox", "park_generations", "pqs", "released", "router",
+        "source", "timer",
     )  # fmt: skip
 
     def __init__(
@@ -148,6 +148,9 @@ class Runtime:
     ) -> None:
         self.config = config
         self.source = source
+        #: Queues the application paused (``consumer.pause``): replaced, never
+        #: changed in place, so the pull thread reads it without a lock.
+        self.app_paused: frozenset[MessageQueue] = frozenset()
         #: The consumer's injectable clock (retry delays, commit and lock
         #: intervals).
         self.clock = clock

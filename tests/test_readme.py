@@ -35,8 +35,8 @@ def readme_blocks() -> list[str]:
 
 
 def test_the_readme_has_python_examples() -> None:
-    # embedding, async listeners, Kafka, metrics: if one is dropped, say so here too
-    assert len(readme_blocks()) == 4
+    # embedding, async listeners, Kafka, hooks, metrics: if one is dropped, say so here too
+    assert len(readme_blocks()) == 5
 
 
 def test_every_readme_python_example_runs() -> None:
@@ -55,6 +55,9 @@ def test_every_readme_python_example_runs() -> None:
     assert "app loop consumed 1000" in out, out[-3000:]
     # block 2: the same on Kafka (the mock cluster)
     assert "kafka consumed 1000" in out, out[-3000:]
-    # block 3: the exporter served the build info
+    # block 3: the hooks were called (a one-member group owns every queue)
+    assigned = "assigned " + str([f"ORDER@embedded#{i}" for i in range(4)])
+    assert assigned in out, out[-3000:]
+    # block 4: the exporter served the build info
     build_info = [line for line in out.splitlines() if "lite_push_build_info" in line]
     assert build_info and "router=" in build_info[0], out[-3000:]

@@ -1,0 +1,142 @@
+"""The application's rebalance hooks and its own pause and resume of queues
+(issue 19, item 3)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from helpers import wait_until
+
+from lite_push import ConfigError, ConsumeFromWhere, ConsumerConfig, EmbeddedBroker, LitePushConsumer, MessageQueue
+
+
+@pytest.fixture
+def broker() -> Iterator[EmbeddedBroker]:
+    b = EmbeddedBroker()
+    b.create_topic("T", queue_count=4)
+    yield b
+    b.close()
+
+
+def _consumer(broker: EmbeddedBroker, listener, **kw) -> LitePushConsumer:  # type: ignore[no-untyped-def]
+    c = LitePushConsumer(
+        ConsumerConfig(group="g", poll_timeout=0.02, commit_interval=0.05, revoke_timeout=2.0),
+        source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET),
+        listener=listener,
+        **kw,
+    )
+    c.subscribe("T")
+    return c
+
+
+def test_hooks_run_after_lite_push_drained_and_committed_the_revoked_queues(broker: EmbeddedBroker) -> None:
+    broker.send_batch("T", [(b"x", f"k{i}") for i in range(400)])
+    events: list[tuple[str, str, list[MessageQueue], dict[MessageQueue, object]]] = []
+    lock = threading.Lock()
+
+    done_by_a: dict[MessageQueue, set[int]] = {}  # the offsets member a finished, per queue
+
+    def listener_a(msgs):  # type: ignore[no-untyped-def]
+        time.sleep(0.002)
+        with lock:
+            for m in msgs:
+                done_by_a.setdefault(m.queue, set()).add(m.queue_offset)
+
+    def lowest_unfinished(q: MessageQueue) -> int:
+        done = done_by_a.get(q, set())
+        return next(o for o in range(len(done) + 1) if o not in done)
+
+    def listener(msgs):  # type: ignore[no-untyped-def]
+        time.sleep(0.002)
+
+    def hooks(name: str) -> dict[str, object]:
+        def assigned(queues: list[MessageQueue]) -> None:
+            with lock:
+                events.append(("assigned", name, queues, {}))
+
+        def revoked(queues: list[MessageQueue]) -> None:
+            # by now lite_push committed them: the group's offset is where this member stopped
+            committed = {q: getattr(broker.committed("g", q), "offset", None) for q in queues}
+            with lock:
+                # what a had finished of each, frozen now that its calls are over
+                done = {q: lowest_unfinished(q) for q in queues} if name == "a" else {}
+                events.append(("revoked", name, queues, {q: (committed[q], done.get(q)) for q in queues}))
+
+        return {"on_assigned": assigned, "on_revoked": revoked}
+
+    a = _consumer(broker, listener_a, **hooks("a"))
+    with a:
+        assert wait_until(lambda: any(e[0] == "assigned" and e[1] == "a" for e in events), timeout=10)
+        assert wait_until(lambda: a.stats().consumed > 50, timeout=10)
+        b = _consumer(broker, listener, **hooks("b"))  # joins the group now
+        with b:  # b joins: a's revoke hook sees the queues drained and committed
+            assert wait_until(lambda: any(e[0] == "revoked" and e[1] == "a" for e in events), timeout=20)
+            assert wait_until(lambda: any(e[0] == "assigned" and e[1] == "b" for e in events), timeout=20)
+    ((_, _, first, _),) = [e for e in events if e[:2] == ("assigned", "a")][:1]
+    assert first == sorted(broker.queues("T"))  # all four, sorted
+    revoked = next(e for e in events if e[:2] == ("revoked", "a"))
+    # drained and committed before the hook: the group's offset of each is
+    # a's lowest unfinished offset (None: a had finished nothing of it)
+    for _q, (committed, done) in revoked[3].items():  # type: ignore[misc]
+        assert committed == (done if done else None), revoked
+    gained = next(e for e in events if e[:2] == ("assigned", "b"))
+    assert set(gained[2]) == set(revoked[2])  # what a gave up is what b got
+
+
+def test_a_hook_that_raises_is_logged_and_consumption_goes_on(
+    broker: EmbeddedBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    broker.send_batch("T", [(b"x", f"k{i}") for i in range(40)])
+
+    def bad(queues: list[MessageQueue]) -> None:
+        raise ValueError("application bug")
+
+    with _consumer(broker, lambda msgs: None, on_assigned=bad) as c:
+        assert wait_until(lambda: c.stats().consumed == 40, timeout=10)
+    assert "on_assigned hook raised" in caplog.text and c.failure is None
+
+
+@pytest.mark.parametrize("hook", [42, "f"])
+def test_a_hook_must_be_a_plain_function(broker: EmbeddedBroker, hook: object) -> None:
+    with pytest.raises(ConfigError, match="on_revoked"):
+        _consumer(broker, lambda msgs: None, on_revoked=hook)
+
+
+def test_an_async_hook_is_refused(broker: EmbeddedBroker) -> None:
+    async def hook(queues: list[MessageQueue]) -> None: ...
+
+    with pytest.raises(ConfigError, match="on_assigned"):
+        _consumer(broker, lambda msgs: None, on_assigned=hook)
+
+
+def test_pause_stops_polling_a_queue_until_resume_and_flow_control_does_not_undo_it(broker: EmbeddedBroker) -> None:
+    q0 = broker.queues("T")[0]
+    seen: list[tuple[int, int]] = []
+    lock = threading.Lock()
+
+    def listener(msgs):  # type: ignore[no-untyped-def]
+        with lock:
+            seen.extend((m.queue_id, m.queue_offset) for m in msgs)
+
+    with _consumer(broker, listener) as c:
+        assert wait_until(lambda: len(c.stats().in_flight) == 4, timeout=10)
+        c.pause([q0])
+        assert c.paused_by_app() == {q0}
+        assert wait_until(lambda: q0 in c.stats().paused, timeout=10)
+        for i in range(20):
+            for qid in range(4):
+                broker.send("T", b"x", keys=f"k{i}", queue_id=qid)
+        assert wait_until(lambda: len(seen) == 60, timeout=10)  # the three others
+        time.sleep(0.3)  # flow control runs every loop: it must not resume q0
+        with lock:
+            assert not any(qid == 0 for qid, _ in seen)
+        assert q0 in c.stats().paused
+        c.resume([q0])
+        assert wait_until(lambda: len(seen) == 80, timeout=10)
+        with lock:
+            assert sorted(o for qid, o in seen if qid == 0) == list(range(20))
+        assert c.paused_by_app() == frozenset()
+        assert wait_until(lambda: q0 not in c.stats().paused, timeout=10)
