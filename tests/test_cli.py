@@ -951,10 +951,11 @@ def test_dlq_resend(
     assert_one_line_error(err, "no dead letter at offset 9 of %DLQ%g")
     assert sum(broker.max_offset(q) for q in queues) == sum(ends.values()) + 1
 
-    code, out, _ = run_cli(
-        capsys, "dlq", "resend", "--source", redis_url, "--group", "g", "--all"
+    code, out, err = run_cli(
+        capsys, "dlq", "resend", "--source", redis_url, "--group", "g", "--all", "--progress", "on"
     )
     assert code == 0 and len(out.splitlines()) == 5
+    assert "resending: 100%" in err and "5/5" in err  # the progress bar, on stderr
     assert sum(broker.max_offset(q) for q in queues) == sum(ends.values()) + 6
     bodies = sorted(m.body for q in queues for m in broker.messages(q, ends[q]))
     assert bodies == sorted([dl1.body] + [m.body for m in originals])

@@ -26,6 +26,7 @@ from .._consumer_core import is_async_callable
 from .._errors import LitePushError
 from ..sources import ConsumeFromWhere
 from .errors import CliError
+from .progress import Status
 from .settings import require, settings_of
 from .sources import open_source, redact, source_errors
 
@@ -119,7 +120,7 @@ def _announce(consumer: LitePushConsumer, out: IO[str]) -> None:
     print(f"metrics: {url}", file=out, flush=True)
 
 
-def _serve(consumer: LitePushConsumer, timeout: float, out: IO[str]) -> bool:
+def _serve(consumer: LitePushConsumer, timeout: float, out: IO[str], status: Status | None = None) -> bool:
     stop = _StopOnSignal()
     stop.install()
     try:
@@ -135,6 +136,8 @@ def _serve(consumer: LitePushConsumer, timeout: float, out: IO[str]) -> bool:
             if consumer.failure is not None:  # logged with its traceback already
                 print(f"consumer failed: {consumer.stats().failure}; stopping", file=out, flush=True)
                 break
+            if status is not None:
+                status.tick(consumer.stats())
         else:
             print(
                 f"{stop.signal_name}: stopping (draining up to {timeout:g}s)",
@@ -195,7 +198,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
                 f"listener {spec})",
                 flush=True,
             )
-            drained = _serve(consumer, args.shutdown_timeout, out)
+            show = args.progress == "on" or (args.progress == "auto" and out.isatty())
+            drained = _serve(consumer, args.shutdown_timeout, out, Status(out, source) if show else None)
             st = consumer.stats()
     finally:
         broker.close()

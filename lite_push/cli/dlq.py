@@ -8,6 +8,7 @@ import argparse
 import sys
 
 import orjson
+from tqdm import tqdm
 
 from ..dlq import DeadLetter, iter_dead_letters, resend
 from ..sources import dlq_topic
@@ -78,7 +79,9 @@ def cmd_dlq_resend(args: argparse.Namespace) -> int:
                     raise CliError(
                         f"offset: no dead letter at offset {listed} of {dlq_topic(group)}"
                     )
-            for dl in chosen:
+            shown = {"on": False, "off": True, "auto": None}[args.progress] if args.all else True
+            bar = tqdm(chosen, desc="resending", unit="msg", file=sys.stderr, disable=shown)  # None: a terminal only
+            for dl in bar:
                 r = resend(broker, dl)
                 print(
                     f"resent offset={dl.message.queue_offset} origin={dl.origin_topic}/{dl.origin_queue_id}/"

@@ -168,6 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="longest drain at shutdown (30)",
     )
     p.add_argument(
+        "--progress",
+        default="auto",
+        choices=["auto", "on", "off"],
+        help="a status line every 5 s: rate, lag, in flight, paused queues (auto: on a terminal)",
+    )
+    p.add_argument(
         "--log-level",
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -227,6 +233,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     which.add_argument(
         "--all", action="store_true", help="resend every dead letter of the group"
+    )
+    p.add_argument(
+        "--progress",
+        default="auto",
+        choices=["auto", "on", "off"],
+        help="a progress bar on stderr for --all (auto: on a terminal)",
     )
     p.set_defaults(handler=cmd_dlq_resend)
     return parser
