@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up a checkout to run lite_push: idempotent, safe to run from any cwd.
 #
-#   scripts/bootstrap.sh           redis-server, .venv, lite-push[test,uvloop,redis,kafka]
+#   scripts/bootstrap.sh           redis-server, prometheus, .venv, lite-push[test,uvloop,redis,kafka]
 #   scripts/bootstrap.sh --bench   ... plus the [bench] extra (PySpark, pandas, ...)
 #
 # The package is installed editable, so the compiled kernels (_ext/*.pyx) are
@@ -29,17 +29,21 @@ for arg in "$@"; do
     esac
 done
 
-# --- redis-server -------------------------------------------------------------
-# The tests start their own server on a free loopback port, so whether the
-# Debian package's service starts (or is running) does not matter; it is kept
+# --- redis-server and prometheus ----------------------------------------------
+# The tests start their own servers on free loopback ports (redis-server for
+# the Redis source, prometheus for the dashboard test), so whether the Debian
+# packages' services start (or are running) does not matter; they are kept
 # from starting during the install where we can, so the install cannot fail on it.
-if ! command -v redis-server >/dev/null 2>&1; then
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+if ((${#missing[@]})); then
     sudo=()
     if [[ $(id -u) -ne 0 ]]; then
-        command -v sudo >/dev/null 2>&1 || die "redis-server is missing and sudo is not available"
+        command -v sudo >/dev/null 2>&1 || die "${missing[*]} missing and sudo is not available"
         sudo=(sudo)
     fi
-    say "installing redis-server with apt-get"
+    say "installing ${missing[*]} with apt-get"
     policy=/usr/sbin/policy-rc.d
     if [[ ! -e $policy ]]; then
         # Debian's invoke-rc.d consults this file; exit 101 = "do not start".
@@ -49,12 +53,14 @@ if ! command -v redis-server >/dev/null 2>&1; then
     apt_log=$(mktemp)
     if ! { "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
         "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-            apt-get install -y -qq --no-install-recommends redis-server; } >"$apt_log" 2>&1; then
+            apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$apt_log" 2>&1; then
         tail -n 40 "$apt_log" >&2
-        die "apt-get install redis-server failed"
+        die "apt-get install ${missing[*]} failed"
     fi
     rm -f "$apt_log"
-    command -v redis-server >/dev/null 2>&1 || die "redis-server still not on PATH after apt-get install"
+    for exe in "${missing[@]}"; do
+        command -v "$exe" >/dev/null 2>&1 || die "$exe still not on PATH after apt-get install"
+    done
 fi
 
 # --- .venv ----------------------------------------------------------------------
