@@ -67,26 +67,19 @@ class FailureSender:
         if self._unsent and (final or now >= self._unsent_at):
             items = self._unsent + items
             self._unsent = []
-        live = [it for it in items if not it.pq.dropped]
-        # revoked: the next owner replays them
-        for pq, ms in per_queue([(it.pq, it.message) for it in items if it.pq.dropped]).items():
-            pq.skip(ms)
+        live = _live(items)
         stored: list[tuple[ProcessQueue, MessageExt]] = []
         dead = [it for it in live if it.dead_letter]
         back = [it for it in live if not it.dead_letter]
-        if back and rt.broadcasting:
-            # no retry topic: wait the delay level's time here, then run again
-            # (the offsets stay unfinished meanwhile, so nothing is lost)
+        if back and (rt.broadcasting or not rt.source.delayed_delivery):
+            # Wait the delay level's time on the timer, the offsets unfinished
+            # meanwhile: BROADCASTING has no retry topic (the message runs
+            # again here), a source without delayed delivery would store the
+            # copy at once (it is stored when due, send_held).
             levels = rt.source.delay_levels
             for it in back:
-                delay = levels[min(max(it.delay_level, 1), len(levels)) - 1]
-                rt.timer.add(now + delay, -1, (it.pq, it.message))
-            back = []
-        if back and not rt.source.delayed_delivery:
-            # the source would store the copy at once: hold it for its delay
-            levels = rt.source.delay_levels
-            for it in back:
-                rt.timer.add(now + levels[min(max(it.delay_level, 1), len(levels)) - 1], -1, it)
+                due = now + levels[min(max(it.delay_level, 1), len(levels)) - 1]
+                rt.timer.add(due, -1, (it.pq, it.message) if rt.broadcasting else it)
             back = []
         if dead:
             stored += self._dead_letters(dead, now)
@@ -104,9 +97,7 @@ class FailureSender:
         delivery), due now: store them in the retry topic and complete
         their offsets; a revoked queue's are skipped (the next owner runs
         them)."""
-        live = [it for it in items if not it.pq.dropped]
-        for pq, ms in per_queue([(it.pq, it.message) for it in items if it.pq.dropped]).items():
-            pq.skip(ms)
+        live = _live(items)
         if live:
             for pq, ms in per_queue(self._send_back(live, now, False)).items():
                 pq.complete(ms)
@@ -163,6 +154,14 @@ class FailureSender:
                 )  # fmt: skip
                 rt.timer.add(now + delay, -1, (it.pq, it.message))
         return stored
+
+
+def _live(items: list[SendItem]) -> list[SendItem]:
+    """The items whose queue is still owned; a revoked queue's are skipped
+    (left unfinished and uncommitted: the next owner replays them)."""
+    for pq, ms in per_queue([(it.pq, it.message) for it in items if it.pq.dropped]).items():
+        pq.skip(ms)
+    return [it for it in items if not it.pq.dropped]
 
 
 def _store(items: list[SendItem], call: Callable[[], list[BaseException | None]]) -> list[BaseException | None]:

@@ -37,7 +37,8 @@ COMMIT_RETRY = 0.05
 #: interval.  Inside the revoke callback the wait is up to a session: that
 #: commit is what the next owner starts from.
 COMMIT_PATIENCE = 2.0
-#: Commit errors that mean "not this member's partitions any more".
+#: Commit errors after which the commit is dropped: the member is out of the
+#: generation, or a rebalance outlasted the patience.
 FENCED = frozenset(
     {
         KafkaError.ILLEGAL_GENERATION,
@@ -76,7 +77,8 @@ def commit_within(kc: Consumer, tps: list[TopicPartition], patience: float, owne
                 time.sleep(COMMIT_RETRY)  # the coordinator takes commits again once the group is stable
                 continue
             if code in FENCED:
-                logger.warning("%r: commit refused, not this member's partitions: %s", owner, e.args[0].str())
+                logger.warning("%r: commit refused (%s); the next owner resumes from the last accepted one",
+                               owner, e.args[0].str())  # fmt: skip
                 return
             raise
     for tp in result or ():
