@@ -18,6 +18,7 @@ Layout (one concern per module; underscored modules are implementation;
 * ``_lane_worker``     what a lane does: consume, park, retry (written once)
 * ``_thread_executor`` / ``_async_executor``  lanes driven by threads / coroutines
 * ``_admission``       asyncio: how many lanes may be in listener calls at once
+* ``_rate_limit``      ``max_rate`` (the consumer's RateLimiter) and ``key_min_interval`` (KeyPacer)
 * ``_watchdog``        the event-loop block watchdog
 * ``_process_queue``   per-queue in-flight state (RocketMQ's ProcessQueue)
 * ``_failures``        failure decisions, the retry timer, the lanes' outbox

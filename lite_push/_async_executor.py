@@ -39,7 +39,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from ._admission import Admission
-from ._lane_worker import FENCE_WAIT, FENCED, LaneWorker, Steps
+from ._lane_worker import FENCE_WAIT, FENCED, PAUSE, LaneWorker, Steps
 from ._lanemetrics import clock
 from ._lanes import AsyncLane, Lane, LoopWaker
 from ._runtime import ABORT_GRACE
@@ -98,6 +98,10 @@ async def _adrive(steps: Steps, listener: AsyncListener, worker: LaneWorker) -> 
         while True:
             if chunk is FENCED:  # the queue's ownership is not certain now
                 await asyncio.sleep(FENCE_WAIT)
+                chunk = steps.send((None, None))
+                continue
+            if chunk is PAUSE:  # max_rate: this call starts later
+                await asyncio.sleep(worker.pause_for)
                 chunk = steps.send((None, None))
                 continue
             t0 = clock()

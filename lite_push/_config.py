@@ -49,10 +49,12 @@ def _check_int(name: str, value: object, low: int, high: int) -> None:
         raise ConfigError(name, f"must be in [{low}, {high}], got {value}")
 
 
-def _check_float(name: str, value: object, low: float, high: float, *, low_open: bool = False) -> None:
+def _check_float(
+    name: str, value: object, low: float, high: float, *, low_open: bool = False, unit: str = "seconds"
+) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(name, f"must be a number of seconds, got {value!r}")
-    bad_low = value <= low if low_open else value < low
+        raise ConfigError(name, f"must be a number of {unit}, got {value!r}")
+    bad_low = not value > low if low_open else not value >= low  # NaN is out of range
     if bad_low or value > high:
         bracket = "(" if low_open else "["
         raise ConfigError(name, f"must be in {bracket}{low}, {high}], got {value}")
@@ -163,6 +165,18 @@ class ConsumerConfig:
     #: message waits less, and the busiest keys are not starved by the
     #: idle ones.  ``0``: every lane with work runs at once.
     loop_turn_target: float = 0.0015
+    #: The consumer's rate limit: listener calls start at most this many
+    #: messages per second in all (a call of a batch counts its messages),
+    #: to protect what the listener calls.  A lane over the limit waits for
+    #: its turn (without holding a lock, the pull thread or the event loop);
+    #: after an idle spell up to a tenth of a second's worth may start at
+    #: once.  ``None``: no limit.
+    max_rate: float | None = None
+    #: KEY_ORDERLY: the least time (seconds) between the starts of two
+    #: listener calls of one key.  A key's next message waits on the
+    #: consumer's timer, as a parked key does, while its lane goes on with
+    #: other keys; messages without a key are not paced.  ``0``: off.
+    key_min_interval: float = 0.0
     #: Serve Prometheus metrics over HTTP on this port (``None``: no
     #: exporter; ``0``: any free port).  Consumers in one process that name
     #: the same address and port share one exporter.
@@ -217,6 +231,14 @@ class ConsumerConfig:
                 f"must be shorter than lock_lease ({self.lock_lease}), got {self.lock_renew_interval}",
             )
         _check_float("max_continuous_consume", self.max_continuous_consume, 0.0, 86400.0, low_open=True)
+        if self.max_rate is not None:
+            _check_float("max_rate", self.max_rate, 0.0, 1e9, low_open=True, unit="messages per second")
+        _check_float("key_min_interval", self.key_min_interval, 0.0, 86400.0)
+        if self.key_min_interval > 0 and self.mode is not ConsumeMode.KEY_ORDERLY:
+            raise ConfigError(
+                "key_min_interval",
+                f"paces the calls of one key, which only KEY_ORDERLY runs one at a time; mode is {self.mode.name}",
+            )
         if self.metrics_port is not None:
             _check_int("metrics_port", self.metrics_port, 0, 65535)
         if not isinstance(self.metrics_addr, str) or not self.metrics_addr.strip():

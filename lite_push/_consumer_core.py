@@ -155,7 +155,9 @@ class ConsumerCore:
         # consume pool; see _queue_orderly.
         self._orderly: QueueOrderlyService | None = None
         if config.mode is ConsumeMode.QUEUE_ORDERLY:
-            self._orderly = QueueOrderlyService(config, listener, rt.abort, rt.clock.monotonic, rt.hand_off)
+            self._orderly = QueueOrderlyService(
+                config, listener, rt.abort, rt.clock.monotonic, rt.hand_off, rt.limiter
+            )
         #: Each lane with its worker (none: the baseline runs its own pool).
         self._lane_workers = [] if self._orderly is not None else [(lane, LaneWorker(rt, lane.index)) for lane in lanes]
         self._committer = Committer(rt)

@@ -73,11 +73,14 @@ class RetryTimer:
         self._heap: list[tuple[float, int, int, object]] = []
         self._seq = itertools.count()
 
-    def add(self, due: float, lane: int, token: object) -> None:
+    def add(self, due: float, lane: int, token: object) -> bool:
         """Wake ``token`` in lane ``lane`` (-1: the pull thread's own) at
-        ``due`` (the consumer clock's monotonic seconds)."""
+        ``due`` (the consumer clock's monotonic seconds).  Returns whether it
+        is now the earliest entry (the pull thread may be waiting past it)."""
+        entry = (due, next(self._seq), lane, token)
         with self._lock:
-            heapq.heappush(self._heap, (due, next(self._seq), lane, token))
+            heapq.heappush(self._heap, entry)
+            return self._heap[0] is entry
 
     def pop_due(self, now: float) -> list[tuple[int, object]]:
         """Remove and return the ``(lane, token)`` entries due at ``now``."""

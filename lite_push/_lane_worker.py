@@ -21,6 +21,12 @@ messages and is sent back ``(exception, result)`` of that call.
 * **Due keys** (:meth:`LaneWorker.due_steps`): the timer hands a parked key
   back to its lane; its head is retried, then what queued behind it, in
   order, until one fails again.
+* **Rate limits** (``_rate_limit``): with ``max_rate`` every call first
+  reserves its start, and the steps yield :data:`PAUSE` when it must wait
+  (the executor waits :attr:`LaneWorker.pause_for`); with
+  ``key_min_interval`` a message whose key started less than the interval
+  ago is held on the timer like a parked key, and the lane goes on with its
+  other keys.  Either sends every segment the slow way.
 
 Messages of a revoked queue, or any after the shutdown deadline, are
 skipped: left unfinished, so they stay uncommitted and run again.
@@ -47,7 +53,7 @@ from ._process_queue import ProcessQueue
 from ._runtime import Runtime, per_queue
 from ._types import ConsumeResult, MessageExt
 
-__all__ = ["FENCED", "FENCE_WAIT", "PURGE", "LaneWorker", "Steps"]
+__all__ = ["FENCED", "FENCE_WAIT", "PACED", "PAUSE", "PURGE", "LaneWorker", "Steps"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +69,20 @@ Steps = Generator[list[MessageExt], tuple[BaseException | None, object], None]
 FENCED: list[MessageExt] = []
 #: Seconds a fenced lane waits before it looks again.
 FENCE_WAIT = 0.01
+#: Yielded by steps instead of messages: ``max_rate`` says the next call
+#: starts in :attr:`LaneWorker.pause_for` seconds; wait, send back anything.
+PAUSE: list[MessageExt] = []
+#: The reason of a key held for its minimum interval (not a failure).
+PACED = "key interval"
 
 _SUCCESS = ConsumeResult.SUCCESS
+
+
+def _pace_key(rt: Runtime, msg: MessageExt) -> str | None:
+    """The key ``key_min_interval`` paces (``None``: a keyless message, not
+    paced)."""
+    key_of = rt.key_of
+    return (msg.keys if key_of is None else key_of(msg)) or None
 
 
 def _no_steps() -> Steps:
@@ -75,7 +93,7 @@ def _no_steps() -> Steps:
 class LaneWorker:
     """The lane logic of lane ``index`` (see the module docstring)."""
 
-    __slots__ = ("_release", "_rt", "aborted", "hot", "index", "metrics", "monotonic", "parked")
+    __slots__ = ("_release", "_rt", "aborted", "hot", "index", "metrics", "monotonic", "parked", "pause_for")
 
     def __init__(self, runtime: Runtime, index: int) -> None:
         self._rt = runtime
@@ -87,8 +105,11 @@ class LaneWorker:
         self.parked: dict[Hashable, Parked] = {}
         #: The consumer's clock, which fences are on (read before every call).
         self.monotonic = runtime.clock.monotonic
-        #: One listener call per message (``batch_size`` 1): the hot path applies.
-        self.hot = runtime.config.batch_size == 1
+        #: One listener call per message (``batch_size`` 1) and no rate
+        #: limit: the hot path applies.
+        self.hot = runtime.config.batch_size == 1 and runtime.limiter is None and runtime.pacer is None
+        #: After steps yielded :data:`PAUSE`: seconds to wait before the call.
+        self.pause_for = 0.0
         #: Whether the shutdown deadline passed (lanes skip what is left).
         self.aborted = runtime.abort.is_set
         # Load placement: hands the router what this lane is done with, so
@@ -128,6 +149,11 @@ class LaneWorker:
         after steps yielded :data:`FENCED`."""
         self._rt.clock.wait(self._rt.abort, FENCE_WAIT)
 
+    def wait_paused(self) -> None:
+        """Thread executor: wait :attr:`pause_for` (less at shutdown) after
+        steps yielded :data:`PAUSE`."""
+        self._rt.clock.wait(self._rt.abort, self.pause_for)
+
     def stop(self) -> None:
         """The task stops: parked messages stay unfinished (uncommitted;
         the offset map keeps what finished above them)."""
@@ -159,7 +185,7 @@ class LaneWorker:
             pq.skip(msgs)
             self._done_with(msgs)
             return _no_steps()
-        if self.parked or self._rt.config.batch_size != 1:
+        if self.parked or not self.hot:
             return self._slow_steps(pq, msgs)
         return None
 
@@ -216,38 +242,52 @@ class LaneWorker:
 
     def _slow_steps(self, pq: ProcessQueue, msgs: list[MessageExt]) -> Steps:
         """Yield the chunks (up to ``batch_size``) of a segment to process:
-        a message of a parked key queues up behind it instead.  Failed
-        chunks are parked, sent back or dead-lettered; the rest is
+        a message of a parked key queues up behind it instead, and one whose
+        key started less than ``key_min_interval`` ago is held for it.
+        Failed chunks are parked, sent back or dead-lettered; the rest is
         completed at the end, at once."""
         rt = self._rt
         idx = self.index
         parked = self.parked
         size = rt.config.batch_size
         park_key = self._park_key
+        pacer = rt.pacer
         done: list[MessageExt] = []
         chunk: list[MessageExt] = []
+        keys: list[Hashable] = []  # pacing: the keys of the chunk
         last = len(msgs) - 1
         for i, m in enumerate(msgs):
-            if parked:
-                p = parked.get(park_key(pq, m))
-                if p is not None:
-                    p.items.append((pq, m))
-                    rt.counters.parked[idx] += 1
-                    if i < last or not chunk:
-                        continue
+            p = parked.get(park_key(pq, m)) if parked else None
+            if p is not None:
+                p.items.append((pq, m))
+                rt.counters.parked[idx] += 1
+            elif pacer is None:
+                chunk.append(m)
+            else:
+                key = _pace_key(rt, m)
+                at = 0.0
+                if key is not None:
+                    now = self.monotonic()
+                    at = now + pacer.interval if key in keys else pacer.due(key, now)
+                if at:
+                    self._hold([(pq, m)], key, at, 1)
                 else:
                     chunk.append(m)
-            else:
-                chunk.append(m)
-            if len(chunk) < size and i < last:
+                    if key is not None:
+                        keys.append(key)
+            if not chunk or (len(chunk) < size and i < last):
                 continue
-            if not chunk:
-                continue
+            if rt.limiter is not None:
+                yield from self._rate(len(chunk))
             if rt.abort.is_set() or (self.monotonic() >= pq.owned_until and not (yield from self._owner_steps(pq))):
                 pq.skip(chunk)
                 self._done_with(chunk)
                 chunk = []
+                keys = []
                 continue
+            if keys:
+                pacer.started_all(keys, self.monotonic())  # type: ignore[union-attr]
+                keys = []
             exc, result = yield chunk
             if exc is None and (result is None or result is _SUCCESS):
                 done += chunk
@@ -260,6 +300,28 @@ class LaneWorker:
             self._done_with(done)
             if self.metrics is not None:
                 self.metrics.completed(done[0], done[-1], len(done))
+
+    # -- rate limits -----------------------------------------------------------------
+
+    def _rate(self, n: int) -> Generator[list[MessageExt], object, None]:
+        """``max_rate``: reserve the start of a call of ``n`` messages;
+        yield :data:`PAUSE` when it must wait."""
+        wait = self._rt.limiter.reserve(n)  # type: ignore[union-attr]
+        if wait > 0.0:
+            self.pause_for = wait
+            yield PAUSE
+
+    def _hold(self, items: list[tuple[ProcessQueue, MessageExt]], key: Hashable, at: float, new: int) -> None:
+        """Park ``key`` until ``at`` for its minimum interval (not a failed
+        attempt: its messages run as they are), with ``items`` waiting (the
+        last ``new`` of them were not parked before)."""
+        rt = self._rt
+        p = self.parked[key] = Parked(next(rt.park_generations), PACED, "")
+        p.items = items
+        rt.counters.parked[self.index] += new
+        rt.counters.paced[self.index] += 1
+        if rt.timer.add(at, self.index, (key, p.gen)):
+            rt.source.wakeup()  # the pull thread may be waiting past it
 
     # -- failures --------------------------------------------------------------------
 
@@ -315,8 +377,8 @@ class LaneWorker:
         p = self.parked[key] = Parked(next(rt.park_generations), reason, text)
         p.items.append((pq, retry))
         rt.counters.parked[self.index] += 1
-        rt.timer.add(rt.clock.monotonic() + rt.config.suspend_ms / 1000.0, self.index, (key, p.gen))
-        rt.source.wakeup()  # the pull thread may be waiting past the new due time
+        if rt.timer.add(rt.clock.monotonic() + rt.config.suspend_ms / 1000.0, self.index, (key, p.gen)):
+            rt.source.wakeup()  # the pull thread may be waiting past the new due time
 
     # -- due keys --------------------------------------------------------------------
 
@@ -324,12 +386,14 @@ class LaneWorker:
         """Yield, one at a time, the messages of the parked keys whose time
         came: the head first, then the messages that queued behind it, in
         order, until one fails again (then the key is parked again with what
-        still waits behind it)."""
+        still waits behind it) or, with ``key_min_interval``, until the next
+        one must wait for its interval (then the key is held with the rest)."""
         rt = self._rt
         idx = self.index
         parked = self.parked
         counters = rt.counters
         limit = rt.config.max_reconsume_times
+        pacer = rt.pacer
         for token in due:
             if token is PURGE:
                 self._purge()
@@ -344,11 +408,21 @@ class LaneWorker:
             done: list[tuple[ProcessQueue, MessageExt]] = []
             out: list[SendItem] = []
             again = None
+            held = 0.0  # pacing: the rest waits until then
             skipped = 0
             while items:
                 pq, m = items[0]
+                live = not (pq.dropped or rt.abort.is_set())
+                pace = _pace_key(rt, m) if pacer is not None and live else None
+                if pace is not None:
+                    held = pacer.due(pace, self.monotonic())  # type: ignore[union-attr]
+                    if held:
+                        break
+                if rt.limiter is not None and live:
+                    yield from self._rate(1)
                 if (
-                    pq.dropped
+                    not live
+                    or pq.dropped
                     or rt.abort.is_set()
                     or (self.monotonic() >= pq.owned_until and not (yield from self._owner_steps(pq)))
                 ):
@@ -357,6 +431,8 @@ class LaneWorker:
                     skipped += 1
                     self._done_with([m])
                     continue
+                if pace is not None:
+                    pacer.started(pace, self.monotonic())  # type: ignore[union-attr]
                 exc, result = yield [m]
                 items.pop(0)
                 if exc is None and (result is None or result is _SUCCESS):
@@ -388,6 +464,8 @@ class LaneWorker:
                 pq, retry, reason, text = again
                 self._park(pq, retry, reason, text)
                 parked[key].items += items
+            elif held:  # held for the key's interval, with what waits behind
+                self._hold(items, key, held, 0)
 
     def _purge(self) -> None:
         """Skip the parked messages of revoked queues."""

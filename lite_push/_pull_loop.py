@@ -10,7 +10,8 @@ very first dispatch goes out with the first poll),
 what the lanes finished since the last dispatch, so a key with no work left
 may move to the least-loaded lane; CONCURRENTLY: round robin;
 QUEUE_ORDERLY: the baseline's per-queue service), then fire due
-retries, store handed-off failures (``_failure_sender``), apply flow control
+retries (and keys held for ``key_min_interval``, whose memory it also
+trims), store handed-off failures (``_failure_sender``), apply flow control
 (``_flow_control``), commit every ``commit_interval`` (``_committer``) and,
 in QUEUE_ORDERLY, renew the broker locks.
 
@@ -120,6 +121,8 @@ class PullLoop:
                 now = clock.monotonic()
                 if due is not None and due <= now:
                     self._fire_timers(now)
+                if rt.pacer is not None:
+                    rt.pacer.rotate(now)  # forget keys started longer ago than the interval
                 if self._sender.pending:
                     self._sender.send(now)
                 self._flow.apply()

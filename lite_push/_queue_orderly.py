@@ -46,6 +46,7 @@ from dataclasses import replace
 from ._config import ConsumerConfig
 from ._failures import SendItem, classify
 from ._process_queue import ProcessQueue
+from ._rate_limit import RateLimiter
 from ._types import ConsumeResult, MessageExt, MessageQueue
 
 __all__ = ["QueueOrderlyService"]
@@ -123,8 +124,10 @@ class QueueOrderlyService:
         abort: threading.Event,
         clock_monotonic: Callable[[], float],
         dead_letter: Callable[[list[SendItem]], None],
+        limiter: RateLimiter | None = None,
     ) -> None:
         self._config = config
+        self._limiter = limiter  # max_rate: a pool thread waits for its call's start
         self._listener = listener
         self._abort = abort
         self._now = clock_monotonic
@@ -237,6 +240,12 @@ class QueueOrderlyService:
                         return
                     n = min(cfg.batch_size, len(st.pending))
                     msgs = [st.pending.popleft() for _ in range(n)]
+                if self._limiter is not None:
+                    wait = self._limiter.reserve(n)
+                    if wait > 0.0 and self._abort.wait(wait):  # the shutdown deadline passed meanwhile
+                        with st.tree:
+                            st.pending.extendleft(reversed(msgs))
+                        continue
                 exc: BaseException | None = None
                 with st.consume_lock:  # lock 3: around the listener
                     try:

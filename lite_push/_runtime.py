@@ -29,6 +29,7 @@ from ._failures import Outbox, RetryTimer, SendItem
 from ._lanemetrics import LaneMetrics
 from ._lanes import Lane
 from ._process_queue import ProcessQueue
+from ._rate_limit import KeyPacer, RateLimiter
 from ._router import KeyRouter
 from ._types import MessageExt, MessageQueue
 from .sources._base import MessageModel, PullSource
@@ -74,8 +75,8 @@ class Counters:
     ``stats()`` and the metrics collector without a lock."""
 
     __slots__ = (
-        "busy", "consumed", "dead_lettered", "lock_failed", "lock_ok", "parked", "queues", "rebalances", "retried",
-        "sent_back",
+        "busy", "consumed", "dead_lettered", "lock_failed", "lock_ok", "paced", "parked", "queues", "rebalances",
+        "retried", "sent_back",
     )  # fmt: skip
 
     def __init__(self, lanes: int) -> None:
@@ -83,6 +84,7 @@ class Counters:
         self.consumed = [0] * lanes
         self.retried = [0] * lanes
         self.parked = [0] * lanes
+        self.paced = [0] * lanes  # messages held for their key's minimum interval
         self.busy = [False] * lanes  # holding taken work
         # Written by the pull thread.
         self.dead_lettered = 0
@@ -132,8 +134,8 @@ class Runtime:
 
     __slots__ = (
         "abort", "app_paused", "broadcasting", "clock", "config", "counters", "failure", "flush", "key_of",
-        "lane_limit", "lane_metrics", "lanes", "on_failure", "outbox", "park_generations", "pqs", "released", "router",
-        "source", "timer",
+        "lane_limit", "lane_metrics", "lanes", "limiter", "on_failure", "outbox", "pacer", "park_generations", "pqs",
+        "released", "router", "source", "timer",
     )  # fmt: skip
 
     def __init__(
@@ -188,6 +190,14 @@ class Runtime:
         self.timer = RetryTimer()
         #: Dead letters and send-backs, from the lanes to the pull thread.
         self.outbox = Outbox()
+        #: ``max_rate``: the lanes (and the baseline's pool) reserve their
+        #: calls' starts here; ``None``: no limit.
+        self.limiter: RateLimiter | None = (
+            None if config.max_rate is None else RateLimiter(config.max_rate, clock.monotonic)
+        )
+        #: ``key_min_interval``: when each key last started (lanes write,
+        #: the pull thread rotates); ``None``: off.
+        self.pacer: KeyPacer | None = KeyPacer(config.key_min_interval) if config.key_min_interval > 0 else None
         #: Set at the shutdown deadline: lanes skip what is left.
         self.abort = threading.Event()
         self.counters = Counters(len(lanes))

@@ -65,6 +65,12 @@ class ConsumerStats:
     #: Readiness, as ``/readyz`` says it: ``"ok"`` or why not (not started,
     #: not subscribed, no queue assigned yet).
     readiness: str = "ok"
+    #: ``max_rate``: messages whose call waited for the limit, and the
+    #: seconds calls waited in all.
+    rate_limit_delayed: int = 0
+    rate_limit_wait_seconds: float = 0.0
+    #: ``key_min_interval``: times a key's message was held for it.
+    key_interval_holds: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +112,11 @@ class ConsumerMetrics:
     rebalances: int
     lock_renewals_ok: int
     lock_renewals_failed: int
+    #: ``max_rate`` (``None``: no limit) and what it delayed:
+    #: ``(messages, seconds waited)``.
+    max_rate: float | None = None
+    rate_limited: tuple[int, float] = (0, 0.0)
+    key_interval_holds: int = 0
 
 
 def stats_of(rt: Runtime, extra: tuple[int, int], polling: bool) -> ConsumerStats:
@@ -128,7 +139,16 @@ def stats_of(rt: Runtime, extra: tuple[int, int], polling: bool) -> ConsumerStat
         polling=polling,
         failure=None if rt.failure is None else f"{type(rt.failure).__name__}: {rt.failure}",
         lanes_admitted=_admitted(rt),
+        rate_limit_delayed=_limited(rt)[0],
+        rate_limit_wait_seconds=_limited(rt)[1],
+        key_interval_holds=sum(c.paced),
     )
+
+
+def _limited(rt: Runtime) -> tuple[int, float]:
+    """``max_rate``: (messages delayed, seconds waited)."""
+    lim = rt.limiter
+    return (0, 0.0) if lim is None else (lim.delayed, lim.waited)
 
 
 def _admitted(rt: Runtime) -> int:
@@ -171,4 +191,7 @@ def metrics_of(rt: Runtime, extra: tuple[int, int]) -> ConsumerMetrics:
         rebalances=c.rebalances,
         lock_renewals_ok=c.lock_ok,
         lock_renewals_failed=c.lock_failed,
+        max_rate=rt.config.max_rate,
+        rate_limited=_limited(rt),
+        key_interval_holds=sum(c.paced),
     )

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ._lane_worker import FENCED, LaneWorker, Steps
+from ._lane_worker import FENCED, PAUSE, LaneWorker, Steps
 from ._lanemetrics import clock
 from ._lanes import Lane
 from ._types import ConsumeResult, MessageExt
@@ -38,6 +38,10 @@ def _drive(steps: Steps, listener: SyncListener, worker: LaneWorker) -> None:
         while True:
             if chunk is FENCED:  # the queue's ownership is not certain now
                 worker.wait_fenced()
+                chunk = steps.send((None, None))
+                continue
+            if chunk is PAUSE:  # max_rate: this call starts later
+                worker.wait_paused()
                 chunk = steps.send((None, None))
                 continue
             t0 = clock()

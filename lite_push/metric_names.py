@@ -150,6 +150,32 @@ METRICS: Final[dict[str, tuple[str, tuple[str, ...], str]]] = {
         ("group",),
         "Lanes allowed in listener calls at once (asyncio admission)",
     ),
+    # -- rate limits ----------------------------------------------------------
+    #: ``max_rate``: the limit, messages per second (only while one is set).
+    "lite_push_rate_limit_messages_per_second": (
+        "gauge",
+        ("group",),
+        "The consumer's max_rate (messages per second)",
+    ),
+    #: Messages whose listener call waited for ``max_rate`` before it started.
+    "lite_push_rate_limit_delayed_messages_total": (
+        "counter",
+        ("group",),
+        "Messages whose listener call waited for max_rate",
+    ),
+    #: Seconds listener calls waited for ``max_rate`` (summed over calls;
+    #: its rate is the average number of calls waiting).
+    "lite_push_rate_limit_wait_seconds_total": (
+        "counter",
+        ("group",),
+        "Seconds listener calls waited for max_rate",
+    ),
+    #: Times a key's next message was held for ``key_min_interval``.
+    "lite_push_key_interval_holds_total": (
+        "counter",
+        ("group",),
+        "Times a key's message was held for key_min_interval",
+    ),
     # -- membership and locks ----------------------------------------------------
     #: Rebalances seen by this member (each assignment change).
     "lite_push_rebalances_total": (

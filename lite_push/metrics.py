@@ -181,6 +181,11 @@ def add_samples(fams: dict[str, Any], snap: ConsumerMetrics) -> None:
     fams["lite_push_assigned_queues"].add_metric([g], len(snap.queues))
     fams["lite_push_lock_renewals_total"].add_metric([g, "ok"], snap.lock_renewals_ok)
     fams["lite_push_lock_renewals_total"].add_metric([g, "failed"], snap.lock_renewals_failed)
+    if snap.max_rate is not None:
+        fams["lite_push_rate_limit_messages_per_second"].add_metric([g], snap.max_rate)
+    fams["lite_push_rate_limit_delayed_messages_total"].add_metric([g], snap.rate_limited[0])
+    fams["lite_push_rate_limit_wait_seconds_total"].add_metric([g], snap.rate_limited[1])
+    fams["lite_push_key_interval_holds_total"].add_metric([g], snap.key_interval_holds)
 
 
 def histogram_samples(

@@ -71,7 +71,8 @@ def test_every_dashboard_expression_returns_data_on_a_real_prometheus(tmp_path: 
         time.sleep(0.001)
 
     consumer = LitePushConsumer(
-        ConsumerConfig(group="g", lanes=4, metrics_port=0, commit_interval=0.2, suspend_ms=100),
+        # max_rate far above the traffic: the "Rate limits" panel's limit series exists
+        ConsumerConfig(group="g", lanes=4, metrics_port=0, commit_interval=0.2, suspend_ms=100, max_rate=100_000),
         source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET),
         listener=listener,
     )

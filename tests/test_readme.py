@@ -35,8 +35,8 @@ def readme_blocks() -> list[str]:
 
 
 def test_the_readme_has_python_examples() -> None:
-    # embedding, async listeners, Kafka, hooks, metrics: if one is dropped, say so here too
-    assert len(readme_blocks()) == 5
+    # embedding, async listeners, Kafka, hooks, rate limits, metrics: if one is dropped, say so here too
+    assert len(readme_blocks()) == 6
 
 
 def test_every_readme_python_example_runs() -> None:
@@ -58,6 +58,8 @@ def test_every_readme_python_example_runs() -> None:
     # block 3: the hooks were called (a one-member group owns every queue)
     assigned = "assigned " + str([f"ORDER@embedded#{i}" for i in range(4)])
     assert assigned in out, out[-3000:]
-    # block 4: the exporter served the build info
+    # block 4: the rate-limited consumer consumed everything, and both limits acted
+    assert "paced consumed 1000 | waited for max_rate: True | held for their key's interval: True" in out, out[-3000:]
+    # block 5: the exporter served the build info
     build_info = [line for line in out.splitlines() if "lite_push_build_info" in line]
     assert build_info and "router=" in build_info[0], out[-3000:]
