@@ -30,6 +30,12 @@ Layout (one concern per module; underscored modules are implementation;
                        ``_lanemetrics_py``)
 * ``_offset_map``      the finished offsets committed above the committed one
 * ``_snapshots``       ``stats()`` and the metrics snapshot
+* ``supervisor``       ProcessSupervisor: N member processes of one group, one per
+                       core (restarts with back-off, SIGTERM drains all, one scrape target)
+* ``_member_process``  one member process: its body, and the supervisor's handle on it
+* ``_member_metrics``  the supervisor's endpoint: the members' metrics merged, their health
+* ``_restart_policy``  when a member that died starts again, and when to give up
+* ``_signals``         SIGINT / SIGTERM as a request to drain and stop
 * ``metric_names``     every Prometheus metric's name, type, labels and help
 * ``metrics``          the metrics collector and the HTTP exporter
 * ``codec``            JSON bodies (orjson)
@@ -77,6 +83,7 @@ from .sources import (
     dlq_topic,
     retry_topic,
 )
+from .supervisor import MemberState, ProcessSupervisor
 
 __all__ = [
     "AsyncListener",
@@ -103,11 +110,13 @@ __all__ = [
     "MessageExt",
     "MessageModel",
     "MessageQueue",
+    "MemberState",
     "MessageTooLargeError",
     "NonRetryableError",
     "NotSubscribedError",
     "OffsetAndMetadata",
     "PollBatch",
+    "ProcessSupervisor",
     "PullSource",
     "RebalanceListener",
     "SendResult",

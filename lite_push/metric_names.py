@@ -211,3 +211,35 @@ def exported_series() -> frozenset[str]:
         else:
             out.add(name)
     return frozenset(out)
+
+
+# -- the process supervisor (lite_push.supervisor) -------------------------------
+#
+# A separate table: these series come from a ProcessSupervisor's own endpoint,
+# never from a consumer.  On that endpoint every consumer series of the
+# members (METRICS above) carries one more label, ``member`` (the member's
+# index, 0 .. processes-1).
+
+__all__ += ["SUPERVISOR_METRICS"]
+
+#: name -> (Prometheus type, label names, help text) of the supervisor's series
+SUPERVISOR_METRICS: Final[dict[str, tuple[str, tuple[str, ...], str]]] = {
+    #: The ``processes`` the supervisor runs.
+    "lite_push_supervisor_members": (
+        "gauge",
+        (),
+        "Member processes configured",
+    ),
+    #: 1 while the member's process runs, 0 while it waits for a restart.
+    "lite_push_supervisor_member_up": (
+        "gauge",
+        ("member",),
+        "1 while the member process is running",
+    ),
+    #: Times the supervisor started the member again after it died.
+    "lite_push_supervisor_member_restarts_total": (
+        "counter",
+        ("member",),
+        "Restarts of the member process after it died",
+    ),
+}

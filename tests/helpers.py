@@ -101,3 +101,15 @@ def read_offset_log(path: Path) -> list[tuple[int, int]]:
         if len(parts) == 2:
             out.append((int(parts[0]), int(parts[1])))
     return out
+
+
+def http_get(url: str, timeout: float = 10.0) -> tuple[int, str]:
+    """``(status, body)`` of a GET of ``url``, an HTTP error status included."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()

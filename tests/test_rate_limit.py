@@ -136,3 +136,23 @@ def test_bad_limits_are_refused_at_construction(field: str, value: object, match
 def test_a_key_interval_needs_key_orderly(mode: ConsumeMode) -> None:
     with pytest.raises(ConfigError, match="key_min_interval: .*only KEY_ORDERLY"):
         ConsumerConfig(group="g", mode=mode, key_min_interval=0.5)
+
+
+# -- the command line ---------------------------------------------------------------------
+
+
+def test_the_consume_command_takes_both_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lite_push.cli.parser import build_parser
+    from lite_push.cli.plan import plan_of
+
+    for var in ("LITE_PUSH_MAX_RATE", "LITE_PUSH_KEY_MIN_INTERVAL"):
+        monkeypatch.delenv(var, raising=False)
+    base = ["consume", "--source", "redis://127.0.0.1:1", "--group", "g", "--topic", "T", "--listener", "json:dumps"]
+    args = build_parser().parse_args([*base, "--max-rate", "250", "--key-min-interval", "0.5"])
+    plan, _, _ = plan_of(args)
+    assert (plan.config.max_rate, plan.config.key_min_interval) == (250.0, 0.5)
+    monkeypatch.setenv("LITE_PUSH_MAX_RATE", "75.5")
+    plan, _, _ = plan_of(build_parser().parse_args(base))
+    assert (plan.config.max_rate, plan.config.key_min_interval) == (75.5, 0.0)
+    with pytest.raises(ConfigError, match="max_rate"):
+        plan_of(build_parser().parse_args([*base, "--max-rate", "0"]))

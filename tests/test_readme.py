@@ -35,8 +35,9 @@ def readme_blocks() -> list[str]:
 
 
 def test_the_readme_has_python_examples() -> None:
-    # embedding, async listeners, Kafka, hooks, rate limits, metrics: if one is dropped, say so here too
-    assert len(readme_blocks()) == 6
+    # embedding, async listeners, Kafka, hooks, rate limits, metrics, the process supervisor:
+    # if one is dropped, say so here too
+    assert len(readme_blocks()) == 7
 
 
 def test_every_readme_python_example_runs() -> None:

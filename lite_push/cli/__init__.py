@@ -3,6 +3,7 @@
 ``lite-push demo``       the embedded broker, a producer and a consumer, with
                          live stats and a Prometheus endpoint
 ``lite-push consume``    run a listener (``module:function``) as a service
+                         (``--processes N``: on N cores)
 ``lite-push dlq list``   show a group's dead letters
 ``lite-push dlq resend`` send dead letters back to their topics
 
@@ -13,8 +14,10 @@ environment variables and a TOML file, in that order of precedence
 (:mod:`lite_push.cli.settings`).
 
 Modules: ``parser`` (the commands and their options), ``settings`` (flags,
-environment, file), ``sources`` (the ``--source`` URL), ``consume``, ``dlq``,
-``errors`` (the one-line error).  The benchmarks are run from the source
+environment, file), ``sources`` (the ``--source`` URL), ``plan`` (what
+``consume`` builds, from its settings), ``consume``, ``consume_processes``
+(``consume --processes N``: N member processes under one supervisor),
+``dlq``, ``errors`` (the one-line error).  The benchmarks are run from the source
 checkout (``python benchmarks/bench.py``), not through this command.
 """
 
@@ -25,9 +28,9 @@ import sys
 from collections.abc import Callable, Sequence
 
 from .._errors import ConfigError
-from .consume import load_listener
 from .errors import PROG, CliError, exit_code, one_line
 from .parser import build_parser
+from .plan import load_listener
 from .sources import open_source
 
 __all__ = ["PROG", "CliError", "build_parser", "load_listener", "main", "open_source"]

@@ -41,12 +41,13 @@ settings: a flag wins over its environment variable, which wins over the
 for every ConsumerConfig field (LITE_PUSH_LANES=64, LITE_PUSH_MODE=CONCURRENTLY,
 LITE_PUSH_METRICS_PORT=9464, LITE_PUSH_MAX_RECONSUME_TIMES=3, ...) and
 LITE_PUSH_SOURCE, LITE_PUSH_GROUP, LITE_PUSH_TOPIC, LITE_PUSH_TAGS,
-LITE_PUSH_LISTENER, LITE_PUSH_FROM.  TOML file:
+LITE_PUSH_LISTENER, LITE_PUSH_FROM, LITE_PUSH_PROCESSES.  TOML file:
   [consumer]      ConsumerConfig fields: group, mode, lanes, batch_size, ...
   [source]        url
   [source.kafka]  librdkafka properties of a kafka:// url (its query wins)
   [listener]      path = "module:function"
   [subscription]  topic, tags, from
+  [service]       processes = N (consume's member processes, default 1)
 An unknown key, table or LITE_PUSH_* variable is an error.
 """
 
@@ -139,6 +140,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="default thread (asyncio for async def)",
     )
     p.add_argument(
+        "--max-rate",
+        type=float,
+        metavar="MSG_PER_S",
+        help="the consumer's rate limit: listener calls start at most this many messages per second "
+        "(default none; with --processes, per member)",
+    )
+    p.add_argument(
+        "--key-min-interval",
+        type=float,
+        metavar="S",
+        help="KEY_ORDERLY: least seconds between the starts of two calls of one key (default 0: off)",
+    )
+    p.add_argument(
         "--metrics-port",
         type=int,
         metavar="P",
@@ -161,6 +175,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="where a group with no committed offset starts (default last)",
     )
     p.add_argument(
+        "--processes",
+        type=int,
+        metavar="N",
+        help="run N member processes of the group under one supervisor (default 1): one per core; "
+        "a member that dies is restarted; --metrics-port serves all their metrics (label member); "
+        "redis:// and kafka:// sources only",
+    )
+    p.add_argument(
         "--shutdown-timeout",
         type=_seconds,
         default=30.0,
@@ -171,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--progress",
         default="auto",
         choices=["auto", "on", "off"],
-        help="a status line every 5 s: rate, lag, in flight, paused queues (auto: on a terminal)",
+        help="a status line every 5 s: rate, lag, in flight, paused queues (auto: on a terminal; "
+        "not with --processes)",
     )
     p.add_argument(
         "--log-level",

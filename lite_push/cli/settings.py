@@ -3,15 +3,17 @@
 Every :class:`~lite_push.ConsumerConfig` field whose type is a plain value
 (int, float, str, bool, an enum, or an optional one of those) is a setting,
 and so are the service settings that are not consumer fields (the source
-URL, the listener, the topic, its tag filter and where a new group starts).
+URL, the listener, the topic, its tag filter, where a new group starts, and
+how many member processes run).
 Each can come from four places; the first that has it wins:
 
 1. a command-line flag (``--lanes 64``);
 2. an environment variable ``LITE_PUSH_<NAME>`` (``LITE_PUSH_LANES=64``);
 3. the TOML file of ``--config``: consumer fields in its ``[consumer]``
    table, the service settings in ``[source]`` (``url``; and the
-   ``[source.kafka]`` table, below), ``[listener]`` (``path``) and
-   ``[subscription]`` (``topic``, ``tags``, ``from``);
+   ``[source.kafka]`` table, below), ``[listener]`` (``path``),
+   ``[subscription]`` (``topic``, ``tags``, ``from``) and ``[service]``
+   (``processes``);
 4. the default (the dataclass default; none for the service settings).
 
 Values are converted to the field's type from the dataclass annotations:
@@ -19,7 +21,9 @@ ints and floats from their text, bools from ``1/true/yes/on`` and
 ``0/false/no/off``, enums by name (``KEY_ORDERLY``, any case), and
 ``none`` (or an empty string) for an optional field means ``None``.  Range
 checks are left to :class:`~lite_push.ConsumerConfig`, which raises
-:class:`~lite_push.ConfigError` naming the field.
+:class:`~lite_push.ConfigError` naming the field.  The service settings are
+text, except the counts of :data:`SERVICE_COUNTS` (``processes``), which are
+ints checked here against their least value.
 
 A TOML key, table or ``LITE_PUSH_*`` environment variable that names no
 setting is an error naming it (``LITE_PUSH_*`` variables read elsewhere are
@@ -57,6 +61,7 @@ __all__ = [
     "settings_of",
     "ENV_PREFIX",
     "NON_CONFIG_ENV",
+    "SERVICE_COUNTS",
     "SERVICE_SETTINGS",
     "Settings",
     "consumer_fields",
@@ -87,8 +92,14 @@ SERVICE_SETTINGS: Mapping[str, tuple[str, str]] = types.MappingProxyType(
         "topic": ("subscription", "topic"),
         "tags": ("subscription", "tags"),
         "from": ("subscription", "from"),
+        "processes": ("service", "processes"),
     }
 )
+
+#: Service settings that are counts, not text: name -> least value.  They
+#: are converted to an int and checked here (``processes``: member processes
+#: of ``lite-push consume``, 1 by default).
+SERVICE_COUNTS: Mapping[str, int] = types.MappingProxyType({"processes": 1})
 
 #: A value of the ``[source.kafka]`` table.
 KafkaValue = str | int | float | bool
@@ -192,6 +203,18 @@ def _convert(name: str, ft: _FieldType, value: object, origin: str) -> object:
 
 
 _TEXT = _FieldType(str, False)
+_INT = _FieldType(int, False)
+
+
+def _count(name: str, raw: object, origin: str) -> int:
+    """Service count ``name`` (:data:`SERVICE_COUNTS`) as an int at least
+    its least value; ``ConfigError`` naming ``name`` otherwise."""
+    value = _convert(name, _INT, raw, origin)
+    assert isinstance(value, int)
+    least = SERVICE_COUNTS[name]
+    if value < least:
+        raise ConfigError(name, f"{origin}: must be an int >= {least}, got {value}")
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +224,8 @@ class Settings:
     ``consumer`` holds the ConsumerConfig fields that were set somewhere
     (the others keep their dataclass defaults); ``service`` the service
     settings that were set (``source``, ``listener``, ``topic``, ``tags``,
-    ``from``); ``origins`` says where each came from (``"--lanes"``,
+    ``from``, and ``processes`` as checked decimal text: see
+    :attr:`processes`); ``origins`` says where each came from (``"--lanes"``,
     ``"LITE_PUSH_LANES"``, ``"app.toml [consumer] lanes"``); ``kafka`` the
     config file's ``[source.kafka]`` table (empty without one).
     """
@@ -214,6 +238,11 @@ class Settings:
     def get(self, name: str) -> str | None:
         """A service setting (``"source"``, ``"topic"``, ...), or ``None``."""
         return self.service.get(name)
+
+    @property
+    def processes(self) -> int:
+        """How many member processes ``lite-push consume`` runs (1 unless set)."""
+        return int(self.service.get("processes", "1"))
 
     def consumer_config(self, **overrides: Any) -> ConsumerConfig:
         """The :class:`~lite_push.ConsumerConfig` of these settings, with
@@ -362,7 +391,9 @@ def load_settings(
     origins: dict[str, str] = {}
     for name, (raw, origin) in merged.items():
         origins[name] = origin
-        if name in SERVICE_SETTINGS:
+        if name in SERVICE_COUNTS:
+            service[name] = str(_count(name, raw, origin))
+        elif name in SERVICE_SETTINGS:
             value = _convert(name, _TEXT, raw, origin)
             assert isinstance(value, str)
             service[name] = value
