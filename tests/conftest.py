@@ -21,7 +21,8 @@ from executors import EXECUTORS, Executor, executor_fixture
 
 import lite_push
 from lite_push import _router_py
-from lite_push.sources.redis_server import RedisCluster
+from lite_push.cli.settings import NON_CONFIG_ENV
+from lite_push.sources.redis_server import RedisCluster, RedisServer
 
 PACKAGE_DIR = Path(lite_push.__file__).resolve().parent
 
@@ -81,6 +82,22 @@ def executor(request: pytest.FixtureRequest) -> Iterator[Executor]:
     """Each executor in turn (threads, asyncio, uvloop); modules that use
     ``executors.EX`` take it with ``pytestmark = pytest.mark.usefixtures("executor")``."""
     yield from executor_fixture(request)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No LITE_PUSH_* settings from the caller's environment (the variables
+    the package reads for itself, ``NON_CONFIG_ENV``, stay)."""
+    for var in list(os.environ):
+        if var.startswith("LITE_PUSH_") and var not in NON_CONFIG_ENV:
+            monkeypatch.delenv(var)
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    """A redis-server on a loopback port (no AOF), per test module."""
+    with RedisServer(appendonly=False) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

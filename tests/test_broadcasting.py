@@ -26,7 +26,6 @@ from lite_push import (
 from lite_push.sources import ConsumeFromWhere, EmbeddedBroker, retry_topic
 from lite_push.sources.local_offsets import LocalOffsetStore, OffsetFileError, default_offset_file
 from lite_push.sources.redis import RedisBroker
-from lite_push.sources.redis_server import RedisServer
 
 BROADCASTING = MessageModel.BROADCASTING
 FIRST = ConsumeFromWhere.FIRST_OFFSET
@@ -106,12 +105,6 @@ def test_default_offset_file_follows_the_environment(tmp_path: Path, monkeypatch
 
 
 # -- sources ---------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    with RedisServer(appendonly=False) as server:
-        yield server
 
 
 @pytest.fixture(params=["embedded", "redis"])

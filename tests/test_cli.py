@@ -44,20 +44,6 @@ FIRST = ConsumeFromWhere.FIRST_OFFSET
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No LITE_PUSH_* settings from the caller's environment."""
-    for var in list(os.environ):
-        if var.startswith("LITE_PUSH_") and var not in NON_CONFIG_ENV:
-            monkeypatch.delenv(var)
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    with RedisServer(appendonly=False) as server:
-        yield server
-
-
 @pytest.fixture
 def redis_url(redis_server: RedisServer) -> str:
     """The server's URL with a namespace of the test's own."""

@@ -6,7 +6,6 @@ config file; ``dlq list`` / ``dlq resend``; and the one-line errors of a
 
 from __future__ import annotations
 
-import os
 import textwrap
 from collections import defaultdict
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 from test_cli import Service, _check_consumed, _lines, assert_one_line_error, run_cli
 
 from lite_push import ConfigError
-from lite_push.cli.settings import NON_CONFIG_ENV, load_settings
+from lite_push.cli.settings import load_settings
 from lite_push.cli.sources import open_source
 from lite_push.sources import dlq_topic
 from lite_push.sources._base import (
@@ -36,14 +35,6 @@ from lite_push.sources.redis_server import free_port
 #: The group session of the consume runs, given in the URL's query (more
 #: than the default revoke_timeout + fence_margin, 10.5 s, as it must be).
 SESSION = 20
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No LITE_PUSH_* settings from the caller's environment."""
-    for var in list(os.environ):
-        if var.startswith("LITE_PUSH_") and var not in NON_CONFIG_ENV:
-            monkeypatch.delenv(var)
 
 
 def _produce(broker: KafkaBroker, topic: str, n: int, keys: int) -> tuple[dict[str, list[int]], set[tuple[int, int]]]:

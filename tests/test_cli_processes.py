@@ -7,7 +7,6 @@ committed."""
 
 from __future__ import annotations
 
-import os
 import re
 import urllib.error
 import urllib.request
@@ -21,25 +20,11 @@ from helpers import wait_until
 from test_cli import Service, _check_consumed, _lines, _produce, _toml, assert_one_line_error, run_cli
 
 from lite_push import ConfigError, MessageQueue
-from lite_push.cli.settings import NON_CONFIG_ENV, load_settings
+from lite_push.cli.settings import load_settings
 from lite_push.sources.kafka import KafkaBroker
 from lite_push.sources.kafka.mock_cluster import MockKafkaCluster
 from lite_push.sources.redis import RedisBroker
 from lite_push.sources.redis_server import RedisServer, free_port
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No LITE_PUSH_* settings from the caller's environment."""
-    for var in list(os.environ):
-        if var.startswith("LITE_PUSH_") and var not in NON_CONFIG_ENV:
-            monkeypatch.delenv(var)
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    with RedisServer(appendonly=False) as server:
-        yield server
 
 
 @pytest.fixture

@@ -26,12 +26,6 @@ from lite_push.sources.redis_server import RedisCluster, RedisServer
 FIRST = ConsumeFromWhere.FIRST_OFFSET
 
 
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    with RedisServer(appendonly=False) as server:
-        yield server
-
-
 class RedisHarness(SourceHarness):
     """A fresh namespace per harness, so tests never see each other's keys."""
 

@@ -183,10 +183,9 @@ def test_members_pages_are_merged_with_a_member_label() -> None:
 # -- member processes on Redis ------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[RedisServer]:
-    with RedisServer(appendonly=False) as s:
-        yield s
+@pytest.fixture
+def server(redis_server: RedisServer) -> RedisServer:
+    return redis_server
 
 
 @pytest.fixture
