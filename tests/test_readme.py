@@ -3,16 +3,26 @@
 Each ```python block of README.md is run in one fresh interpreter, the blocks
 one after another in a shared namespace (a later block uses the broker and
 listener of the first), and what they print is checked against what the
-README says they do.
+README says they do.  The ProcessSupervisor example (whose members import
+its program again) also runs as a program of its own, against a Redis the
+test starts.
 """
 
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 import textwrap
+import urllib.error
+import urllib.request
 from pathlib import Path
+
+from helpers import wait_until
+
+from lite_push.sources.redis import RedisBroker
+from lite_push.sources.redis_server import RedisServer, free_port
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BLOCK = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
@@ -64,3 +74,63 @@ def test_every_readme_python_example_runs() -> None:
     # block 5: the exporter served the build info
     build_info = [line for line in out.splitlines() if "lite_push_build_info" in line]
     assert build_info and "router=" in build_info[0], out[-3000:]
+
+
+def test_the_readme_supervisor_example_runs_as_a_program(tmp_path: Path, redis_server: RedisServer) -> None:
+    """The README's ProcessSupervisor example, saved as a program of its
+    own (members import it again, as the README says) with a listener in
+    place of the README's ``handle`` and this test's Redis and port: it
+    consumes the topic with two members, serves their metrics on one port,
+    and SIGTERM makes it drain, commit and exit 0."""
+    block = next(b for b in readme_blocks() if "ProcessSupervisor(" in b)
+    port = free_port()
+    program = block.replace("redis://127.0.0.1:6379/0", redis_server.url).replace("9464", str(port))
+    assert program != block and str(port) in program
+    (tmp_path / "service.py").write_text("def handle(msgs):\n    return None\n\n" + program)
+    broker = RedisBroker(redis_server.url)
+    try:
+        broker.create_topic("ORDER", queue_count=4)
+        proc = subprocess.Popen([sys.executable, "service.py"], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+        try:
+            ready = f"http://127.0.0.1:{port}/readyz"
+            assert wait_until(lambda: _status(ready) == 200, timeout=60), _status(ready)
+            broker.send_batch("ORDER", [(b"x", f"k{i % 40}") for i in range(2000)])
+            queues = broker.queues("ORDER")
+            assert wait_until(
+                lambda: sum(_consumed(f"http://127.0.0.1:{port}/metrics").values()) == 2000, timeout=60
+            )
+            assert set(_consumed(f"http://127.0.0.1:{port}/metrics")) == {"0", "1"}  # two members on one port
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 0, err[-3000:]
+        for q in queues:
+            committed = broker.committed("sms", q)
+            assert committed is not None and committed.offset == broker.max_offset(q), q
+    finally:
+        broker.close()
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return 0
+
+
+def _consumed(url: str) -> dict[str, float]:
+    """Per member, the successes on the supervisor's one page."""
+    with urllib.request.urlopen(url, timeout=5) as r:
+        page = r.read().decode()
+    out: dict[str, float] = {}
+    for line in page.splitlines():
+        if line.startswith("lite_push_messages_processed_total{") and 'outcome="success"' in line:
+            member = line.split('member="', 1)[1].split('"', 1)[0]
+            out[member] = out.get(member, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
