@@ -200,9 +200,11 @@ METRICS: Final[dict[str, tuple[str, tuple[str, ...], str]]] = {
 
 def exported_series() -> frozenset[str]:
     """Every series name a scrape can show: counters' ``_total`` (and
-    ``_created``), histograms' ``_bucket``/``_sum``/``_count``."""
+    ``_created``), histograms' ``_bucket``/``_sum``/``_count``; a
+    consumer's (:data:`METRICS`) and a process supervisor's
+    (:data:`SUPERVISOR_METRICS`)."""
     out: set[str] = set()
-    for name, (kind, _, _) in METRICS.items():
+    for name, (kind, _, _) in (METRICS | SUPERVISOR_METRICS).items():
         if kind == "counter":
             out.add(name)
             out.add(name[: -len("_total")] + "_created")

@@ -103,3 +103,18 @@ def fixed_port_member(port: int, index: int) -> LitePushConsumer:
     )
     consumer.subscribe("T")
     return consumer
+
+
+def embedded_member(index: int) -> LitePushConsumer:
+    """A member with an in-memory broker of its own (topic ``T``, group
+    ``members``), its metrics on a free port: for the supervisor's endpoint."""
+    from lite_push import EmbeddedBroker
+
+    broker = EmbeddedBroker()
+    broker.create_topic("T", 1)
+    consumer = LitePushConsumer(
+        ConsumerConfig(group="members", metrics_port=0), source=broker.pull_consumer("members"),
+        listener=lambda msgs: None,
+    )  # fmt: skip
+    consumer.subscribe("T")
+    return consumer

@@ -22,15 +22,24 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import supervisor_members as members
 from helpers import wait_until
 from test_grafana import collect_expressions, load_dashboard
 
-from lite_push import ConsumeFromWhere, ConsumerConfig, EmbeddedBroker, LitePushConsumer, NonRetryableError
+from lite_push import (
+    ConsumeFromWhere,
+    ConsumerConfig,
+    EmbeddedBroker,
+    LitePushConsumer,
+    NonRetryableError,
+    ProcessSupervisor,
+)
 
 #: Expressions that stay empty until an event this run does not make, with
 #: the event.  None today: lite_push exports every series from the start
 #: (counters at 0; a lock-renewal or send-back rate is 0 until QUEUE_ORDERLY
-#: or CONCURRENTLY makes one).
+#: or CONCURRENTLY makes one).  The "Member processes" panel reads a process
+#: supervisor's endpoint: the run has Prometheus scrape one too.
 EMPTY_UNTIL: dict[str, str] = {}
 
 
@@ -78,12 +87,15 @@ def test_every_dashboard_expression_returns_data_on_a_real_prometheus(tmp_path: 
     )
     consumer.subscribe("T", "A")
     port = _free_port()
-    with consumer:
-        assert consumer.metrics_url is not None
-        target = consumer.metrics_url.removeprefix("http://").removesuffix("/metrics")
+    # two member processes under a supervisor, for the "Member processes" panel
+    supervisor = ProcessSupervisor(members.embedded_member, 2, metrics_port=0, shutdown_timeout=5.0)
+    with consumer, supervisor:
+        assert consumer.metrics_url is not None and supervisor.metrics_url is not None
+        urls = (consumer.metrics_url, supervisor.metrics_url)
+        targets = [u.removeprefix("http://").removesuffix("/metrics") for u in urls]
         (tmp_path / "prometheus.yml").write_text(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-            f"scrape_configs:\n  - job_name: lite-push\n    static_configs:\n      - targets: ['{target}']\n"
+            f"scrape_configs:\n  - job_name: lite-push\n    static_configs:\n      - targets: {targets!r}\n"
         )
         proc = subprocess.Popen(
             [exe, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}",
@@ -107,7 +119,7 @@ def test_every_dashboard_expression_returns_data_on_a_real_prometheus(tmp_path: 
                 broker.send_batch("T", items)
                 i += 100
                 time.sleep(0.5)
-            assert wait_until(lambda: bool(_query(base, 'up{job="lite-push"} == 1')), timeout=20), (
+            assert wait_until(lambda: bool(_query(base, 'count(up{job="lite-push"} == 1) == 2')), timeout=20), (
                 (tmp_path / "prometheus.log").read_text()[-2000:]
             )
             empty = []
