@@ -100,8 +100,9 @@ async def _adrive(steps: Steps, listener: AsyncListener, worker: LaneWorker) -> 
                 await asyncio.sleep(FENCE_WAIT)
                 chunk = steps.send((None, None))
                 continue
-            if chunk is PAUSE:  # max_rate: this call starts later
-                await asyncio.sleep(worker.pause_for)
+            if chunk is PAUSE:  # max_rate: this call starts later (not before: timers may fire early)
+                while (left := worker.pause_until - worker.monotonic()) > 0.0:
+                    await asyncio.sleep(left)
                 chunk = steps.send((None, None))
                 continue
             t0 = clock()

@@ -156,7 +156,7 @@ class ConsumerCore:
         self._orderly: QueueOrderlyService | None = None
         if config.mode is ConsumeMode.QUEUE_ORDERLY:
             self._orderly = QueueOrderlyService(
-                config, listener, rt.abort, rt.clock.monotonic, rt.hand_off, rt.limiter
+                config, listener, rt.abort, rt.clock.monotonic, rt.hand_off, rt.limiter, rt.clock.wait
             )
         #: Each lane with its worker (none: the baseline runs its own pool).
         self._lane_workers = [] if self._orderly is not None else [(lane, LaneWorker(rt, lane.index)) for lane in lanes]

@@ -23,7 +23,7 @@ messages and is sent back ``(exception, result)`` of that call.
   order, until one fails again.
 * **Rate limits** (``_rate_limit``): with ``max_rate`` every call first
   reserves its start, and the steps yield :data:`PAUSE` when it must wait
-  (the executor waits :attr:`LaneWorker.pause_for`); with
+  (the executor waits until :attr:`LaneWorker.pause_until`); with
   ``key_min_interval`` a message whose key started less than the interval
   ago is held on the timer like a parked key, and the lane goes on with its
   other keys.  Either sends every segment the slow way.
@@ -70,7 +70,7 @@ FENCED: list[MessageExt] = []
 #: Seconds a fenced lane waits before it looks again.
 FENCE_WAIT = 0.01
 #: Yielded by steps instead of messages: ``max_rate`` says the next call
-#: starts in :attr:`LaneWorker.pause_for` seconds; wait, send back anything.
+#: starts at :attr:`LaneWorker.pause_until`; wait, send back anything.
 PAUSE: list[MessageExt] = []
 #: The reason of a key held for its minimum interval (not a failure).
 PACED = "key interval"
@@ -93,7 +93,7 @@ def _no_steps() -> Steps:
 class LaneWorker:
     """The lane logic of lane ``index`` (see the module docstring)."""
 
-    __slots__ = ("_release", "_rt", "aborted", "hot", "index", "metrics", "monotonic", "parked", "pause_for")
+    __slots__ = ("_release", "_rt", "aborted", "hot", "index", "metrics", "monotonic", "parked", "pause_until")
 
     def __init__(self, runtime: Runtime, index: int) -> None:
         self._rt = runtime
@@ -108,8 +108,9 @@ class LaneWorker:
         #: One listener call per message (``batch_size`` 1) and no rate
         #: limit: the hot path applies.
         self.hot = runtime.config.batch_size == 1 and runtime.limiter is None and runtime.pacer is None
-        #: After steps yielded :data:`PAUSE`: seconds to wait before the call.
-        self.pause_for = 0.0
+        #: After steps yielded :data:`PAUSE`: when (the consumer clock's
+        #: ``monotonic``) the call may start.
+        self.pause_until = 0.0
         #: Whether the shutdown deadline passed (lanes skip what is left).
         self.aborted = runtime.abort.is_set
         # Load placement: hands the router what this lane is done with, so
@@ -150,9 +151,11 @@ class LaneWorker:
         self._rt.clock.wait(self._rt.abort, FENCE_WAIT)
 
     def wait_paused(self) -> None:
-        """Thread executor: wait :attr:`pause_for` (less at shutdown) after
-        steps yielded :data:`PAUSE`."""
-        self._rt.clock.wait(self._rt.abort, self.pause_for)
+        """Thread executor: wait until :attr:`pause_until` (less at shutdown)
+        after steps yielded :data:`PAUSE`."""
+        rt = self._rt
+        while (left := self.pause_until - self.monotonic()) > 0.0 and not rt.clock.wait(rt.abort, left):
+            pass
 
     def stop(self) -> None:
         """The task stops: parked messages stay unfinished (uncommitted;
@@ -306,9 +309,10 @@ class LaneWorker:
     def _rate(self, n: int) -> Generator[list[MessageExt], object, None]:
         """``max_rate``: reserve the start of a call of ``n`` messages;
         yield :data:`PAUSE` when it must wait."""
-        wait = self._rt.limiter.reserve(n)  # type: ignore[union-attr]
+        now = self.monotonic()
+        wait = self._rt.limiter.reserve(n, now)  # type: ignore[union-attr]
         if wait > 0.0:
-            self.pause_for = wait
+            self.pause_until = now + wait
             yield PAUSE
 
     def _hold(self, items: list[tuple[ProcessQueue, MessageExt]], key: Hashable, at: float, new: int) -> None:

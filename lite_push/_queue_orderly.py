@@ -125,9 +125,12 @@ class QueueOrderlyService:
         clock_monotonic: Callable[[], float],
         dead_letter: Callable[[list[SendItem]], None],
         limiter: RateLimiter | None = None,
+        clock_wait: Callable[[threading.Event, float], bool] | None = None,
     ) -> None:
         self._config = config
         self._limiter = limiter  # max_rate: a pool thread waits for its call's start
+        # waits on the consumer's clock (a ManualClock moves when waited on)
+        self._wait = clock_wait or threading.Event.wait
         self._listener = listener
         self._abort = abort
         self._now = clock_monotonic
@@ -241,8 +244,11 @@ class QueueOrderlyService:
                     n = min(cfg.batch_size, len(st.pending))
                     msgs = [st.pending.popleft() for _ in range(n)]
                 if self._limiter is not None:
-                    wait = self._limiter.reserve(n)
-                    if wait > 0.0 and self._abort.wait(wait):  # the shutdown deadline passed meanwhile
+                    now = self._now()
+                    until = now + self._limiter.reserve(n, now)
+                    while (left := until - self._now()) > 0.0 and not self._wait(self._abort, left):
+                        pass
+                    if self._abort.is_set():  # the shutdown deadline passed meanwhile
                         with st.tree:
                             st.pending.extendleft(reversed(msgs))
                         continue

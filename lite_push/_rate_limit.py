@@ -65,10 +65,14 @@ class RateLimiter:
         self.delayed = 0
         self.waited = 0.0
 
-    def reserve(self, n: int) -> float:
-        """Take ``n`` slots; return how many seconds the caller waits before
-        it starts (0.0: start now)."""
-        now = self._monotonic()
+    def reserve(self, n: int, now: float | None = None) -> float:
+        """Take ``n`` slots; return how many seconds after ``now`` (default:
+        the clock's now) the caller starts (0.0: at once).  The caller waits
+        until ``now`` plus that, on the same clock: a timer that fires early
+        (uvloop's are in whole milliseconds, measured from the start of the
+        loop's turn) is no reason to start early."""
+        if now is None:
+            now = self._monotonic()
         with self._lock:
             first = max(self._next, now - self._store)
             self._next = first + n * self._slot
