@@ -49,14 +49,12 @@ class RateLimiter:
 
     __slots__ = ("_lock", "_monotonic", "_next", "_slot", "_store", "burst", "delayed", "rate", "waited")
 
-    def __init__(self, rate: float, monotonic: Callable[[], float], burst: int | None = None) -> None:
+    def __init__(self, rate: float, monotonic: Callable[[], float]) -> None:
         if not (rate > 0 and math.isfinite(rate)):
             raise ValueError(f"rate must be a positive number, got {rate!r}")
         self.rate = float(rate)
         #: Messages that may start at once after an idle spell.
-        self.burst = max(1, math.ceil(rate * BURST_SECONDS)) if burst is None else burst
-        if self.burst < 1:
-            raise ValueError(f"burst must be >= 1, got {burst!r}")
+        self.burst = max(1, math.ceil(rate * BURST_SECONDS))
         self._slot = 1.0 / self.rate
         self._store = self.burst * self._slot
         self._monotonic = monotonic

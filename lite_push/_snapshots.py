@@ -124,6 +124,7 @@ def stats_of(rt: Runtime, extra: tuple[int, int], polling: bool) -> ConsumerStat
     c = rt.counters
     pqs = list(rt.pqs.items())
     snaps = {q: pq.snapshot() for q, pq in pqs}
+    delayed, waited = _limited(rt)
     return ConsumerStats(
         consumed=sum(c.consumed) + extra[0],
         retried=sum(c.retried) + extra[1],
@@ -139,8 +140,8 @@ def stats_of(rt: Runtime, extra: tuple[int, int], polling: bool) -> ConsumerStat
         polling=polling,
         failure=None if rt.failure is None else f"{type(rt.failure).__name__}: {rt.failure}",
         lanes_admitted=_admitted(rt),
-        rate_limit_delayed=_limited(rt)[0],
-        rate_limit_wait_seconds=_limited(rt)[1],
+        rate_limit_delayed=delayed,
+        rate_limit_wait_seconds=waited,
         key_interval_holds=sum(c.paced),
     )
 
