@@ -18,6 +18,7 @@ from types import ModuleType
 
 import pytest
 from executors import EXECUTORS, Executor, executor_fixture
+from hypothesis import HealthCheck, settings
 
 import lite_push
 from lite_push import _router_py
@@ -25,6 +26,24 @@ from lite_push.cli.settings import NON_CONFIG_ENV
 from lite_push.sources.redis_server import RedisCluster, RedisServer
 
 PACKAGE_DIR = Path(lite_push.__file__).resolve().parent
+
+# Hypothesis: the suite draws the same examples on every run and every clean
+# checkout ("ci", the default: derandomized, no example database, no
+# wall-clock limits, which a shared machine would make flaky), so a change
+# cannot fail on inputs it did not touch.  HYPOTHESIS_PROFILE=explore draws
+# new random examples, more of them where a test does not set its own count;
+# a failure it finds prints the seed to reproduce it with
+# (pytest --hypothesis-seed=N).  See the README's "Tests" section.
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
+settings.register_profile("explore", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 #: ``LITE_PUSH_NO_EXTENSIONS`` set: the selectors use the Python twins.
 NO_EXTENSIONS = bool(os.environ.get("LITE_PUSH_NO_EXTENSIONS"))

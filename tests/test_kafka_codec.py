@@ -20,13 +20,31 @@ from lite_push.sources.kafka.ownership import STATS_INTERVAL, Ownership
 LEGAL = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
-@given(st.text(min_size=1, max_size=40))
+# An escaped character takes at most 12 characters (``_xx`` per UTF-8 byte,
+# at most 4 bytes): 19 of them fit in 249 with the longest prefix (16), 21
+# characters outside the BMP (4 bytes each) never do.
+@given(st.text(min_size=1, max_size=19))
 def test_retry_and_dlq_names_are_legal_kafka_names_and_map_back(group: str) -> None:
     for lite in (retry_topic(group), dlq_topic(group)):
         stored = kafka_topic(lite)
         assert LEGAL.fullmatch(stored), stored
         assert lite_topic(stored) == lite
     assert kafka_topic(retry_topic(group)) != kafka_topic(dlq_topic(group))
+
+
+@given(st.text(st.characters(min_codepoint=0x10000, max_codepoint=0x10FFFF), min_size=21, max_size=40))
+def test_a_group_whose_kafka_name_is_too_long_is_refused_naming_it(group: str) -> None:
+    for lite in (retry_topic(group), dlq_topic(group)):
+        with pytest.raises(ValueError, match="longer than 249 characters") as info:
+            kafka_topic(lite)
+        assert repr(lite) in str(info.value)
+
+
+def test_a_group_at_the_length_limit() -> None:
+    fits = "g" * (249 - len("lite-push.retry."))
+    assert kafka_topic(retry_topic(fits)) == "lite-push.retry." + fits
+    with pytest.raises(ValueError, match="longer than 249"):
+        kafka_topic(retry_topic(fits + "g"))
 
 
 def test_names_are_readable_and_plain_topics_pass_through() -> None:
