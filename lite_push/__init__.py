@@ -8,20 +8,25 @@ Layout (one concern per module; underscored modules are implementation;
 * ``_consumer``        LitePushConsumer: the facade for plain code
 * ``_async_consumer``  AsyncLitePushConsumer: the facade inside an event loop
 * ``_consumer_core``   what both share: wiring the parts, start, the shutdown order
-* ``_runtime``         the state the parts share (lanes, owned queues, timer, counters)
-* ``_pull_loop``       the pull thread: poll -> track -> route -> hand-off
+* ``_shared``          what several parts share: counters, the first failure, app pauses
+* ``_pull_loop``       the pull thread: poll -> track -> dispatch, timers, commits
+* ``_dispatch``        routing gathered messages to the lanes (router or round robin)
 * ``_assignment``      rebalance: queues assigned and revoked (drain, commit), queue locks
 * ``_flow_control``    pause and resume of queues
 * ``_committer``       commit points (lowest unfinished offset + offset map)
 * ``_failure_sender``  dead letters and send-backs stored by the pull thread
 * ``_lanes``           the bounded per-lane FIFOs
 * ``_lane_worker``     what a lane does: consume, park, retry (written once)
+* ``_steps``           how a lane worker tells its executor which calls to make
+* ``_call_gate``       a lane's checks before each call: shutdown, fence, ``max_rate``
+* ``_parked_keys``     a lane's keys parked on the timer (retries, ``key_min_interval``)
 * ``_thread_executor`` / ``_async_executor``  lanes driven by threads / coroutines
 * ``_admission``       asyncio: how many lanes may be in listener calls at once
 * ``_rate_limit``      ``max_rate`` (the consumer's RateLimiter) and ``key_min_interval`` (KeyPacer)
 * ``_watchdog``        the event-loop block watchdog
 * ``_process_queue``   per-queue in-flight state (RocketMQ's ProcessQueue)
-* ``_failures``        failure decisions, the retry timer, the lanes' outbox
+* ``_failures``        the failure policy (one classification), the lanes' outbox
+* ``_timer``           the consumer's one timer and its kinds of timed work
 * ``_queue_orderly``   the QUEUE_ORDERLY baseline (RocketMQ's orderly consumer)
 * ``_router``          router selector: Java's hash, and KeyRouter's lane placement
                        (``_router_c`` compiled from ``_ext/``, ``_router_py`` twin)

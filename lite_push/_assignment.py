@@ -21,18 +21,20 @@ import math
 import time
 from collections.abc import Callable, Collection
 
+from ._clock import Clock
 from ._committer import Committer
+from ._config import ConsumeMode, ConsumerConfig
+from ._dispatch import Dispatcher
 from ._failure_sender import FailureSender
-from ._failures import local_entry
 from ._flow_control import low_water
-from ._lane_worker import PURGE
 from ._offset_map import FinishedOffsets, OffsetMapError, decode
 from ._process_queue import ProcessQueue
 from ._queue_orderly import QueueOrderlyService
 from ._router import lane_of
-from ._runtime import Episode, Runtime, per_queue
+from ._shared import Counters, Episode, per_queue
+from ._timer import RetryTimer
 from ._types import MessageQueue
-from .sources._base import RebalanceListener
+from .sources._base import PullSource, RebalanceListener
 
 #: An application's rebalance hook: called with the queues, sorted.
 AppHook = Callable[[list[MessageQueue]], object]
@@ -56,38 +58,57 @@ class Assignment(RebalanceListener):
 
     def __init__(
         self,
-        runtime: Runtime,
+        config: ConsumerConfig,
+        source: PullSource,
+        clock: Clock,
+        owned: dict[MessageQueue, ProcessQueue],
+        *,
+        lanes: int,
+        counters: Counters,
+        timer: RetryTimer,
+        dispatcher: Dispatcher,
         committer: Committer,
         sender: FailureSender,
-        route_pending: Callable[[], None],
-        orderly: QueueOrderlyService | None,
+        orderly: QueueOrderlyService | None = None,
         hooks: tuple[AppHook | None, AppHook | None] = (None, None),
     ) -> None:
-        self._rt = runtime
-        #: The application's own ``on_assigned`` and ``on_revoked``.
-        self._hooks = hooks
+        self._config = config
+        self._source = source
+        #: Leases and fences are on the consumer's clock.
+        self._clock = clock
+        #: The owned queues: written here only.
+        self._owned = owned
+        #: How many lanes (a queue's keyless lane, the lane-reach warning).
+        self._lanes = lanes
+        #: ``rebalances``, ``lock_ok``, ``lock_failed`` are written here;
+        #: ``parked`` is read (anything parked: purge at a revoke).
+        self._counters = counters
+        #: A revoked queue's local retries and held send-backs are taken off it.
+        self._timer = timer
+        #: Routes what was gathered before a revoke; purges parked keys.
+        self._dispatcher = dispatcher
         self._committer = committer
         self._sender = sender
-        #: Hands the batches gathered but not yet routed to the lanes.
-        self._route_pending = route_pending
         self._orderly = orderly
+        #: The application's own ``on_assigned`` and ``on_revoked``.
+        self._hooks = hooks
         self._lock_episode = Episode("lock")
 
     # -- the source's callbacks ------------------------------------------------------
 
     def on_assigned(self, queues: Collection[MessageQueue]) -> None:
         queues = list(queues)
-        rt = self._rt
-        cfg = rt.config
-        n = len(rt.lanes)
+        cfg = self._config
+        source = self._source
+        n = self._lanes
         low = low_water(cfg)
         new = []
         if queues:
-            rt.counters.rebalances += 1
+            self._counters.rebalances += 1
         for q in queues:
-            position = rt.source.position(q)
-            pq = rt.pqs[q] = ProcessQueue(
-                q, position, lane_of(str(q), n), low, rt.source.wakeup, self._finished_map(q, position)
+            position = source.position(q)
+            pq = self._owned[q] = ProcessQueue(
+                q, position, lane_of(str(q), n), low, source.wakeup, self._finished_map(q, position)
             )
             new.append(pq)
         if self._orderly is not None:
@@ -95,7 +116,7 @@ class Assignment(RebalanceListener):
                 self._orderly.add_queue(pq)
             self.lock(new)  # lock 1: consumed only while held
         logger.info("consumer %r assigned %s", cfg.group, [str(q) for q in queues])
-        if rt.keyed and cfg.key_extractor is None and cfg.lane_placement == "java":
+        if cfg.mode is ConsumeMode.KEY_ORDERLY and cfg.key_extractor is None and cfg.lane_placement == "java":
             self._check_lane_reach({q.topic for q in queues})
         if queues:
             self._call_hook(0, queues)
@@ -107,28 +128,25 @@ class Assignment(RebalanceListener):
         # inside a poll of the pull loop's gathering), so waiting for the
         # queues to drain ends.
         queues = list(queues)
-        rt = self._rt
-        cfg = rt.config
-        self._route_pending()
-        pqs = [rt.pqs[q] for q in queues if q in rt.pqs]
+        cfg = self._config
+        owned = self._owned
+        self._dispatcher.route_pending()
+        pqs = [owned[q] for q in queues if q in owned]
         if pqs:
-            rt.counters.rebalances += 1
+            self._counters.rebalances += 1
         for pq in pqs:
             pq.drop()
-        if pqs and any(rt.counters.parked):
-            for lane in rt.lanes:  # parked messages of these queues are left to the next owner
-                lane.put_due([PURGE])
-            rt.flush()
+        if pqs and any(self._counters.parked):
+            self._dispatcher.purge()  # parked messages of these queues are left to the next owner
         if pqs and self._sender.pending:
-            self._sender.send(rt.clock.monotonic())
+            self._sender.send(self._clock.monotonic())
         if pqs:
             # What only this (pull) thread could release -- local retries on
             # the timer, dead letters waiting to be stored again -- is left
             # to the next owner now: the wait below is for listener calls only.
             revoked = set(pqs)
             self._sender.release(revoked)
-            held = rt.timer.take_local(lambda token: local_entry(token)[0] in revoked)
-            for pq, ms in per_queue([local_entry(t) for t in held]).items():
+            for pq, ms in per_queue(self._timer.take_held(revoked)).items():
                 pq.skip(ms)
         deadline = time.monotonic() + cfg.revoke_timeout
         for pq in pqs:
@@ -139,13 +157,13 @@ class Assignment(RebalanceListener):
                 )  # fmt: skip
         self._committer.commit(pqs)
         for pq in pqs:
-            del rt.pqs[pq.queue]
+            del owned[pq.queue]
         if self._orderly is not None:
             for pq in pqs:
                 self._orderly.remove_queue(pq)
             # Only now, drained and committed, may the next owner lock it.
             try:
-                rt.source.unlock([pq.queue for pq in pqs])
+                self._source.unlock([pq.queue for pq in pqs])
             except Exception:  # the lease then runs out on its own
                 logger.warning(
                     "consumer %r: unlocking %d revoked queue(s) failed; their locks expire with the lease",
@@ -165,7 +183,7 @@ class Assignment(RebalanceListener):
             hook(sorted(queues))
         except Exception:
             name = ("on_assigned", "on_revoked")[which]
-            logger.exception("consumer %r: the application's %s hook raised", self._rt.config.group, name)
+            logger.exception("consumer %r: the application's %s hook raised", self._config.group, name)
 
     # -- QUEUE_ORDERLY's broker locks ------------------------------------------------
 
@@ -174,19 +192,18 @@ class Assignment(RebalanceListener):
         orderly = self._orderly
         if orderly is None or not pqs:
             return
-        rt = self._rt
-        group = rt.config.group
-        lease = rt.config.lock_lease
+        group = self._config.group
+        lease = self._config.lock_lease
         try:
-            held = rt.source.lock([pq.queue for pq in pqs], lease)
+            held = self._source.lock([pq.queue for pq in pqs], lease)
         except Exception:
             # consumption stops when the leases run out (set_locked below)
             self._lock_episode.failed(group, f" ({len(pqs)} queue(s))")
-            rt.counters.lock_failed += 1
+            self._counters.lock_failed += 1
             return
         self._lock_episode.ok(group)
-        rt.counters.lock_ok += 1
-        until = rt.clock.monotonic() + lease
+        self._counters.lock_ok += 1
+        until = self._clock.monotonic() + lease
         for pq in pqs:
             orderly.set_locked(pq, until if pq.queue in held else 0.0)
         missed = [str(pq.queue) for pq in pqs if pq.queue not in held]
@@ -196,11 +213,10 @@ class Assignment(RebalanceListener):
     def renew_fences(self) -> None:
         """After a poll: move each owned queue's fence to where the source
         says its ownership stops being certain, less ``fence_margin``."""
-        rt = self._rt
-        left = rt.source.owned_for()
+        left = self._source.owned_for()
         if left:
-            now = rt.clock.monotonic() - rt.config.fence_margin
-            pqs = rt.pqs
+            now = self._clock.monotonic() - self._config.fence_margin
+            pqs = self._owned
             for q, seconds in left.items():
                 pq = pqs.get(q)
                 if pq is not None and not pq.dropped:
@@ -208,7 +224,7 @@ class Assignment(RebalanceListener):
 
     def renew_locks(self) -> None:
         """Renew every lease (RocketMQ's lockAll)."""
-        self.lock(list(self._rt.pqs.values()))
+        self.lock(list(self._owned.values()))
 
     def retry_locks(self) -> None:
         """Try again the queues not locked yet."""
@@ -224,24 +240,24 @@ class Assignment(RebalanceListener):
         only reach the lanes ``l = q (mod gcd(L, Q))``: L/g lanes per queue.
         A member owning a few of the queues then leaves lanes idle unless L
         is coprime with Q."""
-        rt = self._rt
-        lanes = len(rt.lanes)
+        lanes = self._lanes
+        owned = self._owned
         for topic in sorted(topics):
             try:
-                total = rt.source.queue_count(topic)
+                total = self._source.queue_count(topic)
             except Exception:  # only a hint
                 continue
             if not total:
                 continue
             g = math.gcd(lanes, total)
-            owned = {q.queue_id % g for q in rt.pqs if q.topic == topic}
-            reach = len(owned) * (lanes // g)
+            classes = {q.queue_id % g for q in owned if q.topic == topic}
+            reach = len(classes) * (lanes // g)
             if reach < lanes:
                 logger.warning(
                     "consumer %r: the keys of its %d queue(s) of %r (of %d) can reach only %d of its %d lanes: "
                     "the producers' hash selector and the lane hash are the same Java hash and %d lanes share "
                     "the factor %d with %d queues; a lane count coprime with %d (e.g. %d) uses every lane",
-                    rt.config.group, sum(1 for q in rt.pqs if q.topic == topic), topic, total, reach, lanes,
+                    self._config.group, sum(1 for q in owned if q.topic == topic), topic, total, reach, lanes,
                     lanes, g, total, total, coprime_near(lanes, total),
                 )  # fmt: skip
 
@@ -249,10 +265,9 @@ class Assignment(RebalanceListener):
         """The offset map committed with ``q``'s offset, when polling starts
         exactly there; a map that cannot be read is ignored (logged): every
         message above the offset is then processed again, never lost."""
-        rt = self._rt
-        group = rt.config.group
+        group = self._config.group
         try:
-            committed = rt.source.committed(q)
+            committed = self._source.committed(q)
         except Exception:
             logger.exception("consumer %r: reading the committed offset of %s failed", group, q)
             return None

@@ -39,10 +39,11 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from ._admission import Admission
-from ._lane_worker import FENCE_WAIT, FENCED, PAUSE, LaneWorker, Steps
+from ._lane_worker import LaneWorker
 from ._lanemetrics import clock
 from ._lanes import AsyncLane, Lane, LoopWaker
-from ._runtime import ABORT_GRACE
+from ._shared import ABORT_GRACE
+from ._steps import FENCE_WAIT, FENCED, PAUSE, Outcome, Steps
 from ._types import ConsumeResult, MessageExt
 from ._watchdog import LoopWatchdog
 
@@ -93,6 +94,7 @@ async def _adrive(steps: Steps, listener: AsyncListener, worker: LaneWorker) -> 
     """Await the listener for each list of messages ``steps`` yields and
     send it the outcome."""
     lm = worker.metrics
+    gate = worker.gate
     try:
         chunk = next(steps)
         while True:
@@ -101,13 +103,13 @@ async def _adrive(steps: Steps, listener: AsyncListener, worker: LaneWorker) -> 
                 chunk = steps.send((None, None))
                 continue
             if chunk is PAUSE:  # max_rate: this call starts later (not before: timers may fire early)
-                while (left := worker.pause_until - worker.monotonic()) > 0.0:
+                while (left := gate.pause_until - gate.monotonic()) > 0.0:
                     await asyncio.sleep(left)
                 chunk = steps.send((None, None))
                 continue
             t0 = clock()
             try:
-                outcome: tuple[BaseException | None, object] = (None, await listener(chunk))
+                outcome: Outcome = (None, await listener(chunk))
             except _FATAL:
                 raise
             except BaseException as e:

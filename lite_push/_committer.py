@@ -14,8 +14,9 @@ from __future__ import annotations
 import time
 
 from ._process_queue import ProcessQueue
-from ._runtime import Episode, Runtime
+from ._shared import Episode
 from ._types import MessageQueue, OffsetAndMetadata
+from .sources._base import PullSource
 
 __all__ = ["Committer"]
 
@@ -23,10 +24,14 @@ __all__ = ["Committer"]
 class Committer:
     """Commits for the pull thread (the only thread that calls it)."""
 
-    __slots__ = ("_episode", "_rt")
+    __slots__ = ("_episode", "_group", "_owned", "_source")
 
-    def __init__(self, runtime: Runtime) -> None:
-        self._rt = runtime
+    def __init__(self, source: PullSource, owned: dict[MessageQueue, ProcessQueue], group: str) -> None:
+        self._source = source
+        #: The owned queues (assignment writes them): :meth:`commit_all`.
+        self._owned = owned
+        #: The consumer's group, for the log.
+        self._group = group
         self._episode = Episode("commit")
 
     def commit(self, pqs: list[ProcessQueue]) -> None:
@@ -42,9 +47,9 @@ class Committer:
                 pq.commit_current(now)
         if not offsets:
             return
-        group = self._rt.config.group
+        group = self._group
         try:
-            self._rt.source.commit(offsets)
+            self._source.commit(offsets)
         except Exception:
             self._episode.failed(group, f" ({len(offsets)} queue(s))")
             return
@@ -56,4 +61,4 @@ class Committer:
 
     def commit_all(self) -> None:
         """Commit every owned queue."""
-        self.commit(list(self._rt.pqs.values()))
+        self.commit(list(self._owned.values()))

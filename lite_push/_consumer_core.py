@@ -1,12 +1,16 @@
 """What both consumer facades share: wiring, the pull thread, shutdown.
 
-:class:`ConsumerCore` builds one consumer's parts around a
-:class:`~lite_push._runtime.Runtime` and wires them together:
+:class:`ConsumerCore` builds one consumer's parts, each with the few
+collaborators it uses, in the order they need each other (nothing is wired
+after construction):
 
-    source.poll ─► PullLoop (track, route) ─► Lane ─► LaneWorker ─► listener
-                        │                                   │
-      Assignment ◄──────┘ (rebalance, inside poll)          └─► ProcessQueue.complete
-      FlowControl, FailureSender, Committer (pull thread)        (commit point moves)
+    source.poll ─► PullLoop (track) ─► Dispatcher (route) ─► Lane ─► LaneWorker ─► listener
+                        │                                                 │
+      Assignment ◄──────┘ (rebalance, inside poll)                        └─► ProcessQueue.complete
+      FlowControl, FailureSender, Committer (pull thread)                     (commit point moves)
+
+What several parts share (the owned queues, the timer, the outbox, the
+counters, the first failure) is made first and handed to each that uses it.
 
 The facades add only how they are started and stopped:
 ``LitePushConsumer`` from plain code (threads, or an event loop on a thread of
@@ -21,31 +25,42 @@ source; one task per lane (a thread, or a coroutine) drains its lane;
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ._assignment import AppHook, Assignment
 from ._async_executor import AsyncExecutor
+from ._call_gate import CallGate
 from ._clock import SYSTEM_CLOCK, Clock
 from ._committer import Committer
 from ._config import ConsumeMode, ConsumerConfig
+from ._dispatch import Dispatcher
 from ._errors import ConfigError, LitePushError
 from ._exporter import exporter_for, release_exporter
 from ._failure_sender import FailureSender
+from ._failures import FailurePolicy, Outbox
+from ._flow_control import FlowControl
 from ._lane_worker import LaneWorker
 from ._lanemetrics import LaneMetrics
+from ._lanes import Lane
 from ._offsets import OFFSETS_IMPL
+from ._parked_keys import ParkedKeys
+from ._process_queue import ProcessQueue
 from ._pull_loop import PullLoop
 from ._queue_orderly import QueueOrderlyService
-from ._router import ROUTER_IMPL
-from ._runtime import ABORT_GRACE, Runtime, safe_key_of
-from ._snapshots import ConsumerMetrics, ConsumerStats, metrics_of, stats_of
+from ._rate_limit import KeyPacer, RateLimiter
+from ._router import ROUTER_IMPL, KeyRouter
+from ._shared import ABORT_GRACE, MAX_SEGMENT, AppPauses, Counters, FailureLatch, KeyOf, safe_key_of
+from ._snapshots import ConsumerMetrics, ConsumerStats, Readings, metrics_of, stats_of
 from ._thread_executor import ThreadExecutor
-from ._types import MessageQueue
+from ._timer import RetryTimer
+from ._types import MessageExt, MessageQueue
 from .metrics import collector_for, new_lane_metrics
 from .sources._base import MessageModel, PullSource, retry_topic
 
@@ -103,6 +118,36 @@ def _check_source(config: ConsumerConfig, source: PullSource) -> None:
         )
 
 
+def _lane_worker(
+    lane: Lane,
+    config: ConsumerConfig,
+    clock: Clock,
+    abort: threading.Event,
+    limiter: RateLimiter | None,
+    pacer: KeyPacer | None,
+    timer: RetryTimer,
+    counters: Counters,
+    key_of: KeyOf | None,
+    policy: FailurePolicy,
+    outbox: Outbox,
+    latch: FailureLatch,
+    lane_metrics: list[LaneMetrics] | None,
+    released: deque[tuple[int, list[MessageExt]]] | None,
+    generations: Iterator[int],
+) -> LaneWorker:
+    """The worker of ``lane``, with its call gate and parked keys."""
+    i = lane.index
+    gate = CallGate(i, config.group, clock, abort, limiter)
+    parked = ParkedKeys(
+        i, timer, generations, counters, monotonic=clock.monotonic, suspend=config.suspend_ms / 1000.0, key_of=key_of
+    )
+    return LaneWorker(
+        i, group=config.group, gate=gate, parked=parked, policy=policy, outbox=outbox, counters=counters, latch=latch,
+        batch_size=config.batch_size, metrics=None if lane_metrics is None else lane_metrics[i],
+        release=None if released is None else released.append, pacer=pacer, key_of=key_of,
+    )  # fmt: skip
+
+
 class ConsumerCore:
     """The parts of one consumer and their life cycle (see the module
     docstring); the public facades derive from it."""
@@ -133,12 +178,13 @@ class ConsumerCore:
             config = replace(config, offset_map_max_bytes=limit)
         self.config = config
         self._source = source
+        clock = self._clock = clock or SYSTEM_CLOCK
         self._executor: ThreadExecutor | AsyncExecutor = (
             AsyncExecutor(config.group, listener, config.loop_block_threshold, config.loop_turn_target)
             if config.executor == "asyncio"
             else ThreadExecutor(config.group, listener)
         )
-        lanes = self._executor.make_lanes(config.lanes, source.wakeup)
+        lanes = self._lanes = self._executor.make_lanes(config.lanes, source.wakeup)
         self._registry = registry
         lane_metrics: list[LaneMetrics] | None = None
         if config.metrics_port is not None or registry is not None:
@@ -146,32 +192,75 @@ class ConsumerCore:
             for lane in lanes:
                 lane.stamp()
         key_of = None if config.key_extractor is None else safe_key_of(config.key_extractor)
-        rt = self._rt = Runtime(
-            config, source, clock or SYSTEM_CLOCK, lanes, self._executor.flush, key_of, lane_metrics
+        # What several parts share, made first.
+        self._stopping = threading.Event()  # stop polling
+        self._stopped = threading.Event()  # the pull thread finished shutdown
+        self._deadline = 0.0
+        self._latch = FailureLatch(self._on_failure)
+        #: Set at the shutdown deadline: lanes skip what is left.
+        self._abort = threading.Event()
+        #: Owned queues: assignment writes, the other parts read.
+        owned: dict[MessageQueue, ProcessQueue] = {}
+        self._owned = owned
+        counters = Counters(len(lanes))
+        timer = RetryTimer(source.wakeup)  # the pull thread may be waiting past a new earliest entry
+        outbox = Outbox(source.wakeup)
+        self._app_pauses = AppPauses()
+        limiter = None if config.max_rate is None else RateLimiter(config.max_rate, clock.monotonic)
+        pacer = KeyPacer(config.key_min_interval) if config.key_min_interval > 0 else None
+        generations = itertools.count(1)  # of parks, shared by the lanes (next() is atomic)
+        policy = FailurePolicy(
+            config.mode is not ConsumeMode.CONCURRENTLY, config.max_reconsume_times, config.retry_start_level
         )
+        router: KeyRouter | None = None
+        released: deque[tuple[int, list[MessageExt]]] | None = None
+        if config.mode is ConsumeMode.KEY_ORDERLY:
+            router = KeyRouter(len(lanes), config.lane_placement, key_of, MAX_SEGMENT)
+            if router.tracks_load:
+                released = deque()  # lanes append what they are done with; the dispatcher drains it
+        lane_limit = None
         if isinstance(self._executor, AsyncExecutor) and config.loop_turn_target:
-            rt.lane_limit = self._executor.lane_limit  # new keys go to the lanes admission lets run
+            lane_limit = self._executor.lane_limit  # new keys go to the lanes admission lets run
         # QUEUE_ORDERLY (the baseline) replaces the lanes with RocketMQ's
         # consume pool; see _queue_orderly.
         self._orderly: QueueOrderlyService | None = None
         if config.mode is ConsumeMode.QUEUE_ORDERLY:
             self._orderly = QueueOrderlyService(
-                config, listener, rt.abort, rt.clock.monotonic, rt.hand_off, rt.limiter, rt.clock.wait
+                config, listener, self._abort, clock.monotonic, outbox.put, policy, limiter, clock.wait
             )
         #: Each lane with its worker (none: the baseline runs its own pool).
-        self._lane_workers = [] if self._orderly is not None else [(lane, LaneWorker(rt, lane.index)) for lane in lanes]
-        self._committer = Committer(rt)
-        self._sender = FailureSender(rt)
-        self._stopping = threading.Event()  # stop polling
-        rt.on_failure = self._on_failure
-        self._stopped = threading.Event()  # the pull thread finished shutdown
-        self._deadline = 0.0
-        self._pull = PullLoop(rt, self._committer, self._sender, self._orderly, self._stopping)
-        self._pull.assignment = Assignment(
-            rt, self._committer, self._sender, self._pull.route_pending, self._orderly, (on_assigned, on_revoked)
+        self._lane_workers = (
+            []
+            if self._orderly is not None
+            else [
+                (lane, _lane_worker(lane, config, clock, self._abort, limiter, pacer, timer, counters, key_of,
+                                    policy, outbox, self._latch, lane_metrics, released, generations))
+                for lane in lanes
+            ]
+        )  # fmt: skip
+        self._committer = Committer(source, owned, config.group)
+        self._sender = FailureSender(
+            source, outbox, timer, counters, group=config.group, suspend_ms=config.suspend_ms,
+            broadcasting=source.message_model is MessageModel.BROADCASTING,
+        )  # fmt: skip
+        dispatcher = Dispatcher(
+            lanes, owned, lane_capacity=config.lane_capacity, flush=self._executor.flush, router=router,
+            released=released, lane_limit=lane_limit, orderly=self._orderly,
+        )  # fmt: skip
+        assignment = Assignment(
+            config, source, clock, owned, lanes=len(lanes), counters=counters, timer=timer, dispatcher=dispatcher,
+            committer=self._committer, sender=self._sender, orderly=self._orderly, hooks=(on_assigned, on_revoked),
+        )  # fmt: skip
+        flow = FlowControl(config, source, owned, lanes, counters.queues, self._app_pauses)
+        self._pull = PullLoop(
+            config, source, clock, owned, assignment=assignment, dispatcher=dispatcher, flow=flow,
+            committer=self._committer, sender=self._sender, timer=timer, queue_counters=counters.queues,
+            latch=self._latch, stopping=self._stopping, pacer=pacer, renews_locks=self._orderly is not None,
+        )  # fmt: skip
+        source.set_rebalance_listener(assignment)
+        self._readings = Readings(
+            config, source, counters, owned, lanes, timer, self._latch, limiter, lane_metrics, lane_limit
         )
-        self._pause_lock = threading.Lock()
-        source.set_rebalance_listener(self._pull.assignment)
         self._pull_thread: threading.Thread | None = None
         self._started = False
         self._subscriptions: list[tuple[str, str]] = []
@@ -203,7 +292,7 @@ class ConsumerCore:
     def stats(self) -> ConsumerStats:
         """A snapshot of counters and per-queue state (any thread)."""
         thread = self._pull_thread
-        st = stats_of(self._rt, self._baseline_counts(), thread is not None and thread.is_alive())
+        st = stats_of(self._readings, self._baseline_counts(), thread is not None and thread.is_alive())
         health, readiness = self.health()
         return replace(st, health=health, readiness=readiness)
 
@@ -212,20 +301,18 @@ class ConsumerCore:
         was polled already is still processed and committed; flow control
         never resumes them.  Queues not owned (yet) are paused when they
         come."""
-        with self._pause_lock:
-            self._rt.app_paused = self._rt.app_paused | frozenset(queues)
+        self._app_pauses.pause(queues)
         self._source.wakeup()
 
     def resume(self, queues: Iterable[MessageQueue]) -> None:
         """Undo :meth:`pause` (any thread); a queue still over a flow-control
         threshold resumes when it falls below."""
-        with self._pause_lock:
-            self._rt.app_paused = self._rt.app_paused - frozenset(queues)
+        self._app_pauses.resume(queues)
         self._source.wakeup()
 
     def paused_by_app(self) -> frozenset[MessageQueue]:
         """The queues :meth:`pause` holds now."""
-        return self._rt.app_paused
+        return self._app_pauses.queues
 
     @property
     def name(self) -> str:
@@ -238,10 +325,10 @@ class ConsumerCore:
         and every lane running (a consumer not started yet is alive).
         Ready: started, subscribed, polling, and owning at least one queue
         (assignment received)."""
-        rt = self._rt
         thread = self._pull_thread
-        if rt.failure is not None:
-            live = f"failed: {type(rt.failure).__name__}: {rt.failure}"
+        failure = self._latch.failure
+        if failure is not None:
+            live = f"failed: {type(failure).__name__}: {failure}"
         elif self._stopping.is_set():
             live = "stopped" if self._stopped.is_set() else "stopping"
         elif self._started and thread is not None and not thread.is_alive():
@@ -256,7 +343,7 @@ class ConsumerCore:
             return live, "not started"
         if not self._subscriptions:
             return live, "not subscribed"
-        if not rt.pqs:
+        if not self._owned:
             return live, "no queue assigned yet"
         return live, "ok"
 
@@ -264,9 +351,9 @@ class ConsumerCore:
         """This consumer's metric samples now (the collector of
         :mod:`lite_push.metrics` calls it at scrape time); None when metrics
         are off."""
-        if self._rt.lane_metrics is None:
+        if self._readings.lane_metrics is None:
             return None
-        return metrics_of(self._rt, self._baseline_counts())
+        return metrics_of(self._readings, self._baseline_counts())
 
     # -- life cycle (the facades call these) ------------------------------------------
 
@@ -306,14 +393,14 @@ class ConsumerCore:
         self._pull_thread.join(max(0.0, timeout) + ABORT_GRACE + 5.0)
         if self._stopped.is_set():
             self._stop_metrics()  # a failed consumer's endpoint outlives its pull thread
-        return self._stopped.is_set() and not self._rt.abort.is_set()
+        return self._stopped.is_set() and not self._abort.is_set()
 
     @property
     def failure(self) -> BaseException | None:
         """The unexpected error of a lane or the pull thread that stopped the
         consumer (logged at ERROR with its traceback); ``None`` while it is
         healthy.  ``stats().failure`` says the same in words."""
-        return self._rt.failure
+        return self._latch.failure
 
     def _on_failure(self) -> None:
         # A lane or the pull thread failed: stop polling and shut down as
@@ -331,19 +418,19 @@ class ConsumerCore:
         # grace; (4) store the failures the lanes handed off, then commit the
         # lowest unfinished offsets; (5) close the source, which releases the
         # queues to the other members only after that commit.
-        rt = self._rt
+        lanes = self._lanes
         if crashed and not self._deadline:
             self._deadline = time.monotonic() + FAILURE_DRAIN
         try:
             if self._orderly is not None:
                 self._orderly.close(self._deadline)
-            for lane in rt.lanes:
+            for lane in lanes:
                 lane.close()
-            rt.flush()
+            self._executor.flush()
             if not self._executor.join(self._deadline):
-                rt.abort.set()
+                self._abort.set()
                 left = 0
-                for lane in rt.lanes:
+                for lane in lanes:
                     for pq, msgs in lane.drain():
                         left += len(msgs)
                         pq.skip(msgs)
@@ -354,13 +441,13 @@ class ConsumerCore:
                     self.config.group, left,
                 )  # fmt: skip
             if self._sender.pending:
-                self._sender.send(rt.clock.monotonic(), final=True)
+                self._sender.send(self._clock.monotonic(), final=True)
             self._committer.commit_all()
         finally:
             try:
                 self._source.close()
             finally:
-                if rt.failure is None:
+                if self._latch.failure is None:
                     self._stop_metrics()
                 # else the endpoint stays up, its probes saying why, until
                 # shutdown() (_stop) takes it down
@@ -375,7 +462,7 @@ class ConsumerCore:
     def _start_metrics(self) -> None:
         """Register with the registry's collector; start or share the
         exporter when ``metrics_port`` is set."""
-        if self._rt.lane_metrics is None:
+        if self._readings.lane_metrics is None:
             return
         collector_for(self._registry).add(self)
         port = self.config.metrics_port
@@ -390,7 +477,7 @@ class ConsumerCore:
 
     def _stop_metrics(self) -> None:
         """Leave the collector and the exporter (idempotent)."""
-        if self._rt.lane_metrics is None:
+        if self._readings.lane_metrics is None:
             return
         collector_for(self._registry).remove(self)
         if self._exporter is not None:

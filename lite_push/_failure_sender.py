@@ -2,7 +2,7 @@
 
 Lanes never talk to the source.  A message that is to go to the dead-letter
 queue, or back to the retry topic (CONCURRENTLY), is put in the runtime's
-outbox (``Runtime.hand_off``); the pull thread takes everything at once and
+outbox (``Outbox.put``); the pull thread takes everything at once and
 stores it here with one source call per kind.  Only once the source stored a
 message is its offset completed, so a commit never passes a message that is
 neither processed nor stored elsewhere:
@@ -27,10 +27,12 @@ import logging
 from collections.abc import Callable
 
 from ._errors import LitePushError
-from ._failures import SendItem
+from ._failures import Outbox, SendItem
 from ._process_queue import ProcessQueue
-from ._runtime import Runtime, per_queue
+from ._shared import Counters, per_queue
+from ._timer import HeldSendBack, LocalRetry, RetryTimer
 from ._types import MessageExt
+from .sources._base import PullSource
 
 __all__ = ["SEND_RETRY_INTERVAL", "FailureSender"]
 
@@ -44,10 +46,34 @@ SEND_RETRY_INTERVAL = 1.0
 class FailureSender:
     """Dead letters and send-backs, stored by the pull thread."""
 
-    __slots__ = ("_rt", "_unsent", "_unsent_at")
+    __slots__ = (
+        "_broadcasting", "_counters", "_group", "_outbox", "_source", "_suspend", "_timer", "_unsent", "_unsent_at",
+    )  # fmt: skip
 
-    def __init__(self, runtime: Runtime) -> None:
-        self._rt = runtime
+    def __init__(
+        self,
+        source: PullSource,
+        outbox: Outbox,
+        timer: RetryTimer,
+        counters: Counters,
+        *,
+        group: str,
+        suspend_ms: int,
+        broadcasting: bool = False,
+    ) -> None:
+        self._source = source
+        #: What the lanes handed off.
+        self._outbox = outbox
+        #: Send-backs held for their delay, and local retries.
+        self._timer = timer
+        #: ``dead_lettered`` and ``sent_back`` are written here.
+        self._counters = counters
+        self._group = group
+        #: Seconds before a send-back that failed runs again here.
+        self._suspend = suspend_ms / 1000.0
+        #: BROADCASTING: no retry topic; a send-back waits its delay on the
+        #: timer and runs again here.
+        self._broadcasting = broadcasting
         # Dead letters the source refused, tried again every SEND_RETRY_INTERVAL.
         self._unsent: list[SendItem] = []
         self._unsent_at = 0.0
@@ -56,14 +82,13 @@ class FailureSender:
     def pending(self) -> bool:
         """Whether anything waits to be stored (a racy read: the pull
         thread looks again on its next turn)."""
-        return bool(self._rt.outbox) or bool(self._unsent)
+        return bool(self._outbox) or bool(self._unsent)
 
     def send(self, now: float, final: bool = False) -> None:
         """Store handed-off messages in the source and complete their
         offsets once stored.  ``final`` (shutdown): what cannot be stored
         now is skipped, so it stays uncommitted and is delivered again."""
-        rt = self._rt
-        items = rt.outbox.take()
+        items = self._outbox.take()
         if self._unsent and (final or now >= self._unsent_at):
             items = self._unsent + items
             self._unsent = []
@@ -71,15 +96,15 @@ class FailureSender:
         stored: list[tuple[ProcessQueue, MessageExt]] = []
         dead = [it for it in live if it.dead_letter]
         back = [it for it in live if not it.dead_letter]
-        if back and (rt.broadcasting or not rt.source.delayed_delivery):
+        if back and (self._broadcasting or not self._source.delayed_delivery):
             # Wait the delay level's time on the timer, the offsets unfinished
             # meanwhile: BROADCASTING has no retry topic (the message runs
             # again here), a source without delayed delivery would store the
             # copy at once (it is stored when due, send_held).
-            levels = rt.source.delay_levels
+            levels = self._source.delay_levels
             for it in back:
                 due = now + levels[min(max(it.delay_level, 1), len(levels)) - 1]
-                rt.timer.add(due, -1, (it.pq, it.message) if rt.broadcasting else it)
+                self._timer.add(due, LocalRetry(it.pq, it.message) if self._broadcasting else HeldSendBack(it))
             back = []
         if dead:
             stored += self._dead_letters(dead, now)
@@ -113,14 +138,14 @@ class FailureSender:
                 pq.skip(ms)
 
     def _dead_letters(self, dead: list[SendItem], now: float) -> list[tuple[ProcessQueue, MessageExt]]:
-        rt = self._rt
-        group = rt.config.group
+        group = self._group
+        source = self._source
         stored = []
-        errors = _store(dead, lambda: rt.source.send_to_dlq([(it.message, it.reason, it.exception) for it in dead]))
+        errors = _store(dead, lambda: source.send_to_dlq([(it.message, it.reason, it.exception) for it in dead]))
         for it, err in zip(dead, errors, strict=True):
             if err is None:
                 stored.append((it.pq, it.message))
-                rt.counters.dead_lettered += 1
+                self._counters.dead_lettered += 1
                 logger.warning(
                     "consumer %r: %s offset %d sent to the dead-letter queue after %d attempt(s): %s",
                     group, it.pq.queue, it.message.queue_offset, it.message.reconsume_times + 1, it.reason,
@@ -136,23 +161,22 @@ class FailureSender:
         return stored
 
     def _send_back(self, back: list[SendItem], now: float, final: bool) -> list[tuple[ProcessQueue, MessageExt]]:
-        rt = self._rt
-        cfg = rt.config
+        source = self._source
         stored = []
-        errors = _store(back, lambda: rt.source.send_back([(it.message, it.delay_level) for it in back]))
-        delay = cfg.suspend_ms / 1000.0
+        errors = _store(back, lambda: source.send_back([(it.message, it.delay_level) for it in back]))
+        delay = self._suspend
         for it, err in zip(back, errors, strict=True):
             if err is None:
                 stored.append((it.pq, it.message))
-                rt.counters.sent_back += 1
+                self._counters.sent_back += 1
             elif final:
                 self._unsent.append(it)  # skipped by send(): stays unfinished, delivered again
             else:
                 logger.warning(
                     "consumer %r: send-back of %s offset %d failed (%s); retrying it here in %d ms",
-                    cfg.group, it.pq.queue, it.message.queue_offset, err, cfg.suspend_ms,
+                    self._group, it.pq.queue, it.message.queue_offset, err, round(delay * 1000),
                 )  # fmt: skip
-                rt.timer.add(now + delay, -1, (it.pq, it.message))
+                self._timer.add(now + delay, LocalRetry(it.pq, it.message))
         return stored
 
 

@@ -1,22 +1,25 @@
 """What happens to a message whose listener call failed.
 
-* :func:`classify` turns an exception or a result into a decision: retry
-  later, or dead-letter now (``NonRetryableError``, ``ConsumeResult.DLQ_NOW``),
-  with the reason and the exception text that travel with the message.
-* :class:`RetryTimer` is the single timer of a consumer: lanes add the parked
-  keys they hold (and the pull thread adds local retries), the pull thread
-  pops what is due on the injectable clock and hands it to the lanes.  No
-  thread sleeps per parked key.
+* :class:`FailurePolicy` is the one classification of a failure, used by
+  every path that calls a listener (a lane's hot and slow paths, its due
+  keys, the QUEUE_ORDERLY baseline): :meth:`FailurePolicy.classify` turns an
+  exception or a result into a :class:`Failure` (dead-letter now, for
+  ``NonRetryableError`` and ``ConsumeResult.DLQ_NOW``, or retry later, with
+  the reason and exception text that travel with the message), and
+  :meth:`FailurePolicy.verdict` decides per message, by mode and attempt
+  count: :attr:`Verdict.DEAD_LETTER`, :attr:`Verdict.PARK` (KEY_ORDERLY: the
+  key waits ``suspend_ms``) or :attr:`Verdict.SEND_BACK` (CONCURRENTLY: the
+  retry topic, at a growing delay level).
 * :class:`Outbox` carries messages from the lanes to the pull thread, which is
-  the only thread that talks to the source: dead letters and send-backs go
-  out in one source call per kind per loop, and a message's offset is
-  completed only once the source stored it.
+  the only thread that stores them in the source: dead letters and
+  send-backs go out in one source call per kind per loop, and a message's
+  offset is completed only once the source stored it.
+* :class:`Parked` is a key waiting for its retry in one lane.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
+import enum
 import threading
 import traceback
 from collections.abc import Callable
@@ -26,33 +29,85 @@ from ._errors import NonRetryableError
 from ._process_queue import ProcessQueue
 from ._types import ConsumeResult, MessageExt
 
-__all__ = ["Outbox", "Parked", "RetryTimer", "SendItem", "classify", "local_entry"]
+__all__ = ["MAX_EXCEPTION_TEXT", "Failure", "FailurePolicy", "Outbox", "Parked", "SendItem", "Verdict"]
 
 _RETRY = (ConsumeResult.RETRY_LATER, ConsumeResult.SUSPEND_CURRENT_QUEUE_A_MOMENT)
 #: Longest exception text stored with a dead letter.
 MAX_EXCEPTION_TEXT = 4000
 
 
-def classify(exc: BaseException | None, result: object) -> tuple[bool, str, str]:
-    """``(dead_letter_now, reason, exception_text)`` for a failed call that
-    raised ``exc`` (or returned ``result`` when ``exc`` is None)."""
-    if exc is not None:
-        text = "".join(traceback.format_exception(exc)).strip()
-        if len(text) > MAX_EXCEPTION_TEXT:
-            text = "..." + text[-(MAX_EXCEPTION_TEXT - 3) :]
-        reason = f"listener raised {type(exc).__name__}: {exc}"
-        return isinstance(exc, NonRetryableError), reason, text
-    if result is ConsumeResult.DLQ_NOW:
-        return True, "listener returned DLQ_NOW", ""
-    if result in _RETRY:
-        return False, f"listener returned {result.name}", ""
-    return False, f"listener returned {result!r}, not a ConsumeResult or None; treated as RETRY_LATER", ""
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A failed listener call: whether it asks for the dead-letter queue at
+    once, why (``reason``, one line) and the exception's traceback text."""
+
+    dead_now: bool
+    reason: str
+    exception: str = ""
+
+
+class Verdict(enum.Enum):
+    """What becomes of one message of a failed call."""
+
+    #: Retries used up, or the listener said so: the dead-letter queue.
+    DEAD_LETTER = "dead letter"
+    #: KEY_ORDERLY: the key waits ``suspend_ms``, then the message runs again.
+    PARK = "park"
+    #: CONCURRENTLY: back to the retry topic at the next delay level.
+    SEND_BACK = "send back"
+
+
+class FailurePolicy:
+    """The failure rules of one consumer (see the module docstring)."""
+
+    __slots__ = ("keyed", "max_reconsume_times", "retry_start_level")
+
+    def __init__(self, keyed: bool, max_reconsume_times: int, retry_start_level: int) -> None:
+        #: Whether a failure parks its key (KEY_ORDERLY, and the baseline's
+        #: suspended queue) rather than sending the message back.
+        self.keyed = keyed
+        #: Retries before the dead-letter queue (negative: no limit).
+        self.max_reconsume_times = max_reconsume_times
+        #: The delay level of a first send-back.
+        self.retry_start_level = retry_start_level
+
+    @staticmethod
+    def classify(exc: BaseException | None, result: object) -> Failure:
+        """The :class:`Failure` of a call that raised ``exc`` (or returned
+        ``result`` when ``exc`` is None)."""
+        if exc is not None:
+            text = "".join(traceback.format_exception(exc)).strip()
+            if len(text) > MAX_EXCEPTION_TEXT:
+                text = "..." + text[-(MAX_EXCEPTION_TEXT - 3) :]
+            return Failure(isinstance(exc, NonRetryableError), f"listener raised {type(exc).__name__}: {exc}", text)
+        if result is ConsumeResult.DLQ_NOW:
+            return Failure(True, "listener returned DLQ_NOW")
+        if isinstance(result, ConsumeResult) and result in _RETRY:
+            return Failure(False, f"listener returned {result.name}")
+        return Failure(False, f"listener returned {result!r}, not a ConsumeResult or None; treated as RETRY_LATER")
+
+    def verdict(self, message: MessageExt, failure: Failure) -> Verdict:
+        """What becomes of ``message`` after ``failure``."""
+        limit = self.max_reconsume_times
+        if failure.dead_now or 0 <= limit <= message.reconsume_times:
+            return Verdict.DEAD_LETTER
+        return Verdict.PARK if self.keyed else Verdict.SEND_BACK
+
+    def dead_letter(self, pq: ProcessQueue, message: MessageExt, failure: Failure) -> SendItem:
+        """The outbox item that stores ``message`` in the dead-letter queue."""
+        return SendItem(pq, message, True, failure.reason, failure.exception)
+
+    def send_back(self, pq: ProcessQueue, message: MessageExt, failure: Failure) -> SendItem:
+        """The outbox item that stores ``message`` back in the retry topic
+        at its next delay level."""
+        level = self.retry_start_level + message.reconsume_times
+        return SendItem(pq, message, False, failure.reason, failure.exception, level)
 
 
 class Parked:
     """A key waiting for its retry, in one lane: ``items`` are its messages
     in order, the head being the one to retry (already a copy with
-    ``reconsume_times`` incremented).  Owned by the lane's thread."""
+    ``reconsume_times`` incremented).  Owned by the lane's task."""
 
     __slots__ = ("items", "gen", "reason", "exception")
 
@@ -63,55 +118,6 @@ class Parked:
         self.gen = gen
         self.reason = reason
         self.exception = exception
-
-
-class RetryTimer:
-    """A heap of ``(due, seq, lane, token)``; thread-safe (one lock)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._heap: list[tuple[float, int, int, object]] = []
-        self._seq = itertools.count()
-
-    def add(self, due: float, lane: int, token: object) -> bool:
-        """Wake ``token`` in lane ``lane`` (-1: the pull thread's own) at
-        ``due`` (the consumer clock's monotonic seconds).  Returns whether it
-        is now the earliest entry (the pull thread may be waiting past it)."""
-        entry = (due, next(self._seq), lane, token)
-        with self._lock:
-            heapq.heappush(self._heap, entry)
-            return self._heap[0] is entry
-
-    def pop_due(self, now: float) -> list[tuple[int, object]]:
-        """Remove and return the ``(lane, token)`` entries due at ``now``."""
-        out: list[tuple[int, object]] = []
-        with self._lock:
-            heap = self._heap
-            while heap and heap[0][0] <= now:
-                _, _, lane, token = heapq.heappop(heap)
-                out.append((lane, token))
-        return out
-
-    def take_local(self, owners: Callable[[object], bool]) -> list[object]:
-        """Remove and return the pull thread's own tokens (lane -1) for
-        which ``owners(token)`` holds, due or not (a revoked queue's local
-        retries)."""
-        with self._lock:
-            taken = [e for e in self._heap if e[2] < 0 and owners(e[3])]
-            if not taken:
-                return []
-            self._heap = [e for e in self._heap if not (e[2] < 0 and owners(e[3]))]
-            heapq.heapify(self._heap)
-        return [e[3] for e in taken]
-
-    def next_due(self) -> float | None:
-        """The earliest due time, or None when nothing is waiting."""
-        with self._lock:
-            return self._heap[0][0] if self._heap else None
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._heap)
 
 
 @dataclass(slots=True)
@@ -129,17 +135,26 @@ class SendItem:
 
 
 class Outbox:
-    """Lanes put, the pull thread takes everything at once."""
+    """Lanes (and the baseline's pool) put, the pull thread takes everything
+    at once.  ``wake`` cuts the pull thread's poll short after a put, so it
+    stores the items without waiting out its poll timeout."""
 
-    def __init__(self) -> None:
+    __slots__ = ("_items", "_lock", "_wake")
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        #: Guards ``_items``: one put per failed chunk, one take per turn.
         self._lock = threading.Lock()
         self._items: list[SendItem] = []
+        self._wake = wake
 
     def put(self, items: list[SendItem]) -> None:
+        """Hand ``items`` to the pull thread (any thread)."""
         with self._lock:
             self._items += items
+        self._wake()
 
     def take(self) -> list[SendItem]:
+        """Everything put so far (pull thread)."""
         with self._lock:
             items = self._items
             self._items = []
@@ -147,12 +162,3 @@ class Outbox:
 
     def __bool__(self) -> bool:
         return bool(self._items)  # a racy read is fine: the pull thread looks again next loop
-
-
-def local_entry(token: object) -> tuple[ProcessQueue, MessageExt]:
-    """The queue and message of one of the pull thread's timer tokens: a
-    local retry ``(pq, message)`` or a send-back held for its delay (a
-    :class:`SendItem`)."""
-    if isinstance(token, SendItem):
-        return token.pq, token.message
-    return token  # type: ignore[return-value]

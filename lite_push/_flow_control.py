@@ -19,8 +19,11 @@ from __future__ import annotations
 import logging
 
 from ._config import ConsumerConfig
-from ._runtime import Runtime
+from ._lanes import Lane
+from ._process_queue import ProcessQueue
+from ._shared import AppPauses, QueueCounters
 from ._types import MessageQueue
+from .sources._base import PullSource
 
 __all__ = ["RESUME_FRACTION", "FlowControl", "low_water"]
 
@@ -45,16 +48,34 @@ def low_water(cfg: ConsumerConfig) -> tuple[int, int, int, int]:
 class FlowControl:
     """Pause and resume decisions for the pull thread."""
 
-    __slots__ = ("_rt",)
+    __slots__ = ("_app_pauses", "_config", "_counters", "_lanes", "_owned", "_source")
 
-    def __init__(self, runtime: Runtime) -> None:
-        self._rt = runtime
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        source: PullSource,
+        owned: dict[MessageQueue, ProcessQueue],
+        lanes: list[Lane],
+        counters: dict[MessageQueue, QueueCounters],
+        app_pauses: AppPauses,
+    ) -> None:
+        #: The thresholds (``pull_threshold_*``, ``max_span``,
+        #: ``offset_map_max_bytes``, ``lane_capacity``).
+        self._config = config
+        self._source = source
+        #: The owned queues (assignment writes them).
+        self._owned = owned
+        self._lanes = lanes
+        #: Per queue: pauses and resumes counted here.
+        self._counters = counters
+        #: The application's pauses, which flow control never resumes.
+        self._app_pauses = app_pauses
 
     def over_threshold(self, count: int, size: int, span: int, map_bytes: int) -> bool:
         """Whether a queue's unfinished messages, bytes, span or offset-map
         size pass the pause thresholds (RocketMQ's pullThresholdForQueue,
         ...SizeForQueue, consumeConcurrentlyMaxSpan; ``offset_map_max_bytes``)."""
-        cfg = self._rt.config
+        cfg = self._config
         return (
             count > cfg.pull_threshold_for_queue
             or size > cfg.pull_threshold_size_for_queue
@@ -64,18 +85,17 @@ class FlowControl:
 
     def apply(self) -> None:
         """Pause queues over a threshold; resume them below the low-water mark."""
-        rt = self._rt
-        lanes = rt.lanes
-        lane_low = rt.config.lane_capacity * RESUME_FRACTION
+        lanes = self._lanes
+        lane_low = self._config.lane_capacity * RESUME_FRACTION
 
         def still_blocked(i: int) -> bool:
             return lanes[i].depth > lane_low
 
         to_pause: list[MessageQueue] = []
         to_resume: list[MessageQueue] = []
-        counters = rt.counters.queues
-        app_paused = rt.app_paused  # the application's pauses hold until it resumes
-        for q, pq in rt.pqs.items():
+        counters = self._counters
+        app_paused = self._app_pauses.queues  # the application's pauses hold until it resumes
+        for q, pq in self._owned.items():
             blocked = pq.unblock_lanes(still_blocked) or q in app_paused
             if not pq.paused:
                 if blocked or self.over_threshold(*pq.snapshot()):
@@ -87,8 +107,8 @@ class FlowControl:
                 to_resume.append(q)
                 counters[q].resumes += 1
         if to_pause:
-            rt.source.pause(to_pause)
+            self._source.pause(to_pause)
             logger.debug("paused %s", to_pause)
         if to_resume:
-            rt.source.resume(to_resume)
+            self._source.resume(to_resume)
             logger.debug("resumed %s", to_resume)

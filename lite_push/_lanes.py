@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from ._lanemetrics import clock
 from ._process_queue import ProcessQueue
+from ._timer import LaneWork
 from ._types import MessageExt
 
 __all__ = ["AsyncLane", "Lane", "LoopWaker", "Segment", "put_all"]
@@ -29,7 +30,7 @@ Segment = tuple[ProcessQueue, list[MessageExt]]
 
 #: What a take hands back as the due keys when none is due (shared, never
 #: appended to: one list less per take).
-_NO_DUE: list[object] = []
+_NO_DUE: list[LaneWork] = []
 
 
 class Lane:
@@ -62,7 +63,7 @@ class Lane:
         self._segments: list[Segment] = []
         #: Parked keys whose retry is due (or control tokens), from the pull
         #: thread's retry timer.
-        self._due: list[object] = []
+        self._due: list[LaneWork] = []
         self._closed = False
         self._wake = wake
         #: With metrics on: ``(clock() when put, messages)`` per put
@@ -87,8 +88,8 @@ class Lane:
         once it took the backlog).  Raises RuntimeError once closed."""
         return bool(put_all([self], [segments], [count], capacity))
 
-    def put_due(self, keys: list[object]) -> None:
-        """Hand the task parked keys whose retry is due (pull thread)."""
+    def put_due(self, keys: list[LaneWork]) -> None:
+        """Hand the task parked keys whose retry is due, or ``PURGE`` (pull thread)."""
         with self._lock:
             if self._closed:
                 return  # shutting down: parked work is left unfinished
@@ -102,7 +103,7 @@ class Lane:
         """Wake the task, which said it is waiting (once per wait)."""
         self._signal.release()
 
-    def take(self) -> tuple[list[Segment], list[object]] | None:
+    def take(self) -> tuple[list[Segment], list[LaneWork]] | None:
         """Block until something is queued; take all of it: ``(segments,
         due_keys)``.  ``None`` once the lane is closed and empty (the task
         should exit)."""
@@ -119,7 +120,7 @@ class Lane:
             self._wake()
         return segments, due
 
-    def _grab(self, more: bool = False) -> tuple[list[Segment], list[object], bool]:
+    def _grab(self, more: bool = False) -> tuple[list[Segment], list[LaneWork], bool]:
         """(lock held, something queued) Take everything; also say whether
         a put had overfilled the lane, so the taker wakes the pull thread
         (after releasing the lock).  ``more``: a second take before the
@@ -213,7 +214,7 @@ class AsyncLane(Lane):
     def _notify(self) -> None:
         self.waker.add(self)  # resolved by the pull thread's next flush
 
-    def take_nowait(self) -> tuple[list[Segment], list[object]] | asyncio.Future[None] | None:
+    def take_nowait(self) -> tuple[list[Segment], list[LaneWork]] | asyncio.Future[None] | None:
         """(loop thread) Take everything queued: ``(segments, due_keys)``.
         With nothing queued, a future to await before calling again (the
         next put, or close, resolves it); ``None`` once the lane is closed
@@ -234,7 +235,7 @@ class AsyncLane(Lane):
             self._wake()
         return segments, due
 
-    def take_queued(self) -> tuple[list[Segment], list[object]] | None:
+    def take_queued(self) -> tuple[list[Segment], list[LaneWork]] | None:
         """(loop thread) :meth:`take_nowait` without waiting: ``None`` when
         nothing is queued."""
         with self._lock:

@@ -44,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from ._config import ConsumerConfig
-from ._failures import SendItem, classify
+from ._failures import FailurePolicy, SendItem, Verdict
 from ._process_queue import ProcessQueue
 from ._rate_limit import RateLimiter
 from ._types import ConsumeResult, MessageExt, MessageQueue
@@ -124,6 +124,7 @@ class QueueOrderlyService:
         abort: threading.Event,
         clock_monotonic: Callable[[], float],
         dead_letter: Callable[[list[SendItem]], None],
+        policy: FailurePolicy,
         limiter: RateLimiter | None = None,
         clock_wait: Callable[[threading.Event, float], bool] | None = None,
     ) -> None:
@@ -135,6 +136,8 @@ class QueueOrderlyService:
         self._abort = abort
         self._now = clock_monotonic
         self._dead_letter = dead_letter
+        #: Failures: dead-lettered, or the queue suspended (``Verdict.PARK``).
+        self._policy = policy
         self._states: dict[ProcessQueue, _QueueState] = {}
         self._mq_locks: dict[MessageQueue, threading.Lock] = {}  # lock 2, one per queue
         self._pool = ThreadPoolExecutor(
@@ -265,15 +268,15 @@ class QueueOrderlyService:
                     counter[0] += len(msgs)
                     continue
                 counter[1] += len(msgs)
-                dead_now, reason, text = classify(exc, result)
-                limit = cfg.max_reconsume_times
-                if dead_now or 0 <= limit <= msgs[0].reconsume_times:
+                policy = self._policy
+                failure = policy.classify(exc, result)
+                if policy.verdict(msgs[0], failure) is Verdict.DEAD_LETTER:
                     # Retries used up: dead-letter the batch, the queue moves on.
-                    self._dead_letter([SendItem(pq, m, True, reason, text) for m in msgs])
+                    self._dead_letter([policy.dead_letter(pq, m, failure) for m in msgs])
                     continue
                 logger.warning(
                     "consumer %r: %s for %s offset %d (attempt %d); suspending the queue %d ms",
-                    cfg.group, reason, pq.queue, msgs[0].queue_offset, msgs[0].reconsume_times + 1,
+                    cfg.group, failure.reason, pq.queue, msgs[0].queue_offset, msgs[0].reconsume_times + 1,
                     cfg.suspend_ms, exc_info=exc if msgs[0].reconsume_times == 0 else None,
                 )
                 # SUSPEND_CURRENT_QUEUE_A_MOMENT: the batch goes back to the

@@ -1,6 +1,7 @@
 """What a running consumer reports: ``stats()`` and the metrics snapshot.
 
-Both are read from the runtime's counters and queues without stopping
+Both are read from the consumer's parts (:class:`Readings`: counters,
+owned queues, lanes, timer, limiter) and its queues without stopping
 anything: counters are plain ints with one writer each, and a queue's
 numbers are read under its own lock (one short hold per queue).
 :mod:`lite_push.metrics` turns a :class:`ConsumerMetrics` into Prometheus
@@ -10,13 +11,39 @@ families at scrape time; nothing here is done per message.
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ._runtime import Runtime
+from ._config import ConsumerConfig
+from ._lanemetrics import LaneMetrics
+from ._lanes import Lane
+from ._process_queue import ProcessQueue
+from ._rate_limit import RateLimiter
+from ._shared import Counters, FailureLatch
+from ._timer import RetryTimer
 from ._types import MessageQueue
+from .sources._base import PullSource
 
-__all__ = ["ConsumerMetrics", "ConsumerStats", "QueueMetrics", "metrics_of", "stats_of"]
+__all__ = ["ConsumerMetrics", "ConsumerStats", "QueueMetrics", "Readings", "metrics_of", "stats_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class Readings:
+    """The parts of one consumer that ``stats()`` and the metrics read
+    (only read: each is written by its own owner)."""
+
+    config: ConsumerConfig
+    source: PullSource
+    counters: Counters
+    owned: dict[MessageQueue, ProcessQueue]
+    lanes: list[Lane]
+    timer: RetryTimer
+    latch: FailureLatch
+    limiter: RateLimiter | None = None
+    #: Per lane; ``None`` when metrics are off.
+    lane_metrics: list[LaneMetrics] | None = None
+    #: The asyncio executor's admission: lanes allowed in calls now.
+    lane_limit: Callable[[], int | None] | None = None
 
 _DEPTH = operator.attrgetter("depth")
 
@@ -119,10 +146,10 @@ class ConsumerMetrics:
     key_interval_holds: int = 0
 
 
-def stats_of(rt: Runtime, extra: tuple[int, int], polling: bool) -> ConsumerStats:
+def stats_of(rt: Readings, extra: tuple[int, int], polling: bool) -> ConsumerStats:
     """``stats()``: ``extra`` is the baseline's (consumed, retried)."""
     c = rt.counters
-    pqs = list(rt.pqs.items())
+    pqs = list(rt.owned.items())
     snaps = {q: pq.snapshot() for q, pq in pqs}
     delayed, waited = _limited(rt)
     return ConsumerStats(
@@ -138,7 +165,7 @@ def stats_of(rt: Runtime, extra: tuple[int, int], polling: bool) -> ConsumerStat
         parked=sum(c.parked),
         next_retry_due=rt.timer.next_due(),
         polling=polling,
-        failure=None if rt.failure is None else f"{type(rt.failure).__name__}: {rt.failure}",
+        failure=None if (failure := rt.latch.failure) is None else f"{type(failure).__name__}: {failure}",
         lanes_admitted=_admitted(rt),
         rate_limit_delayed=delayed,
         rate_limit_wait_seconds=waited,
@@ -146,22 +173,22 @@ def stats_of(rt: Runtime, extra: tuple[int, int], polling: bool) -> ConsumerStat
     )
 
 
-def _limited(rt: Runtime) -> tuple[int, float]:
+def _limited(rt: Readings) -> tuple[int, float]:
     """``max_rate``: (messages delayed, seconds waited)."""
     lim = rt.limiter
     return (0, 0.0) if lim is None else (lim.delayed, lim.waited)
 
 
-def _admitted(rt: Runtime) -> int:
+def _admitted(rt: Readings) -> int:
     limit = rt.lane_limit() if rt.lane_limit is not None else None
     return len(rt.lanes) if limit is None else min(limit, len(rt.lanes))
 
 
-def metrics_of(rt: Runtime, extra: tuple[int, int]) -> ConsumerMetrics:
+def metrics_of(rt: Readings, extra: tuple[int, int]) -> ConsumerMetrics:
     """The metrics snapshot (exporter thread); the source is asked for the
     owned queues' end offsets (a failure there leaves the lag out)."""
     c = rt.counters
-    pqs = list(rt.pqs.items())
+    pqs = list(rt.owned.items())
     try:
         ends = rt.source.end_offsets([q for q, _ in pqs]) if pqs else {}
     except Exception:  # the source is down: no lag this scrape

@@ -13,9 +13,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from ._lane_worker import FENCED, PAUSE, LaneWorker, Steps
+from ._lane_worker import LaneWorker
 from ._lanemetrics import clock
 from ._lanes import Lane
+from ._steps import FENCED, PAUSE, Outcome, Steps
 from ._types import ConsumeResult, MessageExt
 
 __all__ = ["SyncListener", "ThreadExecutor"]
@@ -33,20 +34,21 @@ def _drive(steps: Steps, listener: SyncListener, worker: LaneWorker) -> None:
     """Call the listener for each list of messages ``steps`` yields and
     send it the outcome."""
     lm = worker.metrics
+    gate = worker.gate
     try:
         chunk = next(steps)
         while True:
             if chunk is FENCED:  # the queue's ownership is not certain now
-                worker.wait_fenced()
+                gate.wait_fenced()
                 chunk = steps.send((None, None))
                 continue
             if chunk is PAUSE:  # max_rate: this call starts later
-                worker.wait_paused()
+                gate.wait_paused()
                 chunk = steps.send((None, None))
                 continue
             t0 = clock()
             try:
-                outcome: tuple[BaseException | None, object] = (None, listener(chunk))
+                outcome: Outcome = (None, listener(chunk))
             except _FATAL:
                 raise
             except BaseException as e:  # any other error of the listener is a failed attempt

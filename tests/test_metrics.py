@@ -255,7 +255,7 @@ def test_without_metrics_nothing_is_recorded(broker: EmbeddedBroker) -> None:
     with c:
         assert wait_until(lambda: c.stats().consumed == 30)
         assert c.metrics_snapshot() is None and c.metrics_url is None
-        assert not any(lane.stamping for lane in c._rt.lanes)
+        assert not any(lane.stamping for lane in c._lanes)
 
 
 def test_asyncio_executor_exports_the_same_metrics(broker: EmbeddedBroker) -> None:
