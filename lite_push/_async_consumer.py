@@ -19,9 +19,10 @@ from ._assignment import AppHook
 from ._async_executor import AsyncExecutor, new_event_loop
 from ._clock import Clock
 from ._config import ConsumerConfig
-from ._consumer import AsyncListener
+from ._consumer import RebalanceGuard
 from ._consumer_core import ConsumerCore
 from ._errors import ConfigError, ConsumerFailedError, LitePushError
+from ._types import AsyncListener
 from ._watchdog import LoopWatchdog
 from .sources._base import PullSource
 
@@ -43,7 +44,8 @@ class AsyncLitePushConsumer(ConsumerCore):
     or ``SUCCESS`` marks them done, raising or returning ``RETRY_LATER``
     retries them, exactly as with threads.  A listener should await its
     I/O: one that blocks the loop blocks every lane (and is logged, see
-    ``loop_block_threshold``)."""
+    ``loop_block_threshold``).  Rebalance hooks and the source's rebalance
+    listener are as for :class:`~lite_push.LitePushConsumer`."""
 
     def __init__(
         self,
@@ -58,9 +60,11 @@ class AsyncLitePushConsumer(ConsumerCore):
     ) -> None:
         if isinstance(config, ConsumerConfig) and config.executor != "asyncio":
             raise ConfigError("executor", f"AsyncLitePushConsumer needs executor='asyncio', got {config.executor!r}")
+        self._rebalance_guard = RebalanceGuard(source)
         super().__init__(
             config, source, listener, clock=clock, registry=registry, on_assigned=on_assigned, on_revoked=on_revoked
         )
+        self._rebalance_guard.installed()
         assert isinstance(self._executor, AsyncExecutor)
         self._async_executor = self._executor
 
@@ -78,6 +82,7 @@ class AsyncLitePushConsumer(ConsumerCore):
     async def start(self) -> None:
         """Start the lane coroutines on the running loop, the watchdog and
         the pull thread.  Only once."""
+        self._rebalance_guard.check()
         self._begin_start()
         self._async_executor.start(self._lane_workers)
         self._start_pull()

@@ -18,7 +18,6 @@ already runs an event loop uses :class:`~lite_push.AsyncLitePushConsumer`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -27,23 +26,54 @@ from ._async_executor import AsyncExecutor, LoopThread
 from ._clock import Clock
 from ._config import ConsumerConfig
 from ._consumer_core import ConsumerCore
+from ._errors import ConfigError, LitePushError
 from ._snapshots import ConsumerStats
-from ._types import ConsumeResult, MessageExt
-from .sources._base import PullSource
+from ._types import AsyncListener, Listener
+from .sources._base import PullSource, RebalanceListener
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-__all__ = ["AsyncListener", "ConsumerStats", "Listener", "LitePushConsumer"]
+__all__ = ["ConsumerStats", "LitePushConsumer", "RebalanceGuard"]
 
 logger = logging.getLogger(__name__)
 
-#: The user's code: takes a batch of messages, returns ``None`` or
-#: ``ConsumeResult.SUCCESS`` when they are done; raising or returning
-#: ``RETRY_LATER`` means "process them again later".
-Listener = Callable[[list[MessageExt]], "ConsumeResult | None"]
-#: The same as an ``async def`` (``executor="asyncio"``).
-AsyncListener = Callable[[list[MessageExt]], Awaitable["ConsumeResult | None"]]
+
+class RebalanceGuard:
+    """Keeps the source's rebalance listener the consumer's own.
+
+    A consumer installs its own listener on the source (it drains and
+    commits revoked queues, see ``_assignment``); the application's hooks
+    are ``on_assigned`` / ``on_revoked``.  So a listener someone else set
+    would be silently replaced, and one set after the consumer was built
+    would silently replace the consumer's: both are refused instead -- the
+    first when the consumer is built, the second when it starts."""
+
+    def __init__(self, source: object) -> None:
+        """Before the consumer is built: refuse a source with a listener."""
+        self._source = source if isinstance(source, PullSource) else None  # else the consumer refuses it
+        self._own: RebalanceListener | None = None
+        if self._source is not None and self._source.rebalance_listener is not None:
+            raise ConfigError(
+                "source",
+                f"already has a rebalance listener ({self._source.rebalance_listener!r}): the consumer "
+                "installs its own, and a source serves one consumer; pass on_assigned= / on_revoked= "
+                "to the consumer for the application's rebalance hooks",
+            )
+
+    def installed(self) -> None:
+        """After the consumer is built: remember the listener it installed."""
+        if self._source is not None:
+            self._own = self._source.rebalance_listener
+
+    def check(self) -> None:
+        """At start: the consumer's listener is still the source's."""
+        if self._source is not None and self._source.rebalance_listener is not self._own:
+            raise LitePushError(
+                "the source's rebalance listener was replaced after the consumer was built "
+                "(set_rebalance_listener): the consumer needs its own to drain and commit revoked "
+                "queues; pass on_assigned= / on_revoked= to the consumer for the application's hooks"
+            )
 
 
 class LitePushConsumer(ConsumerCore):
@@ -65,6 +95,9 @@ class LitePushConsumer(ConsumerCore):
     own work -- for a revoke, after the queues' listener calls finished (up
     to ``revoke_timeout``) and their offsets were committed.  Keep them
     short: they run inside the rebalance.  What they raise is logged.
+    The consumer installs its own rebalance listener on ``source``: a source
+    that already has one (``set_rebalance_listener``) raises ConfigError,
+    and :meth:`start` raises if one was set after the consumer was built.
     :meth:`pause` / :meth:`resume` stop and restart polling of queues.
     """
 
@@ -79,14 +112,17 @@ class LitePushConsumer(ConsumerCore):
         on_assigned: AppHook | None = None,
         on_revoked: AppHook | None = None,
     ) -> None:
+        self._rebalance_guard = RebalanceGuard(source)
         super().__init__(
             config, source, listener, clock=clock, registry=registry, on_assigned=on_assigned, on_revoked=on_revoked
         )
+        self._rebalance_guard.installed()
         self._loop_thread: LoopThread | None = None
 
     def start(self) -> None:
         """Start the lanes and the pull thread (and, for an ``async def``
         listener, the event loop they run on).  Only once."""
+        self._rebalance_guard.check()
         self._begin_start()
         executor = self._executor
         if isinstance(executor, AsyncExecutor):

@@ -37,7 +37,7 @@ from ._errors import ConfigError, LitePushError
 from ._exporter import exporter_for, release_exporter
 from ._failure_sender import FailureSender
 from ._lane_worker import LaneWorker
-from ._lanemetrics import LaneMetrics
+from ._lanemetrics import LANE_METRICS_IMPL, LaneMetrics
 from ._offsets import OFFSETS_IMPL
 from ._pull_loop import PullLoop
 from ._queue_orderly import QueueOrderlyService
@@ -287,8 +287,9 @@ class ConsumerCore:
         )
         self._pull_thread.start()
         logger.info(
-            "lite_push consumer %r started: mode=%s executor=%s lanes=%d router=%s offsets=%s",
+            "lite_push consumer %r started: mode=%s executor=%s lanes=%d router=%s offsets=%s lane_metrics=%s",
             group, self.config.mode.name, self.config.executor, self.config.lanes, ROUTER_IMPL, OFFSETS_IMPL,
+            LANE_METRICS_IMPL,
         )  # fmt: skip
 
     def _stop(self, timeout: float) -> bool:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from .._types import MessageQueue, PollBatch
-from ..sources import PullSource
+from ..sources import PullSource, RebalanceListener
 from ._harness import SourceHarness
 from ._polling import (
     OwnershipLog,
@@ -31,6 +31,17 @@ class GroupContract:
     """Groups, rebalance and queue locks (see :class:`~lite_push.testing.SourceContract`)."""
 
     # groups and rebalance
+
+    def test_the_rebalance_listener_installed_is_the_one_read(self, harness: SourceHarness) -> None:
+        """``rebalance_listener`` reads back what ``set_rebalance_listener``
+        installed: a consumer refuses a source that already has one."""
+        c = harness.consumer("g")
+        assert c.rebalance_listener is None
+        mine = RebalanceListener()
+        c.set_rebalance_listener(mine)
+        assert c.rebalance_listener is mine
+        c.set_rebalance_listener(None)
+        assert c.rebalance_listener is None
 
     def test_two_members_split_the_queues_and_read_everything_once(self, harness: SourceHarness) -> None:
         queues = harness.create_topic("T", 8)
