@@ -189,6 +189,13 @@ def test_the_suite_is_documented() -> None:
         assert inspect.getdoc(getattr(harness, name)), name
 
 
+def test_the_suite_asserts_report_their_values_under_pytest() -> None:
+    """The suite's modules with asserts are rewritten by pytest, as test modules are."""
+    for name in ("_contract_groups", "_contract_reading", "_contract_retry", "_contract_start", "_polling"):
+        module = sys.modules[f"lite_push.testing.{name}"]
+        assert type(module.__loader__).__name__ == "AssertionRewritingHook", name
+
+
 def test_every_source_runs_the_whole_suite() -> None:
     """The embedded, Redis and Kafka tests each subclass the shipped suite."""
     runs = {"test_source_embedded": 1, "test_source_redis": 2, "test_source_kafka": 1}
