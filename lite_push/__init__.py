@@ -3,8 +3,8 @@
 Layout (one concern per module; underscored modules are implementation;
 ``docs/ARCHITECTURE.md`` follows one message through them):
 
-* ``_types``, ``_config``, ``_errors``, ``_clock``  value types, ConsumerConfig,
-  the error tree, injectable time
+* ``_types``, ``_config``, ``_errors``, ``_clock``  value types and the listener
+  types, ConsumerConfig, the error tree, injectable time
 * ``_consumer``        LitePushConsumer: the facade for plain code
 * ``_async_consumer``  AsyncLitePushConsumer: the facade inside an event loop
 * ``_consumer_core``   what both share: wiring the parts, start, the shutdown order
@@ -48,12 +48,22 @@ Layout (one concern per module; underscored modules are implementation;
 * ``cli/``             the ``lite-push`` command (parser, settings, sources, consume, dlq); ``demo``: the demo
 * ``sources/``         the source contract; ``embedded/``, ``redis/`` and ``kafka/``: the three sources
 * ``rebalance/``       queue allocation strategies
+* ``testing/``         for tests of code built on lite_push: the source contract suite
+                       (imported on its own, as ``lite_push.testing``; needs pytest)
+
+The names below are the public API.  ``ROUTER_IMPL``, ``OFFSETS_IMPL`` and
+``LANE_METRICS_IMPL`` say whether each compiled kernel or its pure-Python twin
+is in use.  A source's ``RebalanceListener`` is not among them: it is part of
+the source contract (``lite_push.sources``), which the consumer implements
+itself; the application's rebalance hooks are the consumer's ``on_assigned``
+and ``on_revoked`` (of type ``AppHook``).
 """
 
+from ._assignment import AppHook
 from ._async_consumer import AsyncLitePushConsumer
 from ._clock import Clock, ManualClock, SystemClock
 from ._config import ConsumeMode, ConsumerConfig, KeyExtractor
-from ._consumer import AsyncListener, Listener, LitePushConsumer
+from ._consumer import LitePushConsumer
 from ._errors import (
     ConfigError,
     ConsumerFailedError,
@@ -65,11 +75,14 @@ from ._errors import (
     SourceClosedError,
     UnknownTopicError,
 )
+from ._lanemetrics import LANE_METRICS_IMPL
 from ._offsets import OFFSETS_IMPL
 from ._router import ROUTER_IMPL
 from ._snapshots import ConsumerStats
 from ._types import (
+    AsyncListener,
     ConsumeResult,
+    Listener,
     MessageExt,
     MessageQueue,
     OffsetAndMetadata,
@@ -84,23 +97,27 @@ from .sources import (
     EmbeddedPullConsumer,
     MessageModel,
     PullSource,
-    RebalanceListener,
     dlq_topic,
     retry_topic,
 )
 from .supervisor import MemberState, ProcessSupervisor
 
+# Sorted as ruff's RUF022 sorts (constants, then classes, then the rest),
+# as most of the package's modules sort theirs; tests/test_public_api.py checks it.
 __all__ = [
-    "AsyncListener",
-    "AsyncLitePushConsumer",
+    "LANE_METRICS_IMPL",
     "OFFSETS_IMPL",
     "ROUTER_IMPL",
+    "AppHook",
+    "AsyncListener",
+    "AsyncLitePushConsumer",
     "Clock",
     "ConfigError",
     "ConsumeFromWhere",
     "ConsumeMode",
     "ConsumeResult",
     "ConsumerConfig",
+    "ConsumerFailedError",
     "ConsumerStats",
     "DeadLetter",
     "EmbeddedBroker",
@@ -110,12 +127,11 @@ __all__ = [
     "LitePushConsumer",
     "LitePushError",
     "ManualClock",
-    "ConsumerFailedError",
+    "MemberState",
     "MessageDecodeError",
     "MessageExt",
     "MessageModel",
     "MessageQueue",
-    "MemberState",
     "MessageTooLargeError",
     "NonRetryableError",
     "NotSubscribedError",
@@ -123,7 +139,6 @@ __all__ = [
     "PollBatch",
     "ProcessSupervisor",
     "PullSource",
-    "RebalanceListener",
     "SendResult",
     "SourceClosedError",
     "SystemClock",

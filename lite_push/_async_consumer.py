@@ -19,9 +19,9 @@ from ._assignment import AppHook
 from ._async_executor import AsyncExecutor, new_event_loop
 from ._clock import Clock
 from ._config import ConsumerConfig
-from ._consumer import AsyncListener
 from ._consumer_core import ConsumerCore
 from ._errors import ConfigError, ConsumerFailedError, LitePushError
+from ._types import AsyncListener
 from ._watchdog import LoopWatchdog
 from .sources._base import PullSource
 
@@ -43,7 +43,8 @@ class AsyncLitePushConsumer(ConsumerCore):
     or ``SUCCESS`` marks them done, raising or returning ``RETRY_LATER``
     retries them, exactly as with threads.  A listener should await its
     I/O: one that blocks the loop blocks every lane (and is logged, see
-    ``loop_block_threshold``)."""
+    ``loop_block_threshold``).  Rebalance hooks and the source's rebalance
+    listener are as for :class:`~lite_push.LitePushConsumer`."""
 
     def __init__(
         self,

@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ._admission import Admission
@@ -44,14 +44,10 @@ from ._lanemetrics import clock
 from ._lanes import AsyncLane, Lane, LoopWaker
 from ._shared import ABORT_GRACE
 from ._steps import FENCE_WAIT, FENCED, PAUSE, Outcome, Steps
-from ._types import ConsumeResult, MessageExt
+from ._types import AsyncListener, ConsumeResult, MessageExt
 from ._watchdog import LoopWatchdog
 
-__all__ = ["AsyncExecutor", "AsyncListener", "LoopThread", "new_event_loop", "uvloop_available"]
-
-#: An ``async def`` listener: the messages of one call -> None, a ConsumeResult, or raises.
-AsyncListener = Callable[[list[MessageExt]], Awaitable[object]]
-
+__all__ = ["AsyncExecutor", "LoopThread", "new_event_loop", "uvloop_available"]
 
 _SUCCESS = ConsumeResult.SUCCESS
 

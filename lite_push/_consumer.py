@@ -18,7 +18,6 @@ already runs an event loop uses :class:`~lite_push.AsyncLitePushConsumer`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -28,22 +27,15 @@ from ._clock import Clock
 from ._config import ConsumerConfig
 from ._consumer_core import ConsumerCore
 from ._snapshots import ConsumerStats
-from ._types import ConsumeResult, MessageExt
+from ._types import AsyncListener, Listener
 from .sources._base import PullSource
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-__all__ = ["AsyncListener", "ConsumerStats", "Listener", "LitePushConsumer"]
+__all__ = ["ConsumerStats", "LitePushConsumer"]
 
 logger = logging.getLogger(__name__)
-
-#: The user's code: takes a batch of messages, returns ``None`` or
-#: ``ConsumeResult.SUCCESS`` when they are done; raising or returning
-#: ``RETRY_LATER`` means "process them again later".
-Listener = Callable[[list[MessageExt]], "ConsumeResult | None"]
-#: The same as an ``async def`` (``executor="asyncio"``).
-AsyncListener = Callable[[list[MessageExt]], Awaitable["ConsumeResult | None"]]
 
 
 class LitePushConsumer(ConsumerCore):
@@ -65,6 +57,9 @@ class LitePushConsumer(ConsumerCore):
     own work -- for a revoke, after the queues' listener calls finished (up
     to ``revoke_timeout``) and their offsets were committed.  Keep them
     short: they run inside the rebalance.  What they raise is logged.
+    The consumer installs its own rebalance listener on ``source``: a source
+    that already has one (``set_rebalance_listener``) raises ConfigError,
+    and :meth:`start` raises if one was set after the consumer was built.
     :meth:`pause` / :meth:`resume` stop and restart polling of queues.
     """
 

@@ -47,7 +47,7 @@ from ._failure_sender import FailureSender
 from ._failures import FailurePolicy, Outbox
 from ._flow_control import FlowControl
 from ._lane_worker import LaneWorker
-from ._lanemetrics import LaneMetrics
+from ._lanemetrics import LANE_METRICS_IMPL, LaneMetrics
 from ._lanes import Lane
 from ._offsets import OFFSETS_IMPL
 from ._parked_keys import ParkedKeys
@@ -169,6 +169,15 @@ class ConsumerCore:
             raise ConfigError("source", f"must be a PullSource, got {type(source).__name__}")
         _check_listener(config, listener)
         _check_source(config, source)
+        if source.rebalance_listener is not None:
+            # The consumer installs its own (it drains and commits revoked
+            # queues): one set before would be silently replaced.
+            raise ConfigError(
+                "source",
+                f"already has a rebalance listener ({source.rebalance_listener!r}): the consumer installs its "
+                "own, and a source serves one consumer; pass on_assigned= / on_revoked= to the consumer for "
+                "the application's rebalance hooks",
+            )
         for name, hook in (("on_assigned", on_assigned), ("on_revoked", on_revoked)):
             if hook is not None and (not callable(hook) or is_async_callable(hook)):
                 raise ConfigError(name, f"must be a plain (not async) function of the queues, got {hook!r}")
@@ -258,6 +267,9 @@ class ConsumerCore:
             latch=self._latch, stopping=self._stopping, pacer=pacer, renews_locks=self._orderly is not None,
         )  # fmt: skip
         source.set_rebalance_listener(assignment)
+        #: The source's listener: checked at start (one set since would
+        #: silently replace it).
+        self._assignment = assignment
         self._readings = Readings(
             config, source, counters, owned, lanes, timer, self._latch, limiter, lane_metrics, lane_limit
         )
@@ -364,6 +376,12 @@ class ConsumerCore:
             raise LitePushError("consumer already started")
         if not self._subscriptions:
             raise LitePushError("subscribe() to at least one topic before start()")
+        if self._source.rebalance_listener is not self._assignment:
+            raise LitePushError(
+                "the source's rebalance listener was replaced after the consumer was built "
+                "(set_rebalance_listener): the consumer needs its own to drain and commit revoked "
+                "queues; pass on_assigned= / on_revoked= to the consumer for the application's hooks"
+            )
         self._start_metrics()
         self._started = True
 
@@ -374,8 +392,9 @@ class ConsumerCore:
         )
         self._pull_thread.start()
         logger.info(
-            "lite_push consumer %r started: mode=%s executor=%s lanes=%d router=%s offsets=%s",
+            "lite_push consumer %r started: mode=%s executor=%s lanes=%d router=%s offsets=%s lane_metrics=%s",
             group, self.config.mode.name, self.config.executor, self.config.lanes, ROUTER_IMPL, OFFSETS_IMPL,
+            LANE_METRICS_IMPL,
         )  # fmt: skip
 
     def _stop(self, timeout: float) -> bool:

@@ -9,10 +9,13 @@ changes anything on it (for example ``reconsume_times`` on a retry).
 from __future__ import annotations
 
 import enum
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 __all__ = [
+    "AsyncListener",
     "ConsumeResult",
+    "Listener",
     "MessageExt",
     "MessageQueue",
     "OffsetAndMetadata",
@@ -112,3 +115,14 @@ class ConsumeResult(enum.Enum):
     #: The messages can never succeed: send them to the dead-letter queue
     #: now, without retries (as raising ``NonRetryableError`` does).
     DLQ_NOW = "DLQ_NOW"
+
+
+# The application's listener, as both consumers and their executors take it
+# (one definition: the executors import it from here).
+
+#: The user's code: takes a batch of messages, returns ``None`` or
+#: ``ConsumeResult.SUCCESS`` when they are done; raising or returning
+#: ``RETRY_LATER`` means "process them again later".
+Listener = Callable[[list[MessageExt]], ConsumeResult | None]
+#: The same as an ``async def`` (``executor="asyncio"``).
+AsyncListener = Callable[[list[MessageExt]], Awaitable[ConsumeResult | None]]

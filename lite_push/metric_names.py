@@ -23,11 +23,13 @@ PREFIX: Final = "lite_push_"
 #: name -> (Prometheus type, label names, help text)
 METRICS: Final[dict[str, tuple[str, tuple[str, ...], str]]] = {
     # -- build --------------------------------------------------------------
-    #: 1, with the package version and the router / offset-tracker
-    #: implementations in use ("cython" or "python") as labels.
+    #: 1, with the package version and the implementations of the three
+    #: compiled kernels in use ("cython" or "python") as labels: the router
+    #: (``ROUTER_IMPL``), the offset tracker (``OFFSETS_IMPL``) and the
+    #: lanes' distribution recorder (``LANE_METRICS_IMPL``).
     "lite_push_build_info": (
         "gauge",
-        ("version", "router", "offsets"),
+        ("version", "router", "offsets", "lane_metrics"),
         "lite_push version and kernels in use",
     ),
     # -- the pull side (per queue) --------------------------------------------

@@ -42,7 +42,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from ._lanemetrics import LaneMetrics
+from ._lanemetrics import LANE_METRICS_IMPL, LaneMetrics
 from ._offsets import OFFSETS_IMPL
 from ._router import ROUTER_IMPL
 from ._snapshots import ConsumerMetrics
@@ -122,7 +122,7 @@ class ConsumerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         fams: dict[str, Any] = {name: _family(name) for name in METRICS}
-        fams["lite_push_build_info"].add_metric([__version__, ROUTER_IMPL, OFFSETS_IMPL], 1)
+        fams["lite_push_build_info"].add_metric([__version__, ROUTER_IMPL, OFFSETS_IMPL, LANE_METRICS_IMPL], 1)
         with self._lock:
             consumers = list(self._consumers)
         for c in consumers:

@@ -1,16 +1,29 @@
 """The application's rebalance hooks and its own pause and resume of queues
-(issue 19, item 3)."""
+(issue 19, item 3); a source's own rebalance listener is the consumer's
+(issue 27, item 7)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 import pytest
 from helpers import wait_until
 
-from lite_push import ConfigError, ConsumeFromWhere, ConsumerConfig, EmbeddedBroker, LitePushConsumer, MessageQueue
+from lite_push import (
+    AppHook,
+    AsyncLitePushConsumer,
+    ConfigError,
+    ConsumeFromWhere,
+    ConsumerConfig,
+    EmbeddedBroker,
+    LitePushConsumer,
+    LitePushError,
+    MessageQueue,
+)
+from lite_push.sources import RebalanceListener
 
 
 @pytest.fixture
@@ -140,3 +153,81 @@ def test_pause_stops_polling_a_queue_until_resume_and_flow_control_does_not_undo
             assert sorted(o for qid, o in seen if qid == 0) == list(range(20))
         assert c.paused_by_app() == frozenset()
         assert wait_until(lambda: q0 not in c.stats().paused, timeout=10)
+
+
+# -- the source's rebalance listener is the consumer's -------------------------------
+#
+# The consumer installs its own listener on the source (it drains and commits
+# the revoked queues); the application's hooks are on_assigned / on_revoked.
+# A listener set on the source would otherwise be replaced without a word, or
+# replace the consumer's: both are refused.
+
+
+class _Recorder(RebalanceListener):
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def on_assigned(self, queues: Collection[MessageQueue]) -> None:
+        self.calls.append("assigned")
+
+
+def test_the_hooks_are_typed_by_the_exported_apphook(broker: EmbeddedBroker) -> None:
+    gained: list[list[MessageQueue]] = []
+    hook: AppHook = gained.append
+    with _consumer(broker, lambda msgs: None, on_assigned=hook):
+        assert wait_until(lambda: len(gained) == 1, timeout=10)
+    assert gained == [broker.queues("T")]
+
+
+def test_a_source_that_has_a_rebalance_listener_is_refused(broker: EmbeddedBroker) -> None:
+    source = broker.pull_consumer("g")
+    recorder = _Recorder()
+    source.set_rebalance_listener(recorder)
+    for build in (
+        lambda: LitePushConsumer(ConsumerConfig(group="g"), source, lambda msgs: None),
+        lambda: AsyncLitePushConsumer(ConsumerConfig(group="g", executor="asyncio"), source, _async_listener),
+    ):
+        with pytest.raises(ConfigError, match="on_assigned= / on_revoked=") as info:
+            build()
+        assert info.value.field == "source"
+        assert source.rebalance_listener is recorder  # left as it was
+    source.close()
+
+
+def test_a_source_serves_one_consumer(broker: EmbeddedBroker) -> None:
+    source = broker.pull_consumer("g")
+    first = LitePushConsumer(ConsumerConfig(group="g"), source, lambda msgs: None)
+    assert source.rebalance_listener is not None  # the consumer's own
+    with pytest.raises(ConfigError, match="already has a rebalance listener"):
+        LitePushConsumer(ConsumerConfig(group="g"), source, lambda msgs: None)
+    first.shutdown()
+
+
+def test_a_listener_set_after_the_consumer_was_built_stops_the_start(broker: EmbeddedBroker) -> None:
+    source = broker.pull_consumer("g")
+    c = LitePushConsumer(ConsumerConfig(group="g"), source, lambda msgs: None)
+    c.subscribe("T")
+    recorder = _Recorder()
+    source.set_rebalance_listener(recorder)
+    with pytest.raises(LitePushError, match="replaced after the consumer was built"):
+        c.start()
+    assert c.metrics_url is None and c.shutdown()  # never started: nothing to drain
+    assert recorder.calls == []
+
+
+def test_a_listener_set_after_an_async_consumer_was_built_stops_the_start(broker: EmbeddedBroker) -> None:
+    source = broker.pull_consumer("g")
+
+    async def main() -> None:
+        c = AsyncLitePushConsumer(ConsumerConfig(group="g", executor="asyncio"), source, _async_listener)
+        c.subscribe("T")
+        source.set_rebalance_listener(_Recorder())
+        with pytest.raises(LitePushError, match="replaced after the consumer was built"):
+            await c.start()
+        assert await c.shutdown()
+
+    asyncio.run(main())
+
+
+async def _async_listener(msgs: list[object]) -> None:
+    return None

@@ -7,11 +7,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from source_contract import poll_topic
 
 from lite_push import ManualClock, MessageExt
 from lite_push.dlq import DeadLetter, Sender, dead_letters, resend, user_properties
 from lite_push.sources import ConsumeFromWhere, EmbeddedBroker, EmbeddedPullConsumer
+from lite_push.testing import poll_topic
 
 FIRST = ConsumeFromWhere.FIRST_OFFSET
 USER = {"user": "u1", "trace": "t-9"}

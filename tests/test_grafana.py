@@ -325,6 +325,20 @@ def test_every_metric_is_on_the_dashboard(dashboard):
     assert not missing, f"metrics without a panel: {missing}"
 
 
+def test_the_build_panel_shows_every_build_info_label(dashboard):
+    """Each label of ``lite_push_build_info`` (the version and each compiled
+    kernel's implementation) is kept by the Build panel and shown in its legend."""
+    (panel,) = [p for p in iter_panels(dashboard["panels"]) if p.get("title") == "Build"]
+    (target,) = panel["targets"]
+    by = re.search(r"\bby\s*\(([^)]*)\)", target["expr"])
+    assert by, target["expr"]
+    kept = {label.strip() for label in by.group(1).split(",")}
+    labels = METRICS["lite_push_build_info"][1]
+    assert set(labels) | {"instance"} == kept
+    for label in labels:
+        assert "{{" + label + "}}" in target["legendFormat"], label
+
+
 # --- the checks themselves catch mistakes -----------------------------------------
 
 

@@ -15,6 +15,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from lite_push import (
+    LANE_METRICS_IMPL,
+    OFFSETS_IMPL,
     ROUTER_IMPL,
     AsyncLitePushConsumer,
     ConfigError,
@@ -114,8 +116,14 @@ def test_a_scrape_over_http_matches_stats_and_the_broker(broker: EmbeddedBroker)
         assert _value(s, "lite_push_rebalances_total", group="g") >= 1
         build = _matching(s, "lite_push_build_info")
         assert [dict(lab) for lab in build] == [
-            {"version": __version__, "router": ROUTER_IMPL, "offsets": dict(next(iter(build)))["offsets"]}
+            {
+                "version": __version__,
+                "router": ROUTER_IMPL,
+                "offsets": OFFSETS_IMPL,
+                "lane_metrics": LANE_METRICS_IMPL,
+            }
         ]
+        assert {ROUTER_IMPL, OFFSETS_IMPL, LANE_METRICS_IMPL} <= {"cython", "python"}
         # the listener histogram counted every finished message, once
         assert _value(s, "lite_push_listener_duration_seconds_count", group="g", mode="KEY_ORDERLY") == 600 - k3
         assert _value(s, "lite_push_end_to_end_latency_seconds_count", group="g") == 600 - k3

@@ -5,7 +5,8 @@ one after another in a shared namespace (a later block uses the broker and
 listener of the first), and what they print is checked against what the
 README says they do.  The ProcessSupervisor example (whose members import
 its program again) also runs as a program of its own, against a Redis the
-test starts.
+test starts, and the example of a source of one's own runs under pytest as
+the test module the README says to save it as.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from helpers import wait_until
 
 from lite_push.sources.redis import RedisBroker
 from lite_push.sources.redis_server import RedisServer, free_port
+from lite_push.testing import SourceContract
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BLOCK = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
@@ -45,9 +47,9 @@ def readme_blocks() -> list[str]:
 
 
 def test_the_readme_has_python_examples() -> None:
-    # embedding, async listeners, Kafka, hooks, rate limits, metrics, the process supervisor:
-    # if one is dropped, say so here too
-    assert len(readme_blocks()) == 7
+    # embedding, async listeners, Kafka, hooks, rate limits, a source of one's own, metrics,
+    # the process supervisor: if one is dropped, say so here too
+    assert len(readme_blocks()) == 8
 
 
 def test_every_readme_python_example_runs() -> None:
@@ -71,9 +73,39 @@ def test_every_readme_python_example_runs() -> None:
     assert assigned in out, out[-3000:]
     # block 4: the rate-limited consumer consumed everything, and both limits acted
     assert "paced consumed 1000 | waited for max_rate: True | held for their key's interval: True" in out, out[-3000:]
-    # block 5: the exporter served the build info
+    # block 5 (a source of one's own) defines a test module: run below
+    # block 6: the exporter served the build info, with each kernel's implementation
     build_info = [line for line in out.splitlines() if "lite_push_build_info" in line]
-    assert build_info and "router=" in build_info[0], out[-3000:]
+    assert build_info, out[-3000:]
+    for label in ("router=", "offsets=", "lane_metrics="):
+        assert label in build_info[0], out[-3000:]
+
+
+def test_the_readme_source_example_runs_the_contract_suite(tmp_path: Path) -> None:
+    """Saved as ``test_my_source.py`` and run with pytest, as the README says,
+    outside this repository's tests (no conftest): every contract test runs
+    on it and passes."""
+    block = next(b for b in readme_blocks() if "class TestMySourceContract(SourceContract)" in b)
+    (tmp_path / "test_my_source.py").write_text(block)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_my_source.py"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-3000:]
+    expected = sum(_cases(getattr(SourceContract, n)) for n in dir(SourceContract) if n.startswith("test_"))
+    assert expected > 30 and re.search(rf"\b{expected} passed\b", done.stdout), done.stdout[-3000:]
+
+
+def _cases(test: object) -> int:
+    """How many tests pytest makes of a test function (one per parameter set)."""
+    n = 1
+    for mark in getattr(test, "pytestmark", []):
+        if mark.name == "parametrize":
+            n *= len(mark.args[1])
+    return n
 
 
 def test_the_readme_supervisor_example_runs_as_a_program(tmp_path: Path, redis_server: RedisServer) -> None:

@@ -16,17 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from source_contract import (
-    OwnershipLog,
-    SkewedClock,
-    SourceContract,
-    SourceHarness,
-    offsets,
-    poll_messages,
-    poll_topic,
-    split,
-    wait_assigned,
-)
 
 from lite_push import (
     ConfigError,
@@ -42,6 +31,17 @@ from lite_push import (
 from lite_push._router import java_hash, lane_of
 from lite_push.sources import ConsumeFromWhere, EmbeddedBroker, EmbeddedPullConsumer, PullSource
 from lite_push.sources.embedded.files import HEADER, TRAILER
+from lite_push.testing import (
+    OwnershipLog,
+    SkewedClock,
+    SourceContract,
+    SourceHarness,
+    offsets,
+    poll_messages,
+    poll_topic,
+    split,
+    wait_assigned,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 FIRST = ConsumeFromWhere.FIRST_OFFSET

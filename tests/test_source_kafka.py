@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from source_contract import SourceContract, SourceHarness
 
 from lite_push import MessageQueue
 from lite_push.sources import ConsumeFromWhere, PullSource
 from lite_push.sources.kafka import KafkaBroker, KafkaPullConsumer
 from lite_push.sources.kafka.mock_cluster import MockKafkaCluster
+from lite_push.testing import SourceContract, SourceHarness
 
 FIRST = ConsumeFromWhere.FIRST_OFFSET
 #: Short sessions keep the group's rebalances quick (heartbeats every 10 %).

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 import pytest
 import redis
 from helpers import wait_until
-from source_contract import SkewedClock, SourceContract, SourceHarness, offsets, poll_messages, poll_until, split
 
 from lite_push import ConfigError, MessageQueue, MessageTooLargeError, UnknownTopicError
 from lite_push._router import lane_of
@@ -22,6 +21,7 @@ from lite_push.sources import ConsumeFromWhere, PullSource, RebalanceListener
 from lite_push.sources.redis import RedisBroker, RedisPullConsumer
 from lite_push.sources.redis import broker as redis_broker
 from lite_push.sources.redis_server import RedisCluster, RedisServer
+from lite_push.testing import SkewedClock, SourceContract, SourceHarness, offsets, poll_messages, poll_until, split
 
 FIRST = ConsumeFromWhere.FIRST_OFFSET
 

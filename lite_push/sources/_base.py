@@ -304,6 +304,15 @@ class PullSource(abc.ABC):
     def set_rebalance_listener(self, listener: RebalanceListener | None) -> None:
         """Install the listener told of assignment changes (replaces any)."""
 
+    @property
+    def rebalance_listener(self) -> RebalanceListener | None:
+        """The listener installed, or None (a consumer refuses a source that
+        has one: it installs its own).  The default reads ``_listener``,
+        where lite_push's sources keep it; a source that keeps it elsewhere
+        overrides this."""
+        listener: RebalanceListener | None = getattr(self, "_listener", None)
+        return listener
+
     @abc.abstractmethod
     def poll(self, timeout: float, max_per_queue: int = 32) -> list[PollBatch]:
         """Return the next messages of the owned, unpaused queues.
