@@ -7,7 +7,8 @@ Layout (one concern per module; underscored modules are implementation;
   types, ConsumerConfig, the error tree, injectable time
 * ``_consumer``        LitePushConsumer: the facade for plain code
 * ``_async_consumer``  AsyncLitePushConsumer: the facade inside an event loop
-* ``_consumer_core``   what both share: wiring the parts, start, the shutdown order
+* ``_consumer_core``   what both share: checks, start, the shutdown order
+* ``_wiring``          building one consumer's parts, each with the collaborators it uses
 * ``_shared``          what several parts share: counters, the first failure, app pauses
 * ``_pull_loop``       the pull thread: poll -> track -> dispatch, timers, commits
 * ``_dispatch``        routing gathered messages to the lanes (router or round robin)

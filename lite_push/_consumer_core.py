@@ -1,66 +1,48 @@
-"""What both consumer facades share: wiring, the pull thread, shutdown.
+"""What both consumer facades share: checks, the pull thread, shutdown.
 
-:class:`ConsumerCore` builds one consumer's parts, each with the few
-collaborators it uses, in the order they need each other (nothing is wired
-after construction):
+:class:`ConsumerCore` checks its arguments, has ``_wiring`` build the
+parts (each with the few collaborators it uses; nothing is wired after
+construction) and runs their life cycle:
 
     source.poll ─► PullLoop (track) ─► Dispatcher (route) ─► Lane ─► LaneWorker ─► listener
                         │                                                 │
       Assignment ◄──────┘ (rebalance, inside poll)                        └─► ProcessQueue.complete
       FlowControl, FailureSender, Committer (pull thread)                     (commit point moves)
 
-What several parts share (the owned queues, the timer, the outbox, the
-counters, the first failure) is made first and handed to each that uses it.
-
 The facades add only how they are started and stopped:
 ``LitePushConsumer`` from plain code (threads, or an event loop on a thread of
 its own for an ``async def`` listener), ``AsyncLitePushConsumer`` from inside a
 running event loop.
 
-Threads: the **pull thread** (``_pull_loop``) is the only one that touches the
-source; one task per lane (a thread, or a coroutine) drains its lane;
+Threads: the **pull thread** (``_pull_loop``) is the only one that polls,
+commits and stores failures (lanes only ``wakeup()`` the source); one task per lane (a thread, or a coroutine) drains its lane;
 ``stats()`` and the metrics collector only read.
 """
 
 from __future__ import annotations
 
 import inspect
-import itertools
 import logging
 import threading
 import time
-from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ._assignment import AppHook, Assignment
+from ._assignment import AppHook
 from ._async_executor import AsyncExecutor
-from ._call_gate import CallGate
 from ._clock import SYSTEM_CLOCK, Clock
-from ._committer import Committer
 from ._config import ConsumeMode, ConsumerConfig
-from ._dispatch import Dispatcher
 from ._errors import ConfigError, LitePushError
 from ._exporter import exporter_for, release_exporter
-from ._failure_sender import FailureSender
-from ._failures import FailurePolicy, Outbox
-from ._flow_control import FlowControl
-from ._lane_worker import LaneWorker
 from ._lanemetrics import LANE_METRICS_IMPL, LaneMetrics
-from ._lanes import Lane
 from ._offsets import OFFSETS_IMPL
-from ._parked_keys import ParkedKeys
-from ._process_queue import ProcessQueue
-from ._pull_loop import PullLoop
-from ._queue_orderly import QueueOrderlyService
-from ._rate_limit import KeyPacer, RateLimiter
-from ._router import ROUTER_IMPL, KeyRouter
-from ._shared import ABORT_GRACE, MAX_SEGMENT, AppPauses, Counters, FailureLatch, KeyOf, safe_key_of
-from ._snapshots import ConsumerMetrics, ConsumerStats, Readings, metrics_of, stats_of
+from ._router import ROUTER_IMPL
+from ._shared import ABORT_GRACE, FailureLatch
+from ._snapshots import ConsumerMetrics, ConsumerStats, metrics_of, stats_of
 from ._thread_executor import ThreadExecutor
-from ._timer import RetryTimer
-from ._types import MessageExt, MessageQueue
+from ._types import MessageQueue
+from ._wiring import build_parts
 from .metrics import collector_for, new_lane_metrics
 from .sources._base import MessageModel, PullSource, retry_topic
 
@@ -118,36 +100,6 @@ def _check_source(config: ConsumerConfig, source: PullSource) -> None:
         )
 
 
-def _lane_worker(
-    lane: Lane,
-    config: ConsumerConfig,
-    clock: Clock,
-    abort: threading.Event,
-    limiter: RateLimiter | None,
-    pacer: KeyPacer | None,
-    timer: RetryTimer,
-    counters: Counters,
-    key_of: KeyOf | None,
-    policy: FailurePolicy,
-    outbox: Outbox,
-    latch: FailureLatch,
-    lane_metrics: list[LaneMetrics] | None,
-    released: deque[tuple[int, list[MessageExt]]] | None,
-    generations: Iterator[int],
-) -> LaneWorker:
-    """The worker of ``lane``, with its call gate and parked keys."""
-    i = lane.index
-    gate = CallGate(i, config.group, clock, abort, limiter)
-    parked = ParkedKeys(
-        i, timer, generations, counters, monotonic=clock.monotonic, suspend=config.suspend_ms / 1000.0, key_of=key_of
-    )
-    return LaneWorker(
-        i, group=config.group, gate=gate, parked=parked, policy=policy, outbox=outbox, counters=counters, latch=latch,
-        batch_size=config.batch_size, metrics=None if lane_metrics is None else lane_metrics[i],
-        release=None if released is None else released.append, pacer=pacer, key_of=key_of,
-    )  # fmt: skip
-
-
 class ConsumerCore:
     """The parts of one consumer and their life cycle (see the module
     docstring); the public facades derive from it."""
@@ -200,79 +152,27 @@ class ConsumerCore:
             lane_metrics = [new_lane_metrics() for _ in lanes]
             for lane in lanes:
                 lane.stamp()
-        key_of = None if config.key_extractor is None else safe_key_of(config.key_extractor)
-        # What several parts share, made first.
         self._stopping = threading.Event()  # stop polling
         self._stopped = threading.Event()  # the pull thread finished shutdown
         self._deadline = 0.0
-        self._latch = FailureLatch(self._on_failure)
-        #: Set at the shutdown deadline: lanes skip what is left.
-        self._abort = threading.Event()
-        #: Owned queues: assignment writes, the other parts read.
-        owned: dict[MessageQueue, ProcessQueue] = {}
-        self._owned = owned
-        counters = Counters(len(lanes))
-        timer = RetryTimer(source.wakeup)  # the pull thread may be waiting past a new earliest entry
-        outbox = Outbox(source.wakeup)
-        self._app_pauses = AppPauses()
-        limiter = None if config.max_rate is None else RateLimiter(config.max_rate, clock.monotonic)
-        pacer = KeyPacer(config.key_min_interval) if config.key_min_interval > 0 else None
-        generations = itertools.count(1)  # of parks, shared by the lanes (next() is atomic)
-        policy = FailurePolicy(
-            config.mode is not ConsumeMode.CONCURRENTLY, config.max_reconsume_times, config.retry_start_level
-        )
-        router: KeyRouter | None = None
-        released: deque[tuple[int, list[MessageExt]]] | None = None
-        if config.mode is ConsumeMode.KEY_ORDERLY:
-            router = KeyRouter(len(lanes), config.lane_placement, key_of, MAX_SEGMENT)
-            if router.tracks_load:
-                released = deque()  # lanes append what they are done with; the dispatcher drains it
-        lane_limit = None
-        if isinstance(self._executor, AsyncExecutor) and config.loop_turn_target:
-            lane_limit = self._executor.lane_limit  # new keys go to the lanes admission lets run
-        # QUEUE_ORDERLY (the baseline) replaces the lanes with RocketMQ's
-        # consume pool; see _queue_orderly.
-        self._orderly: QueueOrderlyService | None = None
-        if config.mode is ConsumeMode.QUEUE_ORDERLY:
-            self._orderly = QueueOrderlyService(
-                config, listener, self._abort, clock.monotonic, outbox.put, policy, limiter, clock.wait
-            )
-        #: Each lane with its worker (none: the baseline runs its own pool).
-        self._lane_workers = (
-            []
-            if self._orderly is not None
-            else [
-                (lane, _lane_worker(lane, config, clock, self._abort, limiter, pacer, timer, counters, key_of,
-                                    policy, outbox, self._latch, lane_metrics, released, generations))
-                for lane in lanes
-            ]
+        parts = build_parts(
+            config, source, clock, self._executor, lanes, listener, lane_metrics, FailureLatch(self._on_failure),
+            self._stopping, (on_assigned, on_revoked),
         )  # fmt: skip
-        self._committer = Committer(source, owned, config.group)
-        self._sender = FailureSender(
-            source, outbox, timer, counters, group=config.group, suspend_ms=config.suspend_ms,
-            broadcasting=source.message_model is MessageModel.BROADCASTING,
-        )  # fmt: skip
-        dispatcher = Dispatcher(
-            lanes, owned, lane_capacity=config.lane_capacity, flush=self._executor.flush, router=router,
-            released=released, lane_limit=lane_limit, orderly=self._orderly,
-        )  # fmt: skip
-        assignment = Assignment(
-            config, source, clock, owned, lanes=len(lanes), counters=counters, timer=timer, dispatcher=dispatcher,
-            committer=self._committer, sender=self._sender, orderly=self._orderly, hooks=(on_assigned, on_revoked),
-        )  # fmt: skip
-        flow = FlowControl(config, source, owned, lanes, counters.queues, self._app_pauses)
-        self._pull = PullLoop(
-            config, source, clock, owned, assignment=assignment, dispatcher=dispatcher, flow=flow,
-            committer=self._committer, sender=self._sender, timer=timer, queue_counters=counters.queues,
-            latch=self._latch, stopping=self._stopping, pacer=pacer, renews_locks=self._orderly is not None,
-        )  # fmt: skip
-        source.set_rebalance_listener(assignment)
+        self._latch = parts.latch
+        self._abort = parts.abort
+        self._owned = parts.owned
+        self._app_pauses = parts.app_pauses
+        self._orderly = parts.orderly
+        self._lane_workers = parts.workers
+        self._committer = parts.committer
+        self._sender = parts.sender
+        self._pull = parts.pull
+        self._readings = parts.readings
+        source.set_rebalance_listener(parts.assignment)
         #: The source's listener: checked at start (one set since would
         #: silently replace it).
-        self._assignment = assignment
-        self._readings = Readings(
-            config, source, counters, owned, lanes, timer, self._latch, limiter, lane_metrics, lane_limit
-        )
+        self._assignment = parts.assignment
         self._pull_thread: threading.Thread | None = None
         self._started = False
         self._subscriptions: list[tuple[str, str]] = []

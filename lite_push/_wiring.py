@@ -1,0 +1,177 @@
+"""Wiring: one consumer's parts, each built with the few collaborators it uses.
+
+What several parts share is made first (the owned queues, the timer, the
+outbox, the counters, the abort event, the failure policy, the router's
+released deque), then each part in the order they need each other, so
+nothing is wired after construction:
+
+    lanes' workers (CallGate, ParkedKeys)  Committer  FailureSender
+    Dispatcher  Assignment  FlowControl  PullLoop
+
+``ConsumerCore`` owns the result (:class:`Parts`) and runs its life cycle.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ._assignment import AppHook, Assignment
+from ._async_executor import AsyncExecutor
+from ._call_gate import CallGate
+from ._clock import Clock
+from ._committer import Committer
+from ._config import ConsumeMode, ConsumerConfig
+from ._dispatch import Dispatcher
+from ._failure_sender import FailureSender
+from ._failures import FailurePolicy, Outbox
+from ._flow_control import FlowControl
+from ._lane_worker import LaneWorker
+from ._lanemetrics import LaneMetrics
+from ._lanes import Lane
+from ._parked_keys import ParkedKeys
+from ._process_queue import ProcessQueue
+from ._pull_loop import PullLoop
+from ._queue_orderly import QueueOrderlyService
+from ._rate_limit import KeyPacer, RateLimiter
+from ._router import KeyRouter
+from ._shared import MAX_SEGMENT, AppPauses, Counters, FailureLatch, KeyOf, safe_key_of
+from ._snapshots import Readings
+from ._thread_executor import ThreadExecutor
+from ._timer import RetryTimer
+from ._types import MessageExt, MessageQueue
+from .sources._base import MessageModel, PullSource
+
+__all__ = ["Parts", "build_parts"]
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """What :func:`build_parts` made, for the consumer's life cycle."""
+
+    #: The first failure of a lane or the pull thread.
+    latch: FailureLatch
+    #: Set at the shutdown deadline: lanes skip what is left.
+    abort: threading.Event
+    #: Owned queues: assignment writes, the other parts read.
+    owned: dict[MessageQueue, ProcessQueue]
+    app_pauses: AppPauses
+    #: QUEUE_ORDERLY's consume pool (``None`` in the other modes).
+    orderly: QueueOrderlyService | None
+    #: Each lane with its worker (none: the baseline runs its own pool).
+    workers: list[tuple[Lane, LaneWorker]]
+    committer: Committer
+    sender: FailureSender
+    #: The source's rebalance listener.
+    assignment: Assignment
+    pull: PullLoop
+    #: What ``stats()`` and the metrics read.
+    readings: Readings
+
+
+def build_parts(
+    config: ConsumerConfig,
+    source: PullSource,
+    clock: Clock,
+    executor: ThreadExecutor | AsyncExecutor,
+    lanes: list[Lane],
+    listener: Any,
+    lane_metrics: list[LaneMetrics] | None,
+    latch: FailureLatch,
+    stopping: threading.Event,
+    hooks: tuple[AppHook | None, AppHook | None],
+) -> Parts:
+    """Build the parts of one consumer (see the module docstring)."""
+    key_of = None if config.key_extractor is None else safe_key_of(config.key_extractor)
+    abort = threading.Event()
+    owned: dict[MessageQueue, ProcessQueue] = {}
+    counters = Counters(len(lanes))
+    timer = RetryTimer(source.wakeup)  # the pull thread may be waiting past a new earliest entry
+    outbox = Outbox(source.wakeup)
+    app_pauses = AppPauses()
+    limiter = None if config.max_rate is None else RateLimiter(config.max_rate, clock.monotonic)
+    pacer = KeyPacer(config.key_min_interval) if config.key_min_interval > 0 else None
+    generations = itertools.count(1)  # of parks, shared by the lanes (next() is atomic)
+    policy = FailurePolicy(
+        config.mode is not ConsumeMode.CONCURRENTLY, config.max_reconsume_times, config.retry_start_level
+    )
+    router: KeyRouter | None = None
+    released: deque[tuple[int, list[MessageExt]]] | None = None
+    if config.mode is ConsumeMode.KEY_ORDERLY:
+        router = KeyRouter(len(lanes), config.lane_placement, key_of, MAX_SEGMENT)
+        if router.tracks_load:
+            released = deque()  # lanes append what they are done with; the dispatcher drains it
+    lane_limit = None
+    if isinstance(executor, AsyncExecutor) and config.loop_turn_target:
+        lane_limit = executor.lane_limit  # new keys go to the lanes admission lets run
+    # QUEUE_ORDERLY (the baseline) replaces the lanes with RocketMQ's
+    # consume pool; see _queue_orderly.
+    orderly: QueueOrderlyService | None = None
+    if config.mode is ConsumeMode.QUEUE_ORDERLY:
+        orderly = QueueOrderlyService(config, listener, abort, clock.monotonic, outbox.put, policy, limiter, clock.wait)
+    workers = (
+        []
+        if orderly is not None
+        else [
+            (lane, _lane_worker(lane, config, clock, abort, limiter, pacer, timer, counters, key_of, policy, outbox,
+                                latch, lane_metrics, released, generations))
+            for lane in lanes
+        ]
+    )  # fmt: skip
+    committer = Committer(source, owned, config.group)
+    sender = FailureSender(
+        source, outbox, timer, counters, group=config.group, suspend_ms=config.suspend_ms,
+        broadcasting=source.message_model is MessageModel.BROADCASTING,
+    )  # fmt: skip
+    dispatcher = Dispatcher(
+        lanes, owned, lane_capacity=config.lane_capacity, flush=executor.flush, router=router, released=released,
+        lane_limit=lane_limit, orderly=orderly,
+    )  # fmt: skip
+    assignment = Assignment(
+        config, source, clock, owned, lanes=len(lanes), counters=counters, timer=timer, dispatcher=dispatcher,
+        committer=committer, sender=sender, orderly=orderly, hooks=hooks,
+    )  # fmt: skip
+    flow = FlowControl(config, source, owned, lanes, counters.queues, app_pauses)
+    pull = PullLoop(
+        config, source, clock, owned, assignment=assignment, dispatcher=dispatcher, flow=flow, committer=committer,
+        sender=sender, timer=timer, queue_counters=counters.queues, latch=latch, stopping=stopping, pacer=pacer,
+        renews_locks=orderly is not None,
+    )  # fmt: skip
+    readings = Readings(config, source, counters, owned, lanes, timer, latch, limiter, lane_metrics, lane_limit)
+    return Parts(
+        latch, abort, owned, app_pauses, orderly, workers, committer, sender, assignment, pull, readings
+    )  # fmt: skip
+
+
+def _lane_worker(
+    lane: Lane,
+    config: ConsumerConfig,
+    clock: Clock,
+    abort: threading.Event,
+    limiter: RateLimiter | None,
+    pacer: KeyPacer | None,
+    timer: RetryTimer,
+    counters: Counters,
+    key_of: KeyOf | None,
+    policy: FailurePolicy,
+    outbox: Outbox,
+    latch: FailureLatch,
+    lane_metrics: list[LaneMetrics] | None,
+    released: deque[tuple[int, list[MessageExt]]] | None,
+    generations: Iterator[int],
+) -> LaneWorker:
+    """The worker of ``lane``, with its call gate and parked keys."""
+    i = lane.index
+    gate = CallGate(i, config.group, clock, abort, limiter)
+    parked = ParkedKeys(
+        i, timer, generations, counters, monotonic=clock.monotonic, suspend=config.suspend_ms / 1000.0, key_of=key_of
+    )
+    return LaneWorker(
+        i, group=config.group, gate=gate, parked=parked, policy=policy, outbox=outbox, counters=counters, latch=latch,
+        batch_size=config.batch_size, metrics=None if lane_metrics is None else lane_metrics[i],
+        release=None if released is None else released.append, pacer=pacer, key_of=key_of,
+    )  # fmt: skip
