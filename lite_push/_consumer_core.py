@@ -15,8 +15,9 @@ its own for an ``async def`` listener), ``AsyncLitePushConsumer`` from inside a
 running event loop.
 
 Threads: the **pull thread** (``_pull_loop``) is the only one that polls,
-commits and stores failures (lanes only ``wakeup()`` the source); one task per lane (a thread, or a coroutine) drains its lane;
-``stats()`` and the metrics collector only read.
+commits and stores failures (lanes only ``wakeup()`` the source); one task
+per lane (a thread, or a coroutine) drains its lane; ``stats()`` and the
+metrics collector only read.
 """
 
 from __future__ import annotations
