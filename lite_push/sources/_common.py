@@ -1,7 +1,7 @@
 """What the embedded and the Redis sources share, written once: the broker
 clock protocol, tag expressions, input checks (topic names, delay levels,
-messages handed to send_back/send_to_dlq, ``send_batch`` items and the queue
-an item goes to), where a new group starts on a queue (``consume_from``),
+messages handed to send_back/send_to_dlq; ``send_batch`` items and their
+queues are :mod:`._sending`'s), where a new group starts on a queue (``consume_from``),
 and the per-member queue state (assignment, pause/resume) behind the
 PullSource contract."""
 
@@ -12,7 +12,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from .._errors import ConfigError, LitePushError, MessageTooLargeError, NotSubscribedError
 from .._types import MessageExt, MessageQueue, OffsetAndMetadata
@@ -30,7 +30,6 @@ from .local_offsets import LocalOffsetStore, default_offset_file
 
 __all__ = [
     "DEFAULT_TIMESTAMP_LAG_MS",
-    "ITEM_FIELDS",
     "BrokerClock",
     "QueueStates",
     "check_delay_levels",
@@ -46,8 +45,6 @@ __all__ = [
     "retry_item",
     "warn_skipped_start",
     "no_send_back",
-    "unpack_item",
-    "unpack_mapping",
     "validate_topic",
 ]
 
@@ -131,67 +128,6 @@ def warn_skipped_start(group: str, topic: str, skipped: int) -> None:
         topic,
         skipped,
     )
-
-
-#: The keys a mapping item of ``send_batch`` may have.
-ITEM_FIELDS = frozenset({"body", "keys", "tags", "properties", "queue_id"})
-
-
-def unpack_mapping(item: Mapping[str, Any]) -> tuple[Any, str | None, str | None, dict[str, str], int | None]:
-    """``(body, keys, tags, properties, queue_id)`` of a mapping item of
-    ``send_batch``; ``TypeError`` naming what is wrong (the body and keys
-    are checked by the caller)."""
-    unknown = set(item) - ITEM_FIELDS
-    if unknown or "body" not in item:
-        raise TypeError(f"send_batch mapping items need 'body' and take only {sorted(ITEM_FIELDS)}")
-    tags = item.get("tags")
-    if tags is not None and type(tags) is not str:
-        raise TypeError(f"tags must be str or None, got {type(tags).__name__}")
-    raw = item.get("properties")
-    props: dict[str, str] = {}
-    if raw:
-        if not isinstance(raw, Mapping):
-            raise TypeError(f"properties must be a mapping of str to str, got {type(raw).__name__}")
-        props = dict(raw)
-        for k, v in props.items():
-            if type(k) is not str or type(v) is not str:
-                raise TypeError(f"properties must map str to str, got {k!r}: {v!r}")
-    return item["body"], item.get("keys"), tags or None, props, item.get("queue_id")
-
-
-def unpack_item(item: Any) -> tuple[Any, Any, str | None, dict[str, str], Any]:
-    """``(body, keys, tags, properties, queue_id)`` of one ``send_batch``
-    item: ``body``, ``(body, keys)`` or a mapping; ``TypeError`` naming what
-    is wrong with its shape (body and keys are checked by the caller)."""
-    tp = type(item)
-    if tp is bytes:
-        return item, None, None, {}, None
-    if tp is tuple:
-        if len(item) != 2:
-            raise TypeError(f"send_batch items are body, (body, keys) or a mapping; got a {len(item)}-tuple")
-        return item[0], item[1], None, {}, None
-    if isinstance(item, Mapping):
-        return unpack_mapping(item)
-    raise TypeError(f"send_batch items are body, (body, keys) or a mapping; got {tp.__name__}")
-
-
-def checked_item(
-    item: Any, topic: str, queues: int, limit: int
-) -> tuple[bytes, str | None, str | None, dict[str, str], int | None]:
-    """``(body, keys, tags, properties, queue_id)`` of one ``send_batch``
-    item, checked: ``TypeError`` for a body that is not bytes or keys that
-    are not str, ``MessageTooLargeError`` over ``limit``, ``ValueError`` for
-    a ``queue_id`` outside ``[0, queues)``."""
-    body, keys, tags, props, qid = unpack_item(item)
-    if type(body) is not bytes:
-        raise TypeError(f"message body must be bytes, got {type(body).__name__}")
-    if len(body) > limit:
-        raise MessageTooLargeError(topic, len(body), limit)
-    if keys is not None and type(keys) is not str:
-        raise TypeError(f"keys must be str or None, got {type(keys).__name__}")
-    if qid is not None and (type(qid) is not int or not 0 <= qid < queues):
-        raise ValueError(f"queue_id must be an int in [0, {queues}) for topic {topic!r}, got {qid!r}")
-    return body, keys, tags, props, qid
 
 
 def commit_entries(offsets: Mapping[MessageQueue, OffsetAndMetadata | int]) -> dict[MessageQueue, OffsetAndMetadata]:

@@ -24,6 +24,7 @@ from zlib import crc32 as _crc32
 from ..._errors import UnknownTopicError
 from ..._types import MessageExt, MessageQueue
 from .._common import now_ms, validate_topic
+from .._sending import RoundRobin
 from .files import HEADER, MAGIC, TRAILER, QueueLog, Store, encode_meta, msg_id_prefix
 
 __all__ = ["Encoded", "LogStore", "Topic"]
@@ -49,8 +50,7 @@ class Topic:
         self.logs: list[list[MessageExt]] = [[] for _ in range(count)]
         self.files: list[QueueLog] | None = None
         self.prefixes = [msg_id_prefix(broker_name, name, i) for i in range(count)]
-        #: racy across senders on purpose: round-robin only spreads load
-        self.rr = 0
+        self.rr = RoundRobin()
 
 
 class LogStore:

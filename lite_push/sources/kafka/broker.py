@@ -32,7 +32,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from ..._errors import ConfigError, SourceClosedError, UnknownTopicError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
 from .._base import DEFAULT_DELAY_LEVELS, ConsumeFromWhere
-from .._common import check_delay_levels, checked_item
+from .._common import check_delay_levels
+from .._sending import checked_items
 from .client_log import LIBRDKAFKA_LOGGER
 from .codec import MalformedRecord, decode, encode_headers, kafka_topic, key_decoder
 from .copies import Copies
@@ -318,8 +319,7 @@ class KafkaBroker:
             raise UnknownTopicError(topic)
         name = kafka_topic(topic)
         records: list[Record] = []
-        for item in items:
-            body, keys, tags, props, qid = checked_item(item, topic, n, self.max_message_size)
+        for body, keys, tags, props, qid in checked_items(items, topic, n, self.max_message_size):
             key = None if keys is None else keys.encode("utf-8")
             records.append((name, qid, key, body, encode_headers(tags, props, self.tags_header)))
         results = []

@@ -22,7 +22,6 @@ import orjson
 import redis
 
 from ..._errors import ConfigError, SourceClosedError, UnknownTopicError
-from ..._router import lane_of
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
 from ...rebalance.allocate import AVERAGELY, AllocateStrategy
 from .._base import (
@@ -32,7 +31,8 @@ from .._base import (
     is_retry_or_dlq_topic,
     reconsume_times_of,
 )
-from .._common import BrokerClock, check_delay_levels, checked_item, now_ms, validate_topic
+from .._common import BrokerClock, check_delay_levels, now_ms, validate_topic
+from .._sending import RoundRobin, checked_items
 from .codec import decode, offset_of
 from .connection import Connection, qfield
 from .consumer import RedisPullConsumer
@@ -54,7 +54,7 @@ class TopicInfo:
     def __init__(self, name: str, broker_name: str, count: int) -> None:
         self.name = name
         self.queues = [MessageQueue(name, broker_name, i) for i in range(count)]
-        self.rr = 0
+        self.rr = RoundRobin()
 
 
 class RedisBroker:
@@ -251,15 +251,7 @@ class RedisBroker:
         born = now_ms()
         args: dict[int, list[bytes]] = {}
         order: list[tuple[int, int]] = []  # (queue, index within the queue's part)
-        for item in items:
-            body, keys, tags, props, qid = checked_item(item, topic, n, limit)
-            if qid is not None:
-                q = qid
-            elif keys:
-                q = lane_of(keys, n)
-            else:
-                q = t.rr % n
-                t.rr += 1
+        for body, keys, tags, props, q in checked_items(items, topic, n, limit, t.rr):
             if props:
                 reconsume_times_of(props)
             meta: dict[str, Any] = {"bt": born}
