@@ -1,20 +1,22 @@
-"""What the embedded and the Redis sources share, written once: the broker
-clock protocol, tag expressions, input checks (topic names, delay levels,
-messages handed to send_back/send_to_dlq; ``send_batch`` items and their
-queues are :mod:`._sending`'s), where a new group starts on a queue (``consume_from``),
-and the per-member queue state (assignment, pause/resume) behind the
-PullSource contract."""
+"""What the sources share, written once: the broker clock protocol, tag
+expressions, input checks (topic names, delay levels, lock leases,
+messages handed to send_back/send_to_dlq), where a new group starts on a
+queue (``consume_from``), and commit entries.
+
+Elsewhere, once as well: ``send_batch`` items and their queues
+(:mod:`._sending`), a member's owned queues (:mod:`._owned`), and the
+message model -- CLUSTERING or BROADCASTING -- as a strategy
+(:mod:`._member_model`)."""
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
 
-from .._errors import ConfigError, LitePushError, MessageTooLargeError, NotSubscribedError
+from .._errors import ConfigError, MessageTooLargeError
 from .._types import MessageExt, MessageQueue, OffsetAndMetadata
 from ._base import (
     DLQ_EXCEPTION,
@@ -22,29 +24,22 @@ from ._base import (
     DLQ_REASON,
     RECONSUME_TIME,
     ConsumeFromWhere,
-    MessageModel,
-    RebalanceListener,
     origin_properties,
 )
-from .local_offsets import LocalOffsetStore, default_offset_file
 
 __all__ = [
     "DEFAULT_TIMESTAMP_LAG_MS",
     "BrokerClock",
-    "QueueStates",
     "check_delay_levels",
     "check_lease",
     "check_message",
-    "check_message_model",
     "commit_entries",
     "dead_letter_item",
     "initial_position",
     "now_ms",
-    "open_offset_store",
     "parse_tag_expression",
     "retry_item",
     "warn_skipped_start",
-    "no_send_back",
     "validate_topic",
 ]
 
@@ -148,34 +143,6 @@ def commit_entries(offsets: Mapping[MessageQueue, OffsetAndMetadata | int]) -> d
     return entries
 
 
-def check_message_model(message_model: object, offset_file: object) -> None:
-    """``ConfigError`` naming the field for a bad ``message_model`` or an
-    ``offset_file`` given to a CLUSTERING member."""
-    if not isinstance(message_model, MessageModel):
-        raise ConfigError("message_model", f"must be a MessageModel, got {message_model!r}")
-    if offset_file is not None and message_model is not MessageModel.BROADCASTING:
-        raise ConfigError("offset_file", "is only used with message_model=BROADCASTING")
-
-
-def open_offset_store(
-    message_model: MessageModel,
-    offset_file: str | os.PathLike[str] | None,
-    broker_name: str,
-    group: str,
-) -> LocalOffsetStore | None:
-    """A BROADCASTING member's offsets file (opened and locked; default
-    :func:`default_offset_file`), or None for CLUSTERING."""
-    if message_model is not MessageModel.BROADCASTING:
-        return None
-    path = offset_file if offset_file is not None else default_offset_file(broker_name, group)
-    return LocalOffsetStore(path, broker_name=broker_name, group=group)
-
-
-def no_send_back(consumer: object) -> LitePushError:
-    """What ``send_back`` of a BROADCASTING member returns for each item."""
-    return LitePushError(f"{consumer!r} is BROADCASTING: failed messages are retried by the member, not sent back")
-
-
 def validate_topic(topic: str) -> None:
     """``ValueError`` unless ``topic`` is a usable topic name."""
     if not isinstance(topic, str) or not topic or len(topic) > 255:
@@ -246,106 +213,3 @@ def check_message(m: object, limit: int) -> MessageExt:
         if type(k) is not str or type(v) is not str:
             raise TypeError(f"properties must map str to str, got {k!r}: {v!r}")
     return m
-
-
-class _State(Protocol):
-    paused: bool
-
-
-class _EndOffsets(Protocol):
-    def max_offset(self, queue: MessageQueue) -> int: ...
-
-
-_S = TypeVar("_S", bound=_State)
-
-
-class QueueStates(Generic[_S]):
-    """Mixin for a source consumer that keeps ``_states`` (its owned queues'
-    state objects, each with ``paused``) and ``_active`` (the unpaused ones in
-    queue order), and has ``_listener``, ``client_id`` and ``_check_open()``."""
-
-    _states: dict[MessageQueue, _S]
-    _active: list[_S]
-    _listener: RebalanceListener | None
-    #: The broker (embedded or Redis); both have ``max_offset(queue)``.
-    _broker: _EndOffsets
-    #: BROADCASTING: the member's offsets file (None: CLUSTERING).
-    _store: LocalOffsetStore | None
-
-    if TYPE_CHECKING:  # provided by the consumer class
-
-        @property
-        def client_id(self) -> str: ...
-
-        def _check_open(self) -> None: ...
-
-    @property
-    def message_model(self) -> MessageModel:
-        return MessageModel.BROADCASTING if self._store is not None else MessageModel.CLUSTERING
-
-    def end_offsets(self, queues: Collection[MessageQueue]) -> dict[MessageQueue, int]:
-        """``PullSource.end_offsets``: the broker's next offset of each queue."""
-        broker = self._broker
-        return {q: broker.max_offset(q) for q in queues}
-
-    @property
-    def offset_store(self) -> LocalOffsetStore | None:
-        """The local offsets file of a BROADCASTING member (else None)."""
-        return self._store
-
-    def _commit_local(self, entries: Mapping[MessageQueue, OffsetAndMetadata]) -> None:
-        """BROADCASTING: write the owned queues' offsets to the file."""
-        assert self._store is not None
-        owned = {q: om for q, om in entries.items() if q in self._states}
-        if len(owned) < len(entries):
-            logger.debug("%r: %d commit(s) ignored: not its queues", self, len(entries) - len(owned))
-        if owned:
-            self._store.commit(owned)
-
-    def _notify(self, what: str, queues: list[MessageQueue]) -> None:
-        """Call the rebalance listener's ``what``; log (never raise) its errors."""
-        listener = self._listener
-        if listener is None:
-            return
-        try:
-            getattr(listener, what)(queues)
-        except Exception:
-            logger.exception("rebalance listener %s(%s) of %r raised", what, [str(q) for q in queues], self)
-
-    def _rebuild_active(self) -> None:
-        self._active = [st for _, st in sorted(self._states.items()) if not st.paused]
-
-    def assignment(self) -> frozenset[MessageQueue]:
-        self._check_open()
-        return frozenset(self._states)
-
-    def pause(self, queues: Collection[MessageQueue]) -> None:
-        self._check_open()
-        changed = False
-        for q in queues:
-            st = self._states.get(q)
-            if st is not None and not st.paused:
-                st.paused = changed = True
-        if changed:
-            self._rebuild_active()
-
-    def resume(self, queues: Collection[MessageQueue]) -> None:
-        self._check_open()
-        changed = False
-        for q in queues:
-            st = self._states.get(q)
-            if st is not None and st.paused:
-                st.paused = False
-                changed = True
-        if changed:
-            self._rebuild_active()
-
-    def paused(self) -> frozenset[MessageQueue]:
-        self._check_open()
-        return frozenset(q for q, st in self._states.items() if st.paused)
-
-    def _owned(self, queue: MessageQueue) -> _S:
-        st = self._states.get(queue)
-        if st is None:
-            raise NotSubscribedError(f"{queue} is not assigned to consumer {self.client_id!r}")
-        return st
