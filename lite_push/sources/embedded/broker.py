@@ -4,9 +4,8 @@ It wires the parts (see the package docstring): the log store
 (:mod:`.log`), the group coordinator (:mod:`.groups`) and the schedule of
 retries and dead letters (:mod:`.schedule`), and offers what producers,
 tools and :meth:`EmbeddedBroker.pull_consumer` need: topics, sending,
-offsets, closing.  A consumer (:mod:`.consumer`) is built with the parts it
-uses (``log``, ``groups``, ``schedule``, the clock and :meth:`check_open`),
-not with the broker.
+offsets, closing.  A consumer (:mod:`.consumer`) keeps the parts it uses
+(``log``, ``groups``, ``schedule``, the clock), not the broker.
 """
 
 from __future__ import annotations
@@ -370,11 +369,7 @@ class EmbeddedBroker:
         ``offset_file`` (default
         :func:`~lite_push.sources.local_offsets.default_offset_file`)."""
         return EmbeddedPullConsumer(
-            self.log,
-            self.groups,
-            self.schedule,
-            self.clock,
-            self.check_open,
+            self,
             group,
             consume_from=consume_from,
             consume_timestamp=consume_timestamp,

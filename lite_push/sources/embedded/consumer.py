@@ -1,11 +1,12 @@
 """EmbeddedPullConsumer: a member of a consumer group on the embedded broker.
 
-It is built with the broker's parts it uses, never the broker: the log
-store (the queues' message lists, which a poll slices without the lock),
-the group coordinator (registering, and for CLUSTERING joining, the owner
-map, commits, locks) and the schedule (retries, dead letters, due
-deliveries).  Its message model (``_member_model``), chosen once at
-construction, says which queues it owns and where its offsets go:
+It keeps the broker's parts it uses, never the broker (:class:`BrokerParts`
+says which; an :class:`EmbeddedBroker` has them all): the log store (the
+queues' message lists, which a poll slices without the lock), the group
+coordinator (registering, and for CLUSTERING joining, the owner map,
+commits, locks) and the schedule (retries, dead letters, due deliveries).
+Its message model (``_member_model``), chosen once at construction, says
+which queues it owns and where its offsets go:
 :class:`~.clustering.Clustering` (the hand-off protocol of :mod:`.groups`)
 or :class:`~.._member_model.Broadcasting`.
 
@@ -20,7 +21,8 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Protocol
 
 from ..._errors import ConfigError, UnknownTopicError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
@@ -36,7 +38,7 @@ from .log import LogStore
 from .reading import QueueReader, readers, scan
 from .schedule import SCHEDULE_TOPIC, Schedule
 
-__all__ = ["EmbeddedPullConsumer"]
+__all__ = ["BrokerParts", "EmbeddedPullConsumer"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,13 +68,32 @@ def _check_arguments(
         raise ConfigError("allocate", f"must be an allocation strategy, got {allocate!r}")
 
 
+class BrokerParts(Protocol):
+    """What a consumer takes from its broker at construction (an
+    :class:`EmbeddedBroker` has it all); it keeps the parts, not the broker."""
+
+    @property
+    def log(self) -> LogStore: ...
+
+    @property
+    def groups(self) -> GroupCoordinator: ...
+
+    @property
+    def schedule(self) -> Schedule: ...
+
+    @property
+    def clock(self) -> BrokerClock: ...
+
+    def check_open(self) -> None:
+        """``SourceClosedError`` once the broker is closed."""
+        ...
+
+
 class EmbeddedPullConsumer(QueueControl[QueueReader], PullSource):
     """A member of a consumer group on an :class:`EmbeddedBroker`; see
     :class:`~lite_push.sources.PullSource` for the contract of each method.
-    Create it with :meth:`EmbeddedBroker.pull_consumer`, which hands it the
-    broker's parts: ``log``, ``groups``, ``schedule``, the broker's
-    ``clock`` and ``check_open`` (``SourceClosedError`` once the broker is
-    closed).
+    Create it with :meth:`EmbeddedBroker.pull_consumer` (or with a broker,
+    or anything that has its :class:`BrokerParts`, and the same arguments).
 
     Owned by one thread; only :meth:`wakeup` may be called from others.
     Listener exceptions are logged and do not stop the hand-off (a revoked
@@ -80,11 +101,7 @@ class EmbeddedPullConsumer(QueueControl[QueueReader], PullSource):
 
     def __init__(
         self,
-        log: LogStore,
-        groups: GroupCoordinator,
-        schedule: Schedule,
-        clock: BrokerClock,
-        check_open: Callable[[], None],
+        broker: BrokerParts,
         group: str,
         *,
         consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
@@ -97,10 +114,10 @@ class EmbeddedPullConsumer(QueueControl[QueueReader], PullSource):
     ) -> None:
         check_message_model(message_model, offset_file)
         _check_arguments(group, consume_from, session_timeout, client_id, allocate)
-        self._clock = clock
-        self._log = log
-        self._groups = groups
-        self._schedule = schedule
+        self._clock = broker.clock
+        self._log = log = broker.log
+        self._groups = groups = broker.groups
+        self._schedule = broker.schedule
         self._lock = log.lock
         self._cond = log.cond
         timeout = float(session_timeout) if session_timeout is not None else groups.session_timeout
@@ -111,7 +128,7 @@ class EmbeddedPullConsumer(QueueControl[QueueReader], PullSource):
         self._rr = 0
         self._wakeup = False
         with self._lock:
-            check_open()
+            broker.check_open()
             g = groups.group(group)
             if client_id is None:
                 client_id = groups.new_client_id()

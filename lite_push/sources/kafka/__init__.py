@@ -5,6 +5,7 @@ per module:
 
 * :mod:`.broker`        ``KafkaBroker``: settings, sending, reading by
   offset for tools, and the wiring of the parts below;
+* :mod:`.settings`      librdkafka settings: reserved, checked, a member's;
 * :mod:`.topics`        partition counts and topic creation;
 * :mod:`.producer`      the producer: records produced with one flush;
 * :mod:`.consumer`      ``KafkaPullConsumer``: a group member (cooperative-

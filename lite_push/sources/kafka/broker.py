@@ -3,10 +3,11 @@
 It holds what a cluster's members share: the librdkafka settings, the
 producer (sending, retry and dead-letter copies), topic creation and
 metadata, and reading by offset for tools (``lite_push.dlq``).  It wires
-the parts a member uses -- the topic catalog (:mod:`.topics`), the sender
+the parts: the topic catalog (:mod:`.topics`), the sender
 (:mod:`.producer`), the copies (:mod:`.copies`) and the record format
-(:mod:`.codec`) -- and hands them to each consumer group member, a
-:class:`~.consumer.KafkaPullConsumer` made by :meth:`KafkaBroker.pull_consumer`.
+(:mod:`.codec`).  A consumer group member, a
+:class:`~.consumer.KafkaPullConsumer` made by :meth:`KafkaBroker.pull_consumer`,
+keeps the parts it uses, not the broker.
 
 Settings: ``config`` holds librdkafka properties (``security.protocol``,
 ``sasl.*``, ``fetch.max.bytes`` ...) given to every client the broker makes;
@@ -40,43 +41,12 @@ from .codec import MalformedRecord, Record, RecordFormat, kafka_topic, key_decod
 from .consumer import KafkaPullConsumer
 from .copies import Copies
 from .producer import Sender
+from .settings import RESERVED, checked_settings
 from .topics import TopicCatalog
 
 __all__ = ["RESERVED", "KafkaBroker", "Record"]
 
 logger = logging.getLogger(__name__)
-
-#: librdkafka properties lite_push sets itself.
-RESERVED = frozenset(
-    {
-        "bootstrap.servers",
-        "group.id",
-        "enable.auto.commit",
-        "enable.auto.offset.store",
-        "partition.assignment.strategy",
-        "group.protocol",
-        "session.timeout.ms",
-        "statistics.interval.ms",
-        "stats_cb",
-        "on_commit",
-        "logger",
-    }
-)
-
-def _settings(name: str, raw: Mapping[str, Any] | None) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in (raw or {}).items():
-        if not isinstance(k, str):
-            raise ConfigError(name, f"keys must be librdkafka property names, got {k!r}")
-        if k in RESERVED:
-            raise ConfigError(f"{name}[{k!r}]", "is set by lite_push and cannot be overridden")
-        if isinstance(v, bool):
-            v = "true" if v else "false"
-        elif not isinstance(v, (str, int, float)):
-            raise ConfigError(f"{name}[{k!r}]", f"must be a string or a number, got {v!r}")
-        out[k] = str(v)
-    return out
-
 
 class KafkaBroker:
     """A Kafka cluster: its bootstrap servers and shared settings."""
@@ -123,15 +93,15 @@ class KafkaBroker:
         self.broker_name = broker_name
         self.max_message_size = max_message_size
         self.send_timeout = send_timeout
-        self._common = _settings("config", config)
-        self._consumer_only = _settings("consumer_config", consumer_config)
+        self._common = checked_settings("config", config)
+        self._consumer_only = checked_settings("consumer_config", consumer_config)
         producer_settings = {
             "bootstrap.servers": self.bootstrap_servers,
             "partitioner": "murmur2_random",  # the Java producer's choice of partition for a key
             "linger.ms": "2",
             "reconnect.backoff.ms": "10",  # a first connection is held back half of it (default 100)
             **self._common,
-            **_settings("producer_config", producer_config),
+            **checked_settings("producer_config", producer_config),
             "logger": LIBRDKAFKA_LOGGER,
         }
         try:
@@ -169,17 +139,7 @@ class KafkaBroker:
     ) -> KafkaPullConsumer:
         """A new member of consumer group ``group`` (it joins at subscribe)."""
         return KafkaPullConsumer(
-            self.client_settings(),
-            self.catalog,
-            self.copies,
-            self.format,
-            self.check_open,
-            group,
-            session_timeout=self.session_timeout,
-            metadata_max_bytes=self.metadata_max_bytes,
-            consume_from=consume_from,
-            consume_timestamp=consume_timestamp,
-            client_id=client_id,
+            self, group, consume_from=consume_from, consume_timestamp=consume_timestamp, client_id=client_id
         )
 
     def check_open(self) -> None:

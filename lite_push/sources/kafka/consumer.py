@@ -43,9 +43,9 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
 
@@ -54,16 +54,16 @@ from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
 from .._base import ConsumeFromWhere, PullSource, RebalanceListener, is_retry_or_dlq_topic
 from .._common import check_lease, commit_entries, parse_tag_expression
 from .._owned import OwnedQueues, QueueControl
-from .client_log import LIBRDKAFKA_LOGGER
 from .codec import RecordFormat, kafka_topic
 from .commits import COMMIT_PATIENCE, commit_within, fit_metadata
 from .copies import Copies
-from .ownership import STATS_INTERVAL, Ownership
+from .ownership import Ownership
 from .partitions import Partitions
 from .reading import PartitionState, file_records, tags_for, take_batches
+from .settings import member_settings
 from .topics import TopicCatalog
 
-__all__ = ["FILE_LIMIT", "WAIT_SLICE", "KafkaPullConsumer"]
+__all__ = ["FILE_LIMIT", "WAIT_SLICE", "BrokerParts", "KafkaPullConsumer"]
 
 logger = logging.getLogger(__name__)
 
@@ -71,8 +71,6 @@ logger = logging.getLogger(__name__)
 WAIT_SLICE = 0.02
 #: Pause after consume came back early with nothing (seconds).
 EMPTY_BACKOFF = 0.002
-#: librdkafka's ``reconnect.backoff.ms`` unless set (its default is 100).
-RECONNECT_BACKOFF_MS = "10"
 #: Records filed for unpaused partitions beyond which a poll fetches no more.
 FILE_LIMIT = 4096
 
@@ -92,75 +90,58 @@ def _check_arguments(
         raise ConfigError("client_id", f"must be a non-empty string, got {client_id!r}")
 
 
-def member_settings(
-    base: Mapping[str, Any],
-    group: str,
-    client_id: str,
-    consume_from: ConsumeFromWhere,
-    session_timeout: float,
-    stats_cb: Callable[[str], None],
-) -> dict[str, Any]:
-    """A member's librdkafka settings: the broker's ``base`` settings, what
-    lite_push sets (the group, manual commits, the cooperative-sticky
-    assignor, the session, statistics to ``stats_cb``), and defaults the
-    base may override."""
-    timeout_ms = int(session_timeout * 1000)
-    settings = {
-        **base,
-        "group.id": group,
-        "client.id": client_id,
-        "partition.assignment.strategy": "cooperative-sticky",
-        "enable.auto.commit": "false",
-        "enable.auto.offset.store": "false",
-        "auto.offset.reset": "earliest" if consume_from is ConsumeFromWhere.FIRST_OFFSET else "latest",
-        "session.timeout.ms": str(timeout_ms),
-        "heartbeat.interval.ms": str(max(100, timeout_ms // 10)),
-        "statistics.interval.ms": str(int(STATS_INTERVAL * 1000)),
-        "stats_cb": stats_cb,
-        "logger": LIBRDKAFKA_LOGGER,
-    }
-    settings.setdefault("max.poll.interval.ms", str(max(timeout_ms + 1000, 300_000)))
-    # librdkafka holds back new broker connections for half of this
-    # (50 ms by default): at start that delays joining the group.
-    settings.setdefault("reconnect.backoff.ms", RECONNECT_BACKOFF_MS)
-    # Connect to every broker as soon as it is known, not when first
-    # needed: joining waits for one (measured on the mock cluster: the
-    # join took 4 ms, or 15 ms half of the time with sparse connections).
-    settings.setdefault("enable.sparse.connections", "false")
-    return settings
+class BrokerParts(Protocol):
+    """What a member takes from its broker at construction (a
+    :class:`KafkaBroker` has it all); it keeps the parts, not the broker."""
+
+    @property
+    def catalog(self) -> TopicCatalog: ...
+
+    @property
+    def copies(self) -> Copies: ...
+
+    @property
+    def format(self) -> RecordFormat: ...
+
+    @property
+    def session_timeout(self) -> float: ...
+
+    @property
+    def metadata_max_bytes(self) -> int: ...
+
+    def client_settings(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The librdkafka settings of a new consumer client."""
+        ...
+
+    def check_open(self) -> None:
+        """``SourceClosedError`` once the broker is closed."""
+        ...
 
 
 class KafkaPullConsumer(QueueControl[PartitionState], PullSource):
     """A member of a Kafka consumer group; see
     :class:`~lite_push.sources.PullSource` and the module docstring.  Create
-    it with :meth:`KafkaBroker.pull_consumer`, which hands it the broker's
-    parts: its client ``settings``, the topic ``catalog``, the ``copies``,
-    the record format ``fmt`` and ``check_open`` (``SourceClosedError`` once
-    the broker is closed).  Owned by one thread; only :meth:`wakeup` and
-    :meth:`end_offsets` may be called from others."""
+    it with :meth:`KafkaBroker.pull_consumer` (or with a broker, or anything
+    that has its :class:`BrokerParts`, and the same arguments).  Owned by
+    one thread; only :meth:`wakeup` and :meth:`end_offsets` may be called
+    from others."""
 
     def __init__(
         self,
-        settings: Mapping[str, Any],
-        catalog: TopicCatalog,
-        copies: Copies,
-        fmt: RecordFormat,
-        check_open: Callable[[], None],
+        broker: BrokerParts,
         group: str,
         *,
-        session_timeout: float,
-        metadata_max_bytes: int,
         consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
         consume_timestamp: int | None = None,
         client_id: str | None = None,
     ) -> None:
         _check_arguments(group, consume_from, consume_timestamp, client_id)
-        check_open()
-        self._catalog = catalog
-        self._copies = copies
-        self._fmt = fmt
-        self._session_timeout = session_timeout
-        self._metadata_max_bytes = metadata_max_bytes
+        broker.check_open()
+        self._catalog = broker.catalog
+        self._copies = copies = broker.copies
+        self._fmt = fmt = broker.format
+        self._session_timeout = session_timeout = broker.session_timeout
+        self._metadata_max_bytes = broker.metadata_max_bytes
         self._group = group
         self._cid = client_id or f"lite-push-{group}-{id(self):x}"
         self._owned = OwnedQueues[PartitionState](group, self._cid, self)
@@ -174,9 +155,11 @@ class KafkaPullConsumer(QueueControl[PartitionState], PullSource):
             self._owned, self._filters, fmt.broker_name, self._ownership, consume_from, consume_timestamp
         )
         self._rr = 0
-        config = member_settings(settings, group, self._cid, consume_from, session_timeout, self._ownership.on_stats)
+        settings = member_settings(
+            broker.client_settings(), group, self._cid, consume_from, session_timeout, self._ownership.on_stats
+        )
         try:
-            self._kc = Consumer(config)
+            self._kc = Consumer(settings)
         except KafkaException as e:
             raise ConfigError("consumer_config", str(e.args[0].str() if e.args else e)) from None
 

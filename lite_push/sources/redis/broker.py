@@ -103,7 +103,8 @@ class RedisBroker:
         self.clock: BrokerClock = clock if clock is not None else time
         #: The topics: queue counts (cached) and stored ranges.
         self.catalog = TopicCatalog(self.conn, namespace)
-        self._consumers = OpenConsumers()
+        #: The open consumers (closed with the broker).
+        self.consumers = OpenConsumers()
         self._client_seq = itertools.count(1)
         self._closed = False
         #: Retries and dead letters of the groups (``send_back``, ``send_to_dlq``).
@@ -265,18 +266,11 @@ class RedisBroker:
         offsets in ``offset_file`` (default
         :func:`~lite_push.sources.local_offsets.default_offset_file`)."""
         return RedisPullConsumer(
-            self.conn,
-            self.catalog,
-            self.retries,
-            self._consumers,
-            self.check_open,
+            self,
             group,
-            client_id=client_id if client_id is not None else self.new_client_id(),
-            session_timeout=self.session_timeout,
-            heartbeat_interval=self.heartbeat_interval,
-            rebalance_interval=self.rebalance_interval,
             consume_from=consume_from,
             consume_timestamp=consume_timestamp,
+            client_id=client_id,
             allocate=allocate,
             message_model=message_model,
             offset_file=offset_file,
@@ -309,7 +303,7 @@ class RedisBroker:
         if the broker made it.  Idempotent."""
         if self._closed:
             return
-        for c in self._consumers.snapshot():
+        for c in self.consumers.snapshot():
             try:
                 c.close()
             except Exception:

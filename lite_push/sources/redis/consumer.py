@@ -1,7 +1,8 @@
 """RedisPullConsumer: a member of a consumer group on Redis Streams.
 
-It is built with the broker's parts it uses, never the broker: the
-connection, the topics, the retries and the registry of open consumers.
+It keeps the broker's parts it uses, never the broker (:class:`BrokerParts`
+says which; a :class:`RedisBroker` has them all): the connection, the topic
+catalog, the retries and the registry of open consumers.
 It reads its owned queues' streams (one pipelined round trip per poll, with
 what its message model watches and the due-retry move) and decodes the
 entries (:mod:`.codec`).  Its message model, chosen once at construction,
@@ -28,8 +29,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from functools import partial
+from typing import Protocol
 
 from ..._errors import ConfigError, UnknownTopicError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
@@ -48,7 +50,7 @@ from .registry import OpenConsumers
 from .retries import Retries
 from .topics import TopicCatalog
 
-__all__ = ["RedisPullConsumer"]
+__all__ = ["BrokerParts", "RedisPullConsumer"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,41 +76,66 @@ def _check_arguments(group: object, consume_from: object, client_id: object, all
         raise ConfigError("allocate", f"must be an allocation strategy, got {allocate!r}")
 
 
+class BrokerParts(Protocol):
+    """What a consumer takes from its broker at construction (a
+    :class:`RedisBroker` has it all); it keeps the parts, not the broker."""
+
+    @property
+    def conn(self) -> Connection: ...
+
+    @property
+    def catalog(self) -> TopicCatalog: ...
+
+    @property
+    def retries(self) -> Retries: ...
+
+    @property
+    def consumers(self) -> OpenConsumers: ...
+
+    @property
+    def session_timeout(self) -> float: ...
+
+    @property
+    def heartbeat_interval(self) -> float: ...
+
+    @property
+    def rebalance_interval(self) -> float: ...
+
+    def check_open(self) -> None:
+        """``SourceClosedError`` once the broker is closed."""
+        ...
+
+    def new_client_id(self) -> str: ...
+
+
 class RedisPullConsumer(QueueControl[QueueReader], PullSource):
     """A member of a consumer group on a :class:`RedisBroker`; see
     :class:`~lite_push.sources.PullSource`.  Create it with
-    :meth:`RedisBroker.pull_consumer`, which hands it the broker's parts
-    (``conn``, ``topics``, ``retries``, ``consumers``, ``check_open``:
-    ``SourceClosedError`` once the broker is closed) and its session
-    settings.  Owned by one thread; only :meth:`wakeup` may be called from
-    others."""
+    :meth:`RedisBroker.pull_consumer` (or with a broker, or anything that
+    has its :class:`BrokerParts`, and the same arguments).  Owned by one
+    thread; only :meth:`wakeup` may be called from others."""
 
     def __init__(
         self,
-        conn: Connection,
-        topics: TopicCatalog,
-        retries: Retries,
-        consumers: OpenConsumers,
-        check_open: Callable[[], None],
+        broker: BrokerParts,
         group: str,
         *,
-        client_id: str,
-        session_timeout: float,
-        heartbeat_interval: float,
-        rebalance_interval: float,
         consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
         consume_timestamp: int | None = None,
+        client_id: str | None = None,
         allocate: AllocateStrategy = AVERAGELY,
         message_model: MessageModel = MessageModel.CLUSTERING,
         offset_file: str | os.PathLike[str] | None = None,
     ) -> None:
         check_message_model(message_model, offset_file)
         _check_arguments(group, consume_from, client_id, allocate)
-        check_open()
-        self._conn = conn
-        self._topics = topics
-        self._retries = retries
-        self._consumers = consumers
+        broker.check_open()
+        self._conn = broker.conn
+        self._topics = broker.catalog
+        self._retries = retries = broker.retries
+        self._consumers = consumers = broker.consumers
+        if client_id is None:
+            client_id = broker.new_client_id()
         self._group = group
         self._owned = OwnedQueues[QueueReader](group, client_id, self)
         self._store_malformed = partial(retries.store_malformed, group)  # entries a poll cannot decode
@@ -123,14 +150,25 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
             if message_model is MessageModel.BROADCASTING:
                 self._model: MemberModel = self._broadcasting(offset_file, consume_from, consume_timestamp)
             else:
-                membership = Membership(conn, group, client_id, session_timeout, consume_from, consume_timestamp)
-                self._model = Clustering(
-                    self._owned, membership, conn, topics, retries, allocate, readers(conn.queue_key, self._filters),
-                    session_timeout, heartbeat_interval, rebalance_interval,
-                )  # fmt: skip
+                self._model = self._clustering(broker, allocate, consume_from, consume_timestamp)
         except BaseException:
             consumers.discard(self)
             raise
+
+    def _clustering(
+        self,
+        broker: BrokerParts,
+        allocate: AllocateStrategy,
+        consume_from: ConsumeFromWhere,
+        consume_timestamp: int | None,
+    ) -> Clustering:
+        conn, timeout = self._conn, broker.session_timeout
+        membership = Membership(conn, self._group, self._owned.client_id, timeout, consume_from, consume_timestamp)
+        reader = readers(conn.queue_key, self._filters)
+        return Clustering(
+            self._owned, membership, conn, self._topics, self._retries, allocate, reader,
+            timeout, broker.heartbeat_interval, broker.rebalance_interval,
+        )  # fmt: skip
 
     def _broadcasting(
         self, offset_file: str | os.PathLike[str] | None, consume_from: ConsumeFromWhere, consume_timestamp: int | None
