@@ -1,5 +1,8 @@
-"""RedisBroker: topics of N queues on Redis Streams, sending, retries and
-dead letters, and the consumers of its groups (:mod:`.consumer`).
+"""RedisBroker: topics of N queues on Redis Streams, sending, admin reads,
+closing; it wires the parts its consumers (:mod:`.consumer`) keep: the
+connection, the topic catalog (:mod:`.topics`), the retries and dead
+letters (:mod:`.retries`) and the registry of open consumers
+(:mod:`.registry`).
 
 The key layout and the protocols are in the package docstring; the client,
 scripts and key names in :mod:`.connection`, the entry format in
