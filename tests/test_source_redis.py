@@ -19,7 +19,7 @@ from lite_push import ConfigError, MessageQueue, MessageTooLargeError, UnknownTo
 from lite_push._router import lane_of
 from lite_push.sources import ConsumeFromWhere, PullSource, RebalanceListener
 from lite_push.sources.redis import RedisBroker, RedisPullConsumer
-from lite_push.sources.redis import broker as redis_broker
+from lite_push.sources.redis import connection as redis_connection
 from lite_push.sources.redis_server import RedisCluster, RedisServer
 from lite_push.testing import SkewedClock, SourceContract, SourceHarness, offsets, poll_messages, poll_until, split
 
@@ -322,7 +322,7 @@ def test_body_rules_and_duplicate_client_ids(redis_server: RedisServer) -> None:
 def test_a_big_batch_is_split_into_chunks_with_correct_results(
     harness: RedisHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(redis_broker, "SEND_CHUNK", 7)
+    monkeypatch.setattr(redis_connection, "SEND_CHUNK", 7)
     q0, q1 = harness.create_topic("T", 2)
     harness.broker.send("T", b"first", queue_id=1)
     results = harness.broker.send_batch("T", [{"body": b"%d" % i, "queue_id": i % 2} for i in range(30)])

@@ -1,20 +1,22 @@
-"""What the embedded and the Redis sources share, written once: the broker
-clock protocol, tag expressions, input checks (topic names, delay levels,
-messages handed to send_back/send_to_dlq, ``send_batch`` items and the queue
-an item goes to), where a new group starts on a queue (``consume_from``),
-and the per-member queue state (assignment, pause/resume) behind the
-PullSource contract."""
+"""What the sources share, written once: the broker clock protocol, tag
+expressions, input checks (topic names, delay levels, lock leases,
+messages handed to send_back/send_to_dlq), where a new group starts on a
+queue (``consume_from``), and commit entries.
+
+Elsewhere, once as well: ``send_batch`` items and their queues
+(:mod:`._sending`), a member's owned queues (:mod:`._owned`), and the
+message model -- CLUSTERING or BROADCASTING -- as a strategy
+(:mod:`._member_model`)."""
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
 
-from .._errors import ConfigError, LitePushError, MessageTooLargeError, NotSubscribedError
+from .._errors import ConfigError, MessageTooLargeError
 from .._types import MessageExt, MessageQueue, OffsetAndMetadata
 from ._base import (
     DLQ_EXCEPTION,
@@ -22,32 +24,22 @@ from ._base import (
     DLQ_REASON,
     RECONSUME_TIME,
     ConsumeFromWhere,
-    MessageModel,
-    RebalanceListener,
     origin_properties,
 )
-from .local_offsets import LocalOffsetStore, default_offset_file
 
 __all__ = [
     "DEFAULT_TIMESTAMP_LAG_MS",
-    "ITEM_FIELDS",
     "BrokerClock",
-    "QueueStates",
     "check_delay_levels",
     "check_lease",
     "check_message",
-    "check_message_model",
     "commit_entries",
     "dead_letter_item",
     "initial_position",
     "now_ms",
-    "open_offset_store",
     "parse_tag_expression",
     "retry_item",
     "warn_skipped_start",
-    "no_send_back",
-    "unpack_item",
-    "unpack_mapping",
     "validate_topic",
 ]
 
@@ -133,67 +125,6 @@ def warn_skipped_start(group: str, topic: str, skipped: int) -> None:
     )
 
 
-#: The keys a mapping item of ``send_batch`` may have.
-ITEM_FIELDS = frozenset({"body", "keys", "tags", "properties", "queue_id"})
-
-
-def unpack_mapping(item: Mapping[str, Any]) -> tuple[Any, str | None, str | None, dict[str, str], int | None]:
-    """``(body, keys, tags, properties, queue_id)`` of a mapping item of
-    ``send_batch``; ``TypeError`` naming what is wrong (the body and keys
-    are checked by the caller)."""
-    unknown = set(item) - ITEM_FIELDS
-    if unknown or "body" not in item:
-        raise TypeError(f"send_batch mapping items need 'body' and take only {sorted(ITEM_FIELDS)}")
-    tags = item.get("tags")
-    if tags is not None and type(tags) is not str:
-        raise TypeError(f"tags must be str or None, got {type(tags).__name__}")
-    raw = item.get("properties")
-    props: dict[str, str] = {}
-    if raw:
-        if not isinstance(raw, Mapping):
-            raise TypeError(f"properties must be a mapping of str to str, got {type(raw).__name__}")
-        props = dict(raw)
-        for k, v in props.items():
-            if type(k) is not str or type(v) is not str:
-                raise TypeError(f"properties must map str to str, got {k!r}: {v!r}")
-    return item["body"], item.get("keys"), tags or None, props, item.get("queue_id")
-
-
-def unpack_item(item: Any) -> tuple[Any, Any, str | None, dict[str, str], Any]:
-    """``(body, keys, tags, properties, queue_id)`` of one ``send_batch``
-    item: ``body``, ``(body, keys)`` or a mapping; ``TypeError`` naming what
-    is wrong with its shape (body and keys are checked by the caller)."""
-    tp = type(item)
-    if tp is bytes:
-        return item, None, None, {}, None
-    if tp is tuple:
-        if len(item) != 2:
-            raise TypeError(f"send_batch items are body, (body, keys) or a mapping; got a {len(item)}-tuple")
-        return item[0], item[1], None, {}, None
-    if isinstance(item, Mapping):
-        return unpack_mapping(item)
-    raise TypeError(f"send_batch items are body, (body, keys) or a mapping; got {tp.__name__}")
-
-
-def checked_item(
-    item: Any, topic: str, queues: int, limit: int
-) -> tuple[bytes, str | None, str | None, dict[str, str], int | None]:
-    """``(body, keys, tags, properties, queue_id)`` of one ``send_batch``
-    item, checked: ``TypeError`` for a body that is not bytes or keys that
-    are not str, ``MessageTooLargeError`` over ``limit``, ``ValueError`` for
-    a ``queue_id`` outside ``[0, queues)``."""
-    body, keys, tags, props, qid = unpack_item(item)
-    if type(body) is not bytes:
-        raise TypeError(f"message body must be bytes, got {type(body).__name__}")
-    if len(body) > limit:
-        raise MessageTooLargeError(topic, len(body), limit)
-    if keys is not None and type(keys) is not str:
-        raise TypeError(f"keys must be str or None, got {type(keys).__name__}")
-    if qid is not None and (type(qid) is not int or not 0 <= qid < queues):
-        raise ValueError(f"queue_id must be an int in [0, {queues}) for topic {topic!r}, got {qid!r}")
-    return body, keys, tags, props, qid
-
-
 def commit_entries(offsets: Mapping[MessageQueue, OffsetAndMetadata | int]) -> dict[MessageQueue, OffsetAndMetadata]:
     """The values of a ``commit()`` as OffsetAndMetadata; ``ValueError``
     for a negative offset or a value that is neither ``int`` nor
@@ -210,34 +141,6 @@ def commit_entries(offsets: Mapping[MessageQueue, OffsetAndMetadata | int]) -> d
             raise ValueError(f"commit of {q}: negative offset {om.offset}")
         entries[q] = om
     return entries
-
-
-def check_message_model(message_model: object, offset_file: object) -> None:
-    """``ConfigError`` naming the field for a bad ``message_model`` or an
-    ``offset_file`` given to a CLUSTERING member."""
-    if not isinstance(message_model, MessageModel):
-        raise ConfigError("message_model", f"must be a MessageModel, got {message_model!r}")
-    if offset_file is not None and message_model is not MessageModel.BROADCASTING:
-        raise ConfigError("offset_file", "is only used with message_model=BROADCASTING")
-
-
-def open_offset_store(
-    message_model: MessageModel,
-    offset_file: str | os.PathLike[str] | None,
-    broker_name: str,
-    group: str,
-) -> LocalOffsetStore | None:
-    """A BROADCASTING member's offsets file (opened and locked; default
-    :func:`default_offset_file`), or None for CLUSTERING."""
-    if message_model is not MessageModel.BROADCASTING:
-        return None
-    path = offset_file if offset_file is not None else default_offset_file(broker_name, group)
-    return LocalOffsetStore(path, broker_name=broker_name, group=group)
-
-
-def no_send_back(consumer: object) -> LitePushError:
-    """What ``send_back`` of a BROADCASTING member returns for each item."""
-    return LitePushError(f"{consumer!r} is BROADCASTING: failed messages are retried by the member, not sent back")
 
 
 def validate_topic(topic: str) -> None:
@@ -310,106 +213,3 @@ def check_message(m: object, limit: int) -> MessageExt:
         if type(k) is not str or type(v) is not str:
             raise TypeError(f"properties must map str to str, got {k!r}: {v!r}")
     return m
-
-
-class _State(Protocol):
-    paused: bool
-
-
-class _EndOffsets(Protocol):
-    def max_offset(self, queue: MessageQueue) -> int: ...
-
-
-_S = TypeVar("_S", bound=_State)
-
-
-class QueueStates(Generic[_S]):
-    """Mixin for a source consumer that keeps ``_states`` (its owned queues'
-    state objects, each with ``paused``) and ``_active`` (the unpaused ones in
-    queue order), and has ``_listener``, ``client_id`` and ``_check_open()``."""
-
-    _states: dict[MessageQueue, _S]
-    _active: list[_S]
-    _listener: RebalanceListener | None
-    #: The broker (embedded or Redis); both have ``max_offset(queue)``.
-    _broker: _EndOffsets
-    #: BROADCASTING: the member's offsets file (None: CLUSTERING).
-    _store: LocalOffsetStore | None
-
-    if TYPE_CHECKING:  # provided by the consumer class
-
-        @property
-        def client_id(self) -> str: ...
-
-        def _check_open(self) -> None: ...
-
-    @property
-    def message_model(self) -> MessageModel:
-        return MessageModel.BROADCASTING if self._store is not None else MessageModel.CLUSTERING
-
-    def end_offsets(self, queues: Collection[MessageQueue]) -> dict[MessageQueue, int]:
-        """``PullSource.end_offsets``: the broker's next offset of each queue."""
-        broker = self._broker
-        return {q: broker.max_offset(q) for q in queues}
-
-    @property
-    def offset_store(self) -> LocalOffsetStore | None:
-        """The local offsets file of a BROADCASTING member (else None)."""
-        return self._store
-
-    def _commit_local(self, entries: Mapping[MessageQueue, OffsetAndMetadata]) -> None:
-        """BROADCASTING: write the owned queues' offsets to the file."""
-        assert self._store is not None
-        owned = {q: om for q, om in entries.items() if q in self._states}
-        if len(owned) < len(entries):
-            logger.debug("%r: %d commit(s) ignored: not its queues", self, len(entries) - len(owned))
-        if owned:
-            self._store.commit(owned)
-
-    def _notify(self, what: str, queues: list[MessageQueue]) -> None:
-        """Call the rebalance listener's ``what``; log (never raise) its errors."""
-        listener = self._listener
-        if listener is None:
-            return
-        try:
-            getattr(listener, what)(queues)
-        except Exception:
-            logger.exception("rebalance listener %s(%s) of %r raised", what, [str(q) for q in queues], self)
-
-    def _rebuild_active(self) -> None:
-        self._active = [st for _, st in sorted(self._states.items()) if not st.paused]
-
-    def assignment(self) -> frozenset[MessageQueue]:
-        self._check_open()
-        return frozenset(self._states)
-
-    def pause(self, queues: Collection[MessageQueue]) -> None:
-        self._check_open()
-        changed = False
-        for q in queues:
-            st = self._states.get(q)
-            if st is not None and not st.paused:
-                st.paused = changed = True
-        if changed:
-            self._rebuild_active()
-
-    def resume(self, queues: Collection[MessageQueue]) -> None:
-        self._check_open()
-        changed = False
-        for q in queues:
-            st = self._states.get(q)
-            if st is not None and st.paused:
-                st.paused = False
-                changed = True
-        if changed:
-            self._rebuild_active()
-
-    def paused(self) -> frozenset[MessageQueue]:
-        self._check_open()
-        return frozenset(q for q, st in self._states.items() if st.paused)
-
-    def _owned(self, queue: MessageQueue) -> _S:
-        st = self._states.get(queue)
-        if st is None:
-            raise NotSubscribedError(f"{queue} is not assigned to consumer {self.client_id!r}")
-        return st

@@ -9,8 +9,12 @@ The package, one concern per module:
 * :mod:`.groups`    the group coordinator: members, rebalance and the queue
   hand-off, committed offsets, queue locks;
 * :mod:`.schedule`  retries, dead letters and the delivery of due retries;
-* :mod:`.consumer`  ``EmbeddedPullConsumer``, which uses the parts through
-  their public methods.
+* :mod:`.reading`   a poll's pass over the owned queues;
+* :mod:`.clustering`  a CLUSTERING member's side of the group: joining,
+  rebalance, commits, locks (BROADCASTING is the shared
+  :class:`~lite_push.sources._member_model.Broadcasting`);
+* :mod:`.consumer`  ``EmbeddedPullConsumer``, built with the parts above
+  (never the broker), which it uses through their public methods.
 
 Storage
 -------

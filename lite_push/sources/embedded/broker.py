@@ -4,8 +4,8 @@ It wires the parts (see the package docstring): the log store
 (:mod:`.log`), the group coordinator (:mod:`.groups`) and the schedule of
 retries and dead letters (:mod:`.schedule`), and offers what producers,
 tools and :meth:`EmbeddedBroker.pull_consumer` need: topics, sending,
-offsets, closing.  Consumers (:mod:`.consumer`) reach the parts through its
-``log``, ``groups`` and ``schedule`` attributes.
+offsets, closing.  A consumer (:mod:`.consumer`) keeps the parts it uses
+(``log``, ``groups``, ``schedule``, the clock), not the broker.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
-from ..._errors import ConfigError, MessageTooLargeError, SourceClosedError
-from ..._router import lane_of
+from ..._errors import ConfigError, SourceClosedError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
 from ...rebalance.allocate import AVERAGELY, AllocateStrategy
 from .._base import DEFAULT_DELAY_LEVELS, ConsumeFromWhere, MessageModel, is_retry_or_dlq_topic, reconsume_times_of
-from .._common import BrokerClock, check_delay_levels, now_ms, unpack_mapping, validate_topic
+from .._common import BrokerClock, check_delay_levels, now_ms, validate_topic
+from .._sending import checked_items
 from .consumer import EmbeddedPullConsumer
 from .files import Store, encode_meta
 from .groups import GroupCoordinator
@@ -271,51 +271,14 @@ class EmbeddedBroker:
         payloads: list[list[bytes]] = [[] for _ in range(n)]
         ordered: list[MessageExt] = []
         add = ordered.append
-        lane_cache: dict[str, int] = {}
         key_meta: dict[str | None, bytes] = {None: b"", "": b""}  # encoded metadata of keys-only messages
-        rr = t.rr  # racy across senders on purpose: round-robin only spreads load
         if not isinstance(items, (list, tuple)):
             items = list(items)
         pause_gc = len(items) >= _GC_PAUSE_MIN and gc.isenabled()
         if pause_gc:
             gc.disable()
         try:
-            for item in items:
-                tp = type(item)
-                tags = qid = None
-                props: dict[str, str] = {}
-                if tp is tuple:
-                    if len(item) != 2:
-                        raise TypeError(
-                            f"send_batch items are body, (body, keys) or a mapping; got a {len(item)}-tuple"
-                        )
-                    body, keys = item
-                elif tp is bytes:
-                    body = item
-                    keys = None
-                elif isinstance(item, Mapping):
-                    body, keys, tags, props, qid = unpack_mapping(item)
-                else:
-                    raise TypeError(f"send_batch items are body, (body, keys) or a mapping; got {tp.__name__}")
-                if type(body) is not bytes:
-                    raise TypeError(f"message body must be bytes, got {type(body).__name__}")
-                if len(body) > limit:
-                    raise MessageTooLargeError(topic, len(body), limit)
-                if qid is not None:
-                    if type(qid) is not int or not 0 <= qid < n:
-                        raise ValueError(f"queue_id must be an int in [0, {n}) for topic {topic!r}, got {qid!r}")
-                    q = qid
-                elif keys:
-                    q = lane_cache.get(keys, -1)
-                    if q < 0:
-                        if type(keys) is not str:
-                            raise TypeError(f"keys must be str or None, got {type(keys).__name__}")
-                        q = lane_cache[keys] = lane_of(keys, n)
-                else:
-                    if keys is not None and type(keys) is not str:
-                        raise TypeError(f"keys must be str or None, got {type(keys).__name__}")
-                    q = rr % n
-                    rr += 1
+            for body, keys, tags, props, q in checked_items(items, topic, n, limit, t.rr):
                 rt = reconsume_times_of(props) if props else 0
                 m = MessageExt(name, q, -1, body, keys or None, tags, props, born, 0, rt, "", bname)
                 per_q[q].append(m)
@@ -329,7 +292,6 @@ class EmbeddedBroker:
                         meta = encode_meta(keys, tags, props)
                     meta_lens[q].append(len(meta))
                     payloads[q].append(meta + body if meta else body)
-            t.rr = rr
             # Store: one lock per group of queue slices totalling ~_CHUNK messages.
             group: list[tuple[int, int, int]] = []  # (queue, start, stop)
             size = 0

@@ -38,13 +38,12 @@ one.
 
 from __future__ import annotations
 
-import bisect
+import functools
 import itertools
 import logging
 import os
 import threading
 from collections.abc import Collection, Mapping
-from operator import attrgetter
 from typing import Protocol
 
 from ..._errors import ConfigError
@@ -52,7 +51,6 @@ from ..._types import MessageQueue, OffsetAndMetadata
 from ...rebalance.allocate import AllocateStrategy
 from .._base import ConsumeFromWhere
 from .._common import BrokerClock, initial_position, warn_skipped_start
-from ..local_offsets import LocalOffsetStore
 from .log import LogStore
 
 __all__ = ["SCHEDULE_GROUP", "Group", "GroupCoordinator", "Member", "OffsetsSnapshot"]
@@ -65,8 +63,6 @@ SCHEDULE_GROUP = "%SCHEDULE%"
 
 #: offsets.json's content: group -> (topic, queue id) -> (offset, metadata).
 OffsetsSnapshot = dict[str, dict[tuple[str, int], tuple[int, str]]]
-
-_store_ts = attrgetter("store_timestamp")
 
 
 class Closable(Protocol):
@@ -186,15 +182,14 @@ class GroupCoordinator:
         self.join(group, member)
         logger.warning("group %r: member %r rejoins after its session expired", group.name, member.cid)
 
-    def leave(self, consumer: Closable, group: Group, member: Member) -> None:
-        """(lock held) A consumer closed: it leaves the group, its queue
-        locks and owned queues are released at once."""
+    def leave(self, consumer: Closable, group: Group, cid: str) -> None:
+        """(lock held) A consumer closed: it leaves the group (if it is a
+        member), its queue locks and owned queues are released at once."""
         self._consumers.discard(consumer)
-        cid = member.cid
         group.clients.discard(cid)
         for q in [q for q, (holder, _end) in group.locks.items() if holder == cid]:
             del group.locks[q]
-        if group.members.get(cid) is member:
+        if cid in group.members:  # client ids are unique among a group's open consumers
             del group.members[cid]
             for q in [q for q, owner in group.owner.items() if owner == cid]:
                 del group.owner[q]
@@ -311,37 +306,9 @@ class GroupCoordinator:
 
     def initial_position(self, member: Member, q: MessageQueue) -> int:
         """(lock held) Where ``member.consume_from`` starts on ``q``."""
-        log = self._log.log_of(q)
-        return initial_position(
-            member.consume_from,
-            member.consume_timestamp,
-            0,
-            len(log),
-            lambda ts: bisect.bisect_left(log, ts, key=_store_ts),
-        )
-
-    def local_starts(
-        self, member: Member, queues: Collection[MessageQueue], store: LocalOffsetStore
-    ) -> dict[MessageQueue, int]:
-        """(lock held) BROADCASTING: where ``member`` starts on each of
-        ``queues``: its offset in the local file (clamped to the log), else
-        ``consume_from``; the latter are stored in the file at once, so a
-        restart before the first commit starts there too."""
-        starts: dict[MessageQueue, int] = {}
-        fresh: dict[MessageQueue, OffsetAndMetadata] = {}
-        for q in queues:
-            om = store.get(q)
-            if om is None:
-                starts[q] = self.initial_position(member, q)
-                fresh[q] = OffsetAndMetadata(starts[q])
-            else:
-                starts[q] = min(max(om.offset, 0), len(self._log.log_of(q)))
-        if fresh:
-            try:
-                store.commit(fresh)
-            except OSError as e:
-                logger.warning("%r: storing the start offsets in %s failed: %s", member.cid, store.path, e)
-        return starts
+        lo, hi = self._log.stored_range(q)
+        first_at = functools.partial(self._log.first_stored_at, q, lo, hi)
+        return initial_position(member.consume_from, member.consume_timestamp, lo, hi, first_at)
 
     # -- offsets and locks ----------------------------------------------------
 

@@ -17,18 +17,23 @@ so that waiting polls wake.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
+from operator import attrgetter
 from zlib import crc32 as _crc32
 
 from ..._errors import UnknownTopicError
 from ..._types import MessageExt, MessageQueue
 from .._common import now_ms, validate_topic
+from .._sending import RoundRobin
 from .files import HEADER, MAGIC, TRAILER, QueueLog, Store, encode_meta, msg_id_prefix
 
 __all__ = ["Encoded", "LogStore", "Topic"]
 
 logger = logging.getLogger(__name__)
+
+_store_ts = attrgetter("store_timestamp")
 
 #: What :meth:`LogStore.append_locked` takes: the (queue, start, stop)
 #: slices to store, the messages per queue, and (durable only) per queue the
@@ -49,8 +54,7 @@ class Topic:
         self.logs: list[list[MessageExt]] = [[] for _ in range(count)]
         self.files: list[QueueLog] | None = None
         self.prefixes = [msg_id_prefix(broker_name, name, i) for i in range(count)]
-        #: racy across senders on purpose: round-robin only spreads load
-        self.rr = 0
+        self.rr = RoundRobin()
 
 
 class LogStore:
@@ -102,6 +106,16 @@ class LogStore:
     def log_of(self, queue: MessageQueue) -> list[MessageExt]:
         """The message list of a queue known to exist (a consumer's queue)."""
         return self._topics[queue.topic].logs[queue.queue_id]
+
+    def stored_range(self, queue: MessageQueue) -> tuple[int, int]:
+        """``(0, next offset)`` of a queue known to exist: nothing expires."""
+        return 0, len(self._topics[queue.topic].logs[queue.queue_id])
+
+    def first_stored_at(self, queue: MessageQueue, lo: int, hi: int, timestamp: int) -> int:
+        """The first offset in ``[lo, hi)`` of a queue known to exist stored
+        at or after ``timestamp`` (epoch ms), ``hi`` if none: store times
+        never go back along a queue, so a bisection finds it."""
+        return bisect.bisect_left(self.log_of(queue), timestamp, lo, hi, key=_store_ts)
 
     def message_count(self) -> int:
         """How many messages the broker holds, in every topic."""

@@ -8,11 +8,11 @@ lists only grow.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from ..._types import MessageExt, MessageQueue, PollBatch
 
-__all__ = ["SCAN_EXTRA", "QueueReader", "scan"]
+__all__ = ["SCAN_EXTRA", "QueueReader", "readers", "scan"]
 
 #: With a tag filter, one poll scans at most this many messages per queue
 #: beyond ``4 * max_per_queue`` (so a queue of filtered-out messages cannot
@@ -31,6 +31,15 @@ class QueueReader:
         self.pos = pos
         self.paused = False
         self.tags = tags
+
+
+def readers(
+    log_of: Callable[[MessageQueue], list[MessageExt]], filters: Mapping[str, frozenset[str] | None]
+) -> Callable[[MessageQueue, int], QueueReader]:
+    """How a member makes the reader of a queue it takes, at a position:
+    on the queue's list (``log_of``), with its topic's tag filter as
+    ``filters`` says when the queue is taken."""
+    return lambda q, pos: QueueReader(q, log_of(q), pos, filters.get(q.topic))
 
 
 def scan(

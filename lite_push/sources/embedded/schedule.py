@@ -97,6 +97,11 @@ class Schedule:
         #: a little later).
         self.next_due_ms = _INF
 
+    @property
+    def delay_levels(self) -> tuple[float, ...]:
+        """The seconds each delay level waits (level ``n`` is ``[n - 1]``)."""
+        return self._levels
+
     def grow_to_levels_locked(self) -> None:
         """(lock held, at start) A schedule topic made with fewer delay
         levels than the broker has now gets a queue per level."""

@@ -3,10 +3,15 @@
 Needs the ``kafka`` extra (``pip install 'lite-push[kafka]'``).  One concern
 per module:
 
-* :mod:`.broker`        ``KafkaBroker``: settings, the producer, topics,
-  reading by offset for tools;
+* :mod:`.broker`        ``KafkaBroker``: settings, sending, reading by
+  offset for tools, and the wiring of the parts below;
+* :mod:`.settings`      librdkafka settings: reserved, checked, a member's;
+* :mod:`.topics`        partition counts and topic creation;
+* :mod:`.producer`      the producer: records produced with one flush;
 * :mod:`.consumer`      ``KafkaPullConsumer``: a group member (cooperative-
-  sticky rebalance, per-partition pause, the rebalance callbacks);
+  sticky rebalance, per-partition pause), built with the parts it uses,
+  never the broker;
+* :mod:`.partitions`    the rebalance callbacks and the owned partitions;
 * :mod:`.reading`       per-partition files of fetched records, batches,
   start positions;
 * :mod:`.commits`       commits: the offset map within the metadata limit,

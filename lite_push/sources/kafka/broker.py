@@ -2,9 +2,12 @@
 
 It holds what a cluster's members share: the librdkafka settings, the
 producer (sending, retry and dead-letter copies), topic creation and
-metadata, and reading by offset for tools (``lite_push.dlq``).  A consumer
-group member is a :class:`~.consumer.KafkaPullConsumer`, made by
-:meth:`KafkaBroker.pull_consumer`.
+metadata, and reading by offset for tools (``lite_push.dlq``).  It wires
+the parts: the topic catalog (:mod:`.topics`), the sender
+(:mod:`.producer`), the copies (:mod:`.copies`) and the record format
+(:mod:`.codec`).  A consumer group member, a
+:class:`~.consumer.KafkaPullConsumer` made by :meth:`KafkaBroker.pull_consumer`,
+keeps the parts it uses, not the broker.
 
 Settings: ``config`` holds librdkafka properties (``security.protocol``,
 ``sasl.*``, ``fetch.max.bytes`` ...) given to every client the broker makes;
@@ -22,63 +25,28 @@ with one partition on first use (see :mod:`.codec` for their Kafka names).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from ..._errors import ConfigError, SourceClosedError, UnknownTopicError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
 from .._base import DEFAULT_DELAY_LEVELS, ConsumeFromWhere
-from .._common import check_delay_levels, checked_item
+from .._common import check_delay_levels
+from .._sending import checked_items
 from .client_log import LIBRDKAFKA_LOGGER
-from .codec import MalformedRecord, decode, encode_headers, kafka_topic, key_decoder
+from .codec import MalformedRecord, Record, RecordFormat, kafka_topic, key_decoder
+from .consumer import KafkaPullConsumer
 from .copies import Copies
-
-if TYPE_CHECKING:
-    from .consumer import KafkaPullConsumer
+from .producer import Sender
+from .settings import RESERVED, checked_settings
+from .topics import TopicCatalog
 
 __all__ = ["RESERVED", "KafkaBroker", "Record"]
 
 logger = logging.getLogger(__name__)
-
-#: librdkafka properties lite_push sets itself.
-RESERVED = frozenset(
-    {
-        "bootstrap.servers",
-        "group.id",
-        "enable.auto.commit",
-        "enable.auto.offset.store",
-        "partition.assignment.strategy",
-        "group.protocol",
-        "session.timeout.ms",
-        "statistics.interval.ms",
-        "stats_cb",
-        "on_commit",
-        "logger",
-    }
-)
-
-#: One record to produce: (Kafka topic, partition or None, key, value, headers).
-Record = tuple[str, int | None, bytes | None, bytes, list[tuple[str, bytes]]]
-
-
-def _settings(name: str, raw: Mapping[str, Any] | None) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in (raw or {}).items():
-        if not isinstance(k, str):
-            raise ConfigError(name, f"keys must be librdkafka property names, got {k!r}")
-        if k in RESERVED:
-            raise ConfigError(f"{name}[{k!r}]", "is set by lite_push and cannot be overridden")
-        if isinstance(v, bool):
-            v = "true" if v else "false"
-        elif not isinstance(v, (str, int, float)):
-            raise ConfigError(f"{name}[{k!r}]", f"must be a string or a number, got {v!r}")
-        out[k] = str(v)
-    return out
-
 
 class KafkaBroker:
     """A Kafka cluster: its bootstrap servers and shared settings."""
@@ -125,27 +93,31 @@ class KafkaBroker:
         self.broker_name = broker_name
         self.max_message_size = max_message_size
         self.send_timeout = send_timeout
-        self._creator = topic_creator
-        self._common = _settings("config", config)
-        self._consumer_only = _settings("consumer_config", consumer_config)
+        self._common = checked_settings("config", config)
+        self._consumer_only = checked_settings("consumer_config", consumer_config)
         producer_settings = {
             "bootstrap.servers": self.bootstrap_servers,
             "partitioner": "murmur2_random",  # the Java producer's choice of partition for a key
             "linger.ms": "2",
             "reconnect.backoff.ms": "10",  # a first connection is held back half of it (default 100)
             **self._common,
-            **_settings("producer_config", producer_config),
+            **checked_settings("producer_config", producer_config),
             "logger": LIBRDKAFKA_LOGGER,
         }
         try:
-            self._producer = Producer(producer_settings)
+            producer = Producer(producer_settings)
         except KafkaException as e:
             raise ConfigError("config", str(e.args[0].str() if e.args else e)) from None
-        self._lock = threading.Lock()
-        self._partitions: dict[str, int] = {}
-        #: Retry and dead-letter copies, malformed records' dead letters.
-        self.copies = Copies(self)
         self._closed = False
+        #: How records read as messages, and copies' headers are written.
+        self.format = RecordFormat(self.decode_key, tags_header, broker_name)
+        #: The producer: records produced and waited for together.
+        self.sender = Sender(producer, send_timeout, self.check_open)
+        #: Partition counts and topic creation.
+        admin = {"bootstrap.servers": self.bootstrap_servers, **self._common}
+        self.catalog = TopicCatalog(producer, admin, topic_creator, broker_name, self.check_open)
+        #: Retry and dead-letter copies, malformed records' dead letters.
+        self.copies = Copies(self.sender, self.catalog, self.format, self.delay_levels, max_message_size)
 
     def __repr__(self) -> str:
         return f"<KafkaBroker {self.bootstrap_servers}{' closed' if self._closed else ''}>"
@@ -166,8 +138,6 @@ class KafkaBroker:
         client_id: str | None = None,
     ) -> KafkaPullConsumer:
         """A new member of consumer group ``group`` (it joins at subscribe)."""
-        from .consumer import KafkaPullConsumer
-
         return KafkaPullConsumer(
             self, group, consume_from=consume_from, consume_timestamp=consume_timestamp, client_id=client_id
         )
@@ -181,64 +151,20 @@ class KafkaBroker:
     def create_topic(self, topic: str, partitions: int) -> list[MessageQueue]:
         """Create ``topic`` (its lite_push name) with ``partitions``
         partitions; an existing topic is left as it is.  Returns its queues."""
-        self.check_open()
-        if type(partitions) is not int or partitions < 1:
-            raise ValueError(f"partitions must be an int >= 1, got {partitions!r}")
-        name = kafka_topic(topic)
-        if self.partition_count(topic) is None:
-            self._create(name, partitions)
-            deadline = time.monotonic() + 10.0
-            while self.partition_count(topic, fresh=True) is None:
-                if time.monotonic() > deadline:
-                    raise UnknownTopicError(topic)
-                time.sleep(0.05)
-        return self.queues(topic)
-
-    def _create(self, name: str, partitions: int) -> None:
-        if self._creator is not None:
-            try:
-                self._creator(name, partitions)
-            except Exception as e:
-                if "exists" not in str(e).lower():
-                    raise
-            return
-        from confluent_kafka.admin import AdminClient
-        from confluent_kafka.cimpl import NewTopic
-
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, **self._common, "logger": LIBRDKAFKA_LOGGER})  # type: ignore[dict-item]
-        futures = admin.create_topics([NewTopic(name, partitions)], operation_timeout=10.0, request_timeout=15.0)
-        try:
-            futures[name].result(timeout=20.0)
-        except KafkaException as e:
-            if e.args and e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise
+        return self.catalog.create_topic(topic, partitions)
 
     def ensure_topic(self, topic: str, partitions: int = 1) -> None:
         """Create ``topic`` unless it exists (retry and dead-letter topics)."""
-        if self.partition_count(topic) is None:
-            self.create_topic(topic, partitions)
+        self.catalog.ensure_topic(topic, partitions)
 
     def partition_count(self, topic: str, *, fresh: bool = False, client: Any = None) -> int | None:
         """How many partitions ``topic`` (lite_push name) has, or None when
-        it does not exist.  Asks for the metadata of every topic, never of
-        one by name, so asking never auto-creates a topic; through
-        ``client`` (a consumer about to join: its first connection is then
-        made before the join needs it), else through the producer."""
-        name = kafka_topic(topic)
-        if not fresh and name in self._partitions:
-            return self._partitions[name]
-        md = (client or self._producer).list_topics(timeout=10.0)
-        counts = {t: len(m.partitions) for t, m in md.topics.items() if m.error is None and m.partitions}
-        with self._lock:
-            self._partitions.update(counts)
-        return counts.get(name)
+        it does not exist (see :meth:`TopicCatalog.partition_count`)."""
+        return self.catalog.partition_count(topic, fresh=fresh, client=client)
 
     def queues(self, topic: str) -> list[MessageQueue]:
         """The queues of ``topic``, sorted; ``UnknownTopicError`` if none."""
-        n = self.partition_count(topic)
-        if n is None:
-            raise UnknownTopicError(topic)
-        return [MessageQueue(topic, self.broker_name, i) for i in range(n)]
+        return self.catalog.queues(topic)
 
     def watermarks(self, queue: MessageQueue) -> tuple[int, int]:
         """``(low, high)``: the first stored offset and the next one."""
@@ -260,39 +186,12 @@ class KafkaBroker:
     def produce(self, records: list[Record]) -> list[BaseException | None]:
         """Produce ``records`` and wait for all of them (one flush);
         ``None`` per stored record, else why not."""
-        return [d[0] for d in self.deliver(records)]
+        return self.sender.produce(records)
 
     def deliver(self, records: list[Record]) -> list[tuple[BaseException | None, int, int]]:
         """Produce ``records``, wait for all of them (one flush), and say
         per record ``(error or None, partition, offset)``."""
-        self.check_open()
-        out: list[tuple[BaseException | None, int, int]] = [(TimeoutError("not delivered in time"), -1, -1)] * len(
-            records
-        )
-
-        def delivered(i: int) -> Callable[[Any, Any], None]:
-            def cb(err: Any, msg: Any) -> None:
-                out[i] = (None, msg.partition(), msg.offset()) if err is None else (KafkaException(err), -1, -1)
-
-            return cb
-
-        producer = self._producer
-        with self._lock:
-            for i, (topic, partition, key, value, headers) in enumerate(records):
-                kwargs: dict[str, Any] = {"key": key, "value": value, "headers": headers, "on_delivery": delivered(i)}
-                if partition is not None:
-                    kwargs["partition"] = partition
-                while True:
-                    try:
-                        producer.produce(topic, **kwargs)
-                        break
-                    except BufferError:  # the local queue is full: let deliveries drain it
-                        producer.poll(0.05)
-                    except (KafkaException, TypeError, ValueError) as e:
-                        out[i] = (e, -1, -1)
-                        break
-            producer.flush(self.send_timeout)
-        return out
+        return self.sender.deliver(records)
 
     def send(
         self,
@@ -318,10 +217,9 @@ class KafkaBroker:
             raise UnknownTopicError(topic)
         name = kafka_topic(topic)
         records: list[Record] = []
-        for item in items:
-            body, keys, tags, props, qid = checked_item(item, topic, n, self.max_message_size)
+        for body, keys, tags, props, qid in checked_items(items, topic, n, self.max_message_size):
             key = None if keys is None else keys.encode("utf-8")
-            records.append((name, qid, key, body, encode_headers(tags, props, self.tags_header)))
+            records.append((name, qid, key, body, self.format.headers(tags, props)))
         results = []
         for err, partition, offset in self.deliver(records):
             if err is not None:
@@ -362,7 +260,7 @@ class KafkaBroker:
                     if off >= end:
                         break
                     try:
-                        out.append(decode(rec, queue.topic, self.decode_key, self.tags_header, self.broker_name))
+                        out.append(self.format.decode(rec, queue.topic))
                     except MalformedRecord:
                         continue
             return out
@@ -390,6 +288,6 @@ class KafkaBroker:
         if self._closed:
             return
         self._closed = True
-        left = self._producer.flush(self.send_timeout)
+        left = self.sender.close()
         if left:
             logger.warning("%r: %d message(s) not delivered at close", self, left)

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..._types import MessageExt
@@ -49,6 +50,8 @@ __all__ = [
     "DLQ_TOPIC_PREFIX",
     "RETRY_TOPIC_PREFIX",
     "MalformedRecord",
+    "Record",
+    "RecordFormat",
     "decode",
     "encode_headers",
     "key_decoder",
@@ -63,6 +66,10 @@ DLQ_TOPIC_PREFIX = "lite-push.dlq."
 _LEGAL = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-")
 _HEX = re.compile(r"_([0-9a-f]{2})")
+
+
+#: One record to produce: (Kafka topic, partition or None, key, value, headers).
+Record = tuple[str, int | None, bytes | None, bytes, list[tuple[str, bytes]]]
 
 
 class MalformedRecord(ValueError):
@@ -199,3 +206,22 @@ def decode(
         f"{record.topic()}-{partition}-{offset}",
         broker_name,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class RecordFormat:
+    """How one broker's records read as messages and back: the decoder of
+    their keys (:func:`key_decoder`), the header holding the tags, and the
+    broker name of their queues."""
+
+    decode_key: Callable[[bytes], str]
+    tags_header: str
+    broker_name: str
+
+    def decode(self, record: Any, topic: str) -> MessageExt:
+        """:func:`decode` in this format."""
+        return decode(record, topic, self.decode_key, self.tags_header, self.broker_name)
+
+    def headers(self, tags: str | None, properties: Mapping[str, str]) -> list[tuple[str, bytes]]:
+        """:func:`encode_headers` in this format."""
+        return encode_headers(tags, properties, self.tags_header)

@@ -17,7 +17,7 @@ the :data:`MALFORMED_KEY` property and an undecodable header value to
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..._types import MessageExt
 from .._base import (
@@ -34,10 +34,9 @@ from .._base import (
     retry_topic,
 )
 from .._common import dead_letter_item, retry_item
-from .codec import encode_headers, kafka_topic, lite_topic
-
-if TYPE_CHECKING:
-    from .broker import KafkaBroker, Record
+from .codec import Record, RecordFormat, kafka_topic, lite_topic
+from .producer import Sender
+from .topics import TopicCatalog
 
 __all__ = ["MALFORMED_HEADER_PREFIX", "MALFORMED_KEY", "Checked", "Copies"]
 
@@ -51,22 +50,35 @@ Checked = tuple[MessageExt, dict[str, str]] | BaseException
 
 
 class Copies:
-    """A broker's retry and dead-letter copies (``KafkaBroker.copies``)."""
+    """A broker's retry and dead-letter copies (``KafkaBroker.copies``),
+    produced through ``sender`` in ``fmt`` to topics ``catalog`` creates;
+    ``delay_levels`` are the retry topic's, a copy's body may have
+    ``max_message_size`` bytes."""
 
-    __slots__ = ("_broker",)
+    __slots__ = ("_sender", "_catalog", "_fmt", "delay_levels", "_max_size")
 
-    def __init__(self, broker: KafkaBroker) -> None:
-        self._broker = broker
+    def __init__(
+        self,
+        sender: Sender,
+        catalog: TopicCatalog,
+        fmt: RecordFormat,
+        delay_levels: tuple[float, ...],
+        max_message_size: int,
+    ) -> None:
+        self._sender = sender
+        self._catalog = catalog
+        self._fmt = fmt
+        self.delay_levels = delay_levels
+        self._max_size = max_message_size
 
     def store_retries(self, group: str, items: Sequence[tuple[MessageExt, int]]) -> list[BaseException | None]:
         """``send_back`` of a member of ``group``: each item checked
         (:func:`~.._common.retry_item`), the good ones produced at once to
         the group's retry topic."""
-        b = self._broker
         checked: list[Checked] = []
         for item in items:
             try:
-                m, _level, props = retry_item(item, b.delay_levels, b.max_message_size)
+                m, _level, props = retry_item(item, self.delay_levels, self._max_size)
                 checked.append((m, props))
             except Exception as e:
                 checked.append(e)
@@ -77,11 +89,10 @@ class Copies:
     ) -> list[BaseException | None]:
         """``send_to_dlq`` of a member of ``group``: each item checked, the
         good ones produced to the group's dead-letter topic."""
-        b = self._broker
         checked: list[Checked] = []
         for item in items:
             try:
-                checked.append(dead_letter_item(item, group, b.max_message_size))
+                checked.append(dead_letter_item(item, group, self._max_size))
             except Exception as e:
                 checked.append(e)
         return self.store_copies(dlq_topic(group), checked)
@@ -91,19 +102,18 @@ class Copies:
         dead-letter topic, created with one partition if missing), all to
         partition 0, one flush for all; one result per item (an item that
         failed its checks keeps its exception)."""
-        b = self._broker
         good = [c for c in checked if not isinstance(c, BaseException)]
         results: Iterator[BaseException | None] = iter(())
         if good:
             try:
-                b.ensure_topic(topic, 1)
+                self._catalog.ensure_topic(topic, 1)
                 name = kafka_topic(topic)
+                headers = self._fmt.headers
                 records: list[Record] = [
-                    (name, 0, None if m.keys is None else m.keys.encode("utf-8"), m.body,
-                     encode_headers(m.tags, props, b.tags_header))
+                    (name, 0, None if m.keys is None else m.keys.encode("utf-8"), m.body, headers(m.tags, props))
                     for m, props in good
-                ]  # fmt: skip
-                results = iter(b.produce(records))
+                ]
+                results = iter(self._sender.produce(records))
             except Exception as e:
                 results = iter([e] * len(good))
         return [c if isinstance(c, BaseException) else next(results) for c in checked]
@@ -114,7 +124,6 @@ class Copies:
         :data:`MALFORMED_KEY` property (the copy has no key) and an
         undecodable header value to ``KAFKA_HEADER_HEX.<name>``, both in
         hex, so the dead letter itself reads back."""
-        b = self._broker
         topic = lite_topic(record.topic())
         origin = {
             ORIGIN_TOPIC: topic,
@@ -139,15 +148,15 @@ class Copies:
         key = record.key()
         if key is not None:
             try:
-                b.decode_key(key)
+                self._fmt.decode_key(key)
             except (UnicodeDecodeError, ValueError):
                 headers.append((MALFORMED_KEY, key.hex().encode()))
                 key = None
         headers += [(k, v.encode()) for k, v in origin.items()]
         try:
-            b.ensure_topic(dlq_topic(group), 1)
+            self._catalog.ensure_topic(dlq_topic(group), 1)
             name = kafka_topic(dlq_topic(group))
-            (err,) = b.produce([(name, 0, key, record.value() or b"", headers)])
+            (err,) = self._sender.produce([(name, 0, key, record.value() or b"", headers)])
         except Exception as e:
             return e
         return err

@@ -16,18 +16,15 @@ from __future__ import annotations
 import logging
 import re
 from collections import deque
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ..._types import MessageExt, MessageQueue, PollBatch
 from .._base import ConsumeFromWhere
 from .._common import warn_skipped_start
-from .codec import MalformedRecord, decode, lite_topic
-
-if TYPE_CHECKING:
-    from .broker import KafkaBroker
+from .codec import MalformedRecord, RecordFormat, lite_topic
 
 __all__ = ["PartitionState", "file_records", "start_positions", "tags_for", "take_batches"]
 
@@ -87,14 +84,19 @@ def file_records(by_name: dict[tuple[str, int], PartitionState], records: Iterab
 
 
 def take_batches(
-    order: Iterable[PartitionState], max_per_queue: int, broker: KafkaBroker, group: str, owner: object
+    order: Iterable[PartitionState],
+    max_per_queue: int,
+    fmt: RecordFormat,
+    store_malformed: Callable[[Any, str], BaseException | None],
+    owner: object,
 ) -> list[PollBatch]:
     """At most ``max_per_queue`` messages of each partition's file, decoded
-    and tag-filtered, as one batch per partition that moved.  A malformed
-    record is dead-lettered (``broker.store_malformed``) and passed over; if
-    that fails, the partition's batch stops before it (tried next poll)."""
+    (in ``fmt``) and tag-filtered, as one batch per partition that moved.  A
+    malformed record is dead-lettered (``store_malformed(record, reason)``:
+    the error, or None once stored) and passed over; if that fails, the
+    partition's batch stops before it (tried next poll)."""
     out: list[PollBatch] = []
-    decode_key, tags_header, broker_name = broker.decode_key, broker.tags_header, broker.broker_name
+    decode = fmt.decode
     for st in order:
         file = st.file
         if not file:
@@ -106,9 +108,9 @@ def take_batches(
         while file and len(messages) < max_per_queue:
             rec = file[0]
             try:
-                m = decode(rec, topic, decode_key, tags_header, broker_name)
+                m = decode(rec, topic)
             except MalformedRecord as e:
-                err = broker.copies.store_malformed(group, rec, str(e))
+                err = store_malformed(rec, str(e))
                 if err is not None:
                     logger.error("%r: malformed record %s-%d@%d not dead-lettered (%s); retrying",
                                  owner, rec.topic(), rec.partition(), rec.offset(), err)  # fmt: skip

@@ -2,16 +2,23 @@
 
 The package, one concern per module:
 
-* :mod:`.broker`      ``RedisBroker``: topics, sending, retries and dead
-  letters, the consumers of its groups;
+* :mod:`.broker`      ``RedisBroker``: topics, sending, the consumers of
+  its groups, and the wiring of the parts below;
 * :mod:`.connection`  the client, the reader client, the Lua scripts
-  (:mod:`.scripts`), pipelines and key names;
+  (:mod:`.scripts`), pipelines, storing messages, key names;
+* :mod:`.topics`      the topics' queue counts (cached) and stored ranges;
 * :mod:`.codec`       a message as a stream entry, and back;
+* :mod:`.retries`     retries and dead letters, moving due retries;
+* :mod:`.registry`    the broker's open consumers;
 * :mod:`.membership`  a member's session in its group: heartbeats, owner
   keys, start positions, commits, queue locks;
+* :mod:`.clustering`  a CLUSTERING member's rebalance and offsets, over its
+  membership (BROADCASTING is the shared
+  :class:`~lite_push.sources._member_model.Broadcasting`);
 * :mod:`.reading`     a poll's read of its queues' streams;
 * :mod:`.notifier`    the pub/sub thread that wakes a waiting poll;
-* :mod:`.consumer`    ``RedisPullConsumer``.
+* :mod:`.consumer`    ``RedisPullConsumer``, built with the parts above
+  (never the broker).
 
 Mapping onto Redis (``ns`` is the broker's ``namespace``)
 

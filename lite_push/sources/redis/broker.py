@@ -1,5 +1,8 @@
-"""RedisBroker: topics of N queues on Redis Streams, sending, retries and
-dead letters, and the consumers of its groups (:mod:`.consumer`).
+"""RedisBroker: topics of N queues on Redis Streams, sending, admin reads,
+closing; it wires the parts its consumers (:mod:`.consumer`) keep: the
+connection, the topic catalog (:mod:`.topics`), the retries and dead
+letters (:mod:`.retries`) and the registry of open consumers
+(:mod:`.registry`).
 
 The key layout and the protocols are in the package docstring; the client,
 scripts and key names in :mod:`.connection`, the entry format in
@@ -12,7 +15,6 @@ import itertools
 import logging
 import os
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -21,8 +23,7 @@ from typing import Any
 import orjson
 import redis
 
-from ..._errors import ConfigError, SourceClosedError, UnknownTopicError
-from ..._router import lane_of
+from ..._errors import ConfigError, SourceClosedError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
 from ...rebalance.allocate import AVERAGELY, AllocateStrategy
 from .._base import (
@@ -32,29 +33,19 @@ from .._base import (
     is_retry_or_dlq_topic,
     reconsume_times_of,
 )
-from .._common import BrokerClock, check_delay_levels, checked_item, now_ms, validate_topic
-from .codec import decode, offset_of
-from .connection import Connection, qfield
+from .._common import BrokerClock, check_delay_levels, now_ms, validate_topic
+from .._sending import checked_items
+from .codec import decode
+from .connection import Connection, chunk_offset
 from .consumer import RedisPullConsumer
+from .membership import read_committed
+from .registry import OpenConsumers
 from .retries import Retries
+from .topics import TopicCatalog, TopicInfo
 
 __all__ = ["RedisBroker", "TopicInfo"]
 
 logger = logging.getLogger(__name__)
-
-#: Messages of one queue stored per SEND call: a batch is atomic per queue up
-#: to this size (a bigger one is split, so one call does not block the
-#: server for long, and another sender's messages may then interleave).
-SEND_CHUNK = 65536
-
-
-class TopicInfo:
-    __slots__ = ("name", "queues", "rr")
-
-    def __init__(self, name: str, broker_name: str, count: int) -> None:
-        self.name = name
-        self.queues = [MessageQueue(name, broker_name, i) for i in range(count)]
-        self.rr = 0
 
 
 class RedisBroker:
@@ -113,13 +104,14 @@ class RedisBroker:
         self.rebalance_interval = float(rebalance_interval)
         #: The clock of due times (``.time()``) and heartbeat schedules.
         self.clock: BrokerClock = clock if clock is not None else time
-        self._topics: dict[str, TopicInfo] = {}
-        self._lock = threading.Lock()
-        self._consumers: set[RedisPullConsumer] = set()
+        #: The topics: queue counts (cached) and stored ranges.
+        self.catalog = TopicCatalog(self.conn, namespace)
+        #: The open consumers (closed with the broker).
+        self.consumers = OpenConsumers()
         self._client_seq = itertools.count(1)
         self._closed = False
         #: Retries and dead letters of the groups (``send_back``, ``send_to_dlq``).
-        self.retries = Retries(self)
+        self.retries = Retries(self.conn, self.catalog, self.clock, self._delay_levels, max_message_size)
 
     # -- keys -----------------------------------------------------------------
 
@@ -162,35 +154,14 @@ class RedisBroker:
 
     def ensure_topic(self, topic: str, queue_count: int) -> TopicInfo:
         """The topic, created with ``queue_count`` queues if it does not exist."""
-        t = self._topics.get(topic)
-        if t is not None:
-            return t
-        key = self.conn.topics_key()
-        pipe = self.conn.pipeline()
-        pipe.hsetnx(key, topic, str(queue_count))
-        pipe.hget(key, topic)
-        _, raw = pipe.execute()
-        return self._cache_topic(topic, int(raw))
-
-    def _cache_topic(self, topic: str, count: int) -> TopicInfo:
-        with self._lock:
-            t = self._topics.get(topic)
-            if t is None:
-                t = self._topics[topic] = TopicInfo(topic, self.broker_name, count)
-            return t
+        return self.catalog.ensure(topic, queue_count)
 
     def topic(self, topic: str) -> TopicInfo:
         """The topic (cached); ``UnknownTopicError`` if Redis has none."""
-        t = self._topics.get(topic)
-        if t is not None:
-            return t
-        raw = self.conn.client.hget(self.conn.topics_key(), topic)
-        if raw is None:
-            raise UnknownTopicError(topic)
-        return self._cache_topic(topic, int(raw))
+        return self.catalog.get(topic)
 
     def topics(self) -> list[str]:
-        return sorted(k.decode() for k in self.conn.client.hkeys(self.conn.topics_key()))
+        return self.catalog.names()
 
     def queues(self, topic: str) -> list[MessageQueue]:
         """The queues of ``topic``, sorted.  ``UnknownTopicError`` if none."""
@@ -198,20 +169,11 @@ class RedisBroker:
 
     def max_offset(self, queue: MessageQueue) -> int:
         """The offset the next message of ``queue`` will get."""
-        raw = self.conn.client.get(self.queue_key(queue.topic, queue.queue_id, "seq"))
-        return int(raw) if raw is not None else 0
+        return self.catalog.max_offset(queue)
 
     def min_offset(self, queue: MessageQueue) -> int:
         """The lowest stored offset of ``queue``."""
-        # seq is read first: were the stream empty, a message sent between the
-        # two reads would otherwise be skipped
-        pipe = self.conn.pipeline()
-        pipe.get(self.queue_key(queue.topic, queue.queue_id, "seq"))
-        pipe.xrange(self.queue_key(queue.topic, queue.queue_id, "log"), "-", "+", count=1)
-        seq, first = pipe.execute()
-        if first:
-            return offset_of(first[0][0])
-        return int(seq) if seq is not None else 0
+        return self.catalog.min_offset(queue)
 
     def messages(self, queue: MessageQueue, start: int = 0, stop: int | None = None) -> list[MessageExt]:
         """The stored messages of ``queue`` in ``[start, stop)`` (tools, tests;
@@ -251,15 +213,7 @@ class RedisBroker:
         born = now_ms()
         args: dict[int, list[bytes]] = {}
         order: list[tuple[int, int]] = []  # (queue, index within the queue's part)
-        for item in items:
-            body, keys, tags, props, qid = checked_item(item, topic, n, limit)
-            if qid is not None:
-                q = qid
-            elif keys:
-                q = lane_of(keys, n)
-            else:
-                q = t.rr % n
-                t.rr += 1
+        for body, keys, tags, props, q in checked_items(items, topic, n, limit, t.rr):
             if props:
                 reconsume_times_of(props)
             meta: dict[str, Any] = {"bt": born}
@@ -279,31 +233,15 @@ class RedisBroker:
         first = self.store(topic, args)
         out = []
         for q, i in order:
-            off = first[q][i // SEND_CHUNK] + i % SEND_CHUNK
+            off = chunk_offset(first[q], i)
             out.append(SendResult(t.queues[q], off, f"{self.namespace}-{topic}-{q}-{off}"))
         return out
 
     def store(self, topic: str, args: Mapping[int, list[bytes]]) -> dict[int, list[int]]:
         """One SEND per queue (per ``SEND_CHUNK`` messages of a queue), pipelined;
-        returns per queue the first offset of each chunk."""
-        pipe = self.conn.pipeline()
-        calls: list[int] = []
-        for q in sorted(args):
-            a = args[q]
-            for start in range(0, len(a), 2 * SEND_CHUNK):
-                part = a[start : start + 2 * SEND_CHUNK]
-                self.conn.run(
-                    self.conn.send,
-                    [self.queue_key(topic, q, "seq"), self.queue_key(topic, q, "log")],
-                    [len(part) // 2, self.conn.notify_channel(topic), *part],
-                    pipe,
-                )
-                calls.append(q)
-        res = pipe.execute()
-        first: dict[int, list[int]] = {}
-        for q, r in zip(calls, res, strict=True):
-            first.setdefault(q, []).append(int(r[0]))
-        return first
+        returns per queue the first offset of each chunk
+        (:meth:`Connection.append`)."""
+        return self.conn.append(topic, args)
 
     # -- retries ----------------------------------------------------------------
 
@@ -343,35 +281,15 @@ class RedisBroker:
 
     def cached_topic(self, topic: str) -> TopicInfo | None:
         """The topic if this broker has seen it (no Redis call)."""
-        return self._topics.get(topic)
+        return self.catalog.cached(topic)
 
     def new_client_id(self) -> str:
         """A client id unique across machines and processes."""
         return f"{socket.gethostname()}@{os.getpid()}@{next(self._client_seq):06d}@{uuid.uuid4().hex[:8]}"
 
-    def register(self, consumer: RedisPullConsumer) -> None:
-        """An open consumer; ``ConfigError`` if another open one of its group
-        has its client id."""
-        with self._lock:
-            if any(c.group == consumer.group and c.client_id == consumer.client_id for c in self._consumers):
-                raise ConfigError(
-                    "client_id",
-                    f"{consumer.client_id!r} is already used by an open consumer of group {consumer.group!r}",
-                )
-            self._consumers.add(consumer)
-
-    def unregister(self, consumer: RedisPullConsumer) -> None:
-        """A consumer closed."""
-        with self._lock:
-            self._consumers.discard(consumer)
-
     def committed(self, group: str, queue: MessageQueue) -> OffsetAndMetadata | None:
         """What ``group`` committed for ``queue`` (admin view)."""
-        raw = self.conn.client.hget(self.group_key(group, "offsets"), qfield(queue))
-        if raw is None:
-            return None
-        off, meta = orjson.loads(raw)
-        return OffsetAndMetadata(off, meta)
+        return read_committed(self.conn, group, queue)
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -388,9 +306,7 @@ class RedisBroker:
         if the broker made it.  Idempotent."""
         if self._closed:
             return
-        with self._lock:
-            consumers = list(self._consumers)
-        for c in consumers:
+        for c in self.consumers.snapshot():
             try:
                 c.close()
             except Exception:

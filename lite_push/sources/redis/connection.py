@@ -1,5 +1,6 @@
 """The Redis Streams source's connection: the client, the reader client,
-the registered Lua scripts, pipelines, and the names of every key.
+the registered Lua scripts, pipelines, storing messages (the SEND script),
+and the names of every key.
 
 Reading: polls go through a second client on the broker's connection pool
 whose XRANGE replies are left as hiredis' lists (redis-py would build a dict
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import redis
@@ -21,13 +23,25 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ..._types import MessageQueue
 from . import scripts
 
-__all__ = ["CONN_ERRORS", "Connection", "Outage", "Sequential", "qfield"]
+__all__ = ["CONN_ERRORS", "SEND_CHUNK", "Connection", "Outage", "Sequential", "chunk_offset", "qfield"]
 
 logger = logging.getLogger(__name__)
 
 #: What a poll treats as "Redis is unreachable for now" (BusyLoadingError is
 #: a ConnectionError; ClusterDownError/TryAgainError are cluster fail-overs).
 CONN_ERRORS = (RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError, OSError)
+
+
+#: Messages of one queue stored per SEND call: a batch is atomic per queue up
+#: to this size (a bigger one is split, so one call does not block the
+#: server for long, and another sender's messages may then interleave).
+SEND_CHUNK = 65536
+
+
+def chunk_offset(firsts: list[int], i: int) -> int:
+    """The offset of the ``i``-th message a :meth:`Connection.append` stored
+    in a queue, given that queue's ``firsts``."""
+    return firsts[i // SEND_CHUNK] + i % SEND_CHUNK
 
 
 def qfield(q: MessageQueue) -> str:
@@ -136,6 +150,30 @@ class Connection:
             pipe.results.append(script(keys=keys, args=args, client=self.client))
             return None
         return script(keys=keys, args=args, client=pipe)
+
+    def append(self, topic: str, args: Mapping[int, list[bytes]]) -> dict[int, list[int]]:
+        """Store messages in ``topic``: ``args`` holds per queue each
+        message's body and encoded metadata, in turn.  One SEND per queue
+        (per ``SEND_CHUNK`` messages of a queue), pipelined; returns per
+        queue the first offset of each chunk (see :func:`chunk_offset`)."""
+        pipe = self.pipeline()
+        calls: list[int] = []
+        for q in sorted(args):
+            a = args[q]
+            for start in range(0, len(a), 2 * SEND_CHUNK):
+                part = a[start : start + 2 * SEND_CHUNK]
+                self.run(
+                    self.send,
+                    [self.queue_key(topic, q, "seq"), self.queue_key(topic, q, "log")],
+                    [len(part) // 2, self.notify_channel(topic), *part],
+                    pipe,
+                )
+                calls.append(q)
+        res = pipe.execute()
+        first: dict[int, list[int]] = {}
+        for q, r in zip(calls, res, strict=True):
+            first.setdefault(q, []).append(int(r[0]))
+        return first
 
     # -- key names --------------------------------------------------------------
 

@@ -1,58 +1,56 @@
 """RedisPullConsumer: a member of a consumer group on Redis Streams.
 
+It keeps the broker's parts it uses, never the broker (:class:`BrokerParts`
+says which; a :class:`RedisBroker` has them all): the connection, the topic
+catalog, the retries and the registry of open consumers.
 It reads its owned queues' streams (one pipelined round trip per poll, with
-the group's version and the due-retry move), decodes the entries
-(:mod:`.codec`) and leaves everything about the group -- heartbeats, owner
-keys, start positions, commits, locks -- to its :class:`~.membership.Membership`.
+what its message model watches and the due-retry move) and decodes the
+entries (:mod:`.codec`).  Its message model, chosen once at construction,
+says which queues it owns and where its offsets go:
+:class:`~.clustering.Clustering` (heartbeats, owner keys, start positions,
+commits, locks: the group's) or :class:`~.._member_model.Broadcasting`.
 
 Blocking: a poll with nothing to read waits on a ``threading.Event``, at
 most a short slice (0.25 s, and never past the timeout or the next due
 retry), then reads again.  The event is set by ``wakeup()`` and by a
-per-consumer :class:`~.notifier.Notifier` subscribed to the group's events
-channel and to the notify channel of every subscribed topic (and of the
-group's retry topic).
+per-consumer :class:`~.notifier.Notifier` subscribed to the notify channel
+of every subscribed topic and to the channels its model names (CLUSTERING:
+the group's events channel and its retry topic's notify channel).
 
 Errors: a dropped connection is logged once per episode; the poll returns []
 after a back-off, and the next one resumes at the positions it had (nothing
-is lost: positions move only after a successful read).  A rebalance that
-fails half way keeps the revoked queues' owner keys in ``_unreleased`` and
-releases them on the next attempt (their on_revoked is not called twice).
+is lost: positions move only after a successful read).
 """
 
 from __future__ import annotations
 
 import gc
 import logging
-import math
 import os
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from ..._errors import ConfigError, SourceClosedError, UnknownTopicError
+from ..._errors import ConfigError, UnknownTopicError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
 from ...rebalance.allocate import AVERAGELY, AllocateStrategy
-from .._base import ConsumeFromWhere, MessageModel, PullSource, RebalanceListener, is_retry_or_dlq_topic, retry_topic
-from .._common import (
-    QueueStates,
-    check_lease,
-    check_message_model,
-    commit_entries,
-    no_send_back,
-    open_offset_store,
-    parse_tag_expression,
-)
-from .connection import CONN_ERRORS, Outage
+from .._base import ConsumeFromWhere, MessageModel, PullSource, RebalanceListener, is_retry_or_dlq_topic
+from .._common import check_lease, commit_entries, parse_tag_expression
+from .._member_model import Broadcasting, MemberModel, check_message_model, open_offset_store
+from .._owned import OwnedQueues, QueueControl
+from ..local_offsets import LocalOffsetStore
+from .clustering import Clustering
+from .connection import CONN_ERRORS, Connection, Outage
 from .membership import Membership
 from .notifier import Notifier
-from .reading import SCAN_EXTRA, QueueReader, read_into
+from .reading import SCAN_EXTRA, QueueReader, read_into, readers
+from .registry import OpenConsumers
+from .retries import Retries
+from .topics import TopicCatalog
 
-if TYPE_CHECKING:
-    from .broker import RedisBroker
-
-__all__ = ["RedisPullConsumer"]
+__all__ = ["BrokerParts", "RedisPullConsumer"]
 
 logger = logging.getLogger(__name__)
 
@@ -78,16 +76,48 @@ def _check_arguments(group: object, consume_from: object, client_id: object, all
         raise ConfigError("allocate", f"must be an allocation strategy, got {allocate!r}")
 
 
-class RedisPullConsumer(QueueStates[QueueReader], PullSource):
-    """A member of a consumer group on a :class:`RedisBroker`; see
-    :class:`~lite_push.sources.PullSource`.  Owned by one thread; only
-    :meth:`wakeup` may be called from others."""
+class BrokerParts(Protocol):
+    """What a consumer takes from its broker at construction (a
+    :class:`RedisBroker` has it all); it keeps the parts, not the broker."""
 
-    _broker: RedisBroker
+    @property
+    def conn(self) -> Connection: ...
+
+    @property
+    def catalog(self) -> TopicCatalog: ...
+
+    @property
+    def retries(self) -> Retries: ...
+
+    @property
+    def consumers(self) -> OpenConsumers: ...
+
+    @property
+    def session_timeout(self) -> float: ...
+
+    @property
+    def heartbeat_interval(self) -> float: ...
+
+    @property
+    def rebalance_interval(self) -> float: ...
+
+    def check_open(self) -> None:
+        """``SourceClosedError`` once the broker is closed."""
+        ...
+
+    def new_client_id(self) -> str: ...
+
+
+class RedisPullConsumer(QueueControl[QueueReader], PullSource):
+    """A member of a consumer group on a :class:`RedisBroker`; see
+    :class:`~lite_push.sources.PullSource`.  Create it with
+    :meth:`RedisBroker.pull_consumer` (or with a broker, or anything that
+    has its :class:`BrokerParts`, and the same arguments).  Owned by one
+    thread; only :meth:`wakeup` may be called from others."""
 
     def __init__(
         self,
-        broker: RedisBroker,
+        broker: BrokerParts,
         group: str,
         *,
         consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
@@ -100,39 +130,55 @@ class RedisPullConsumer(QueueStates[QueueReader], PullSource):
         check_message_model(message_model, offset_file)
         _check_arguments(group, consume_from, client_id, allocate)
         broker.check_open()
-        self._broker = broker
         self._conn = broker.conn
+        self._topics = broker.catalog
+        self._retries = retries = broker.retries
+        self._consumers = consumers = broker.consumers
+        if client_id is None:
+            client_id = broker.new_client_id()
         self._group = group
-        self._cid: str = client_id if client_id is not None else broker.new_client_id()
-        timeout = broker.session_timeout
-        self._members = Membership(broker.conn, group, self._cid, timeout, consume_from, consume_timestamp)
-        self._store_malformed = partial(broker.retries.store_malformed, group)  # entries a poll cannot decode
-        self._allocate = allocate
-        self._listener: RebalanceListener | None = None
+        self._owned = OwnedQueues[QueueReader](group, client_id, self)
+        self._store_malformed = partial(retries.store_malformed, group)  # entries a poll cannot decode
         self._filters: dict[str, frozenset[str] | None] = {}
-        self._states: dict[MessageQueue, QueueReader] = {}
-        self._active: list[QueueReader] = []
         self._rr = 0
-        self._seen_version: bytes | None = None
-        self._pending = False
-        # revoked after on_revoked, whose owner keys could not be deleted yet
-        self._unreleased: set[MessageQueue] = set()
-        self._last_rebalance = -math.inf
-        self._locks: set[MessageQueue] = set()
         self._wakeup_flag = False
         self._event = threading.Event()
-        self._closed = False
         self._outage = Outage(self)
         self._notifier: Notifier | None = None
-        # BROADCASTING: every queue, offsets in a local file (opened last:
-        # it locks the file, and nothing above may fail after that)
-        self._store = None
-        broker.register(self)
-        try:
-            self._store = open_offset_store(message_model, offset_file, broker.broker_name, group)
+        consumers.add(self)
+        try:  # last: BROADCASTING locks its file, and nothing above may fail after that
+            if message_model is MessageModel.BROADCASTING:
+                self._model: MemberModel = self._broadcasting(offset_file, consume_from, consume_timestamp)
+            else:
+                self._model = self._clustering(broker, allocate, consume_from, consume_timestamp)
         except BaseException:
-            broker.unregister(self)
+            consumers.discard(self)
             raise
+
+    def _clustering(
+        self,
+        broker: BrokerParts,
+        allocate: AllocateStrategy,
+        consume_from: ConsumeFromWhere,
+        consume_timestamp: int | None,
+    ) -> Clustering:
+        conn, timeout = self._conn, broker.session_timeout
+        membership = Membership(conn, self._group, self._owned.client_id, timeout, consume_from, consume_timestamp)
+        reader = readers(conn.queue_key, self._filters)
+        return Clustering(
+            self._owned, membership, conn, self._topics, self._retries, allocate, reader,
+            timeout, broker.heartbeat_interval, broker.rebalance_interval,
+        )  # fmt: skip
+
+    def _broadcasting(
+        self, offset_file: str | os.PathLike[str] | None, consume_from: ConsumeFromWhere, consume_timestamp: int | None
+    ) -> Broadcasting[QueueReader]:
+        topics = self._topics
+        store = open_offset_store(offset_file, self._conn.namespace, self._group)  # the namespace is the broker name
+        reader = readers(self._conn.queue_key, self._filters)
+        return Broadcasting(
+            self._owned, store, topics, lambda t: topics.get(t).queues, reader, consume_from, consume_timestamp
+        )
 
     # -- identity -------------------------------------------------------------
 
@@ -142,64 +188,68 @@ class RedisPullConsumer(QueueStates[QueueReader], PullSource):
 
     @property
     def client_id(self) -> str:
-        return self._cid
+        return self._owned.client_id
 
     @property
     def session_timeout(self) -> float | None:
-        return None if self._store is not None else self._broker.session_timeout
+        return self._model.session_timeout
 
     def owned_for(self) -> dict[MessageQueue, float]:  # BROADCASTING: no sessions
-        return {} if self._store is not None else self._members.owned_for(self._states)
+        return self._model.owned_for()
+
+    @property
+    def message_model(self) -> MessageModel:
+        return self._model.message_model
+
+    @property
+    def offset_store(self) -> LocalOffsetStore | None:
+        """The local offsets file of a BROADCASTING member (else None)."""
+        return self._model.offset_store
 
     def queue_count(self, topic: str) -> int | None:
-        t = self._broker.cached_topic(topic)  # cached by subscribe; no Redis call
+        t = self._topics.cached(topic)  # cached by subscribe; no Redis call
         return len(t.queues) if t is not None else None
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._owned.closed
 
     def __repr__(self) -> str:
-        return f"<RedisPullConsumer {self._group!r}/{self._cid!r}{' closed' if self._closed else ''}>"
+        closed = " closed" if self._owned.closed else ""
+        return f"<RedisPullConsumer {self._group!r}/{self._owned.client_id!r}{closed}>"
 
     def _check_open(self) -> None:
-        if self._closed:
-            raise SourceClosedError(f"consumer {self._cid!r} of group {self._group!r} is closed")
+        self._owned.check_open()
 
     # -- subscription ---------------------------------------------------------
 
     def subscribe(self, topic: str, expression: str = "*") -> None:
         self._check_open()
         tags = parse_tag_expression(expression)
-        broker = self._broker
         try:
-            broker.topic(topic)
+            self._topics.get(topic)
         except UnknownTopicError:
             if not is_retry_or_dlq_topic(topic):
                 raise
-            broker.ensure_topic(topic, 1)
+            self._topics.ensure(topic, 1)
         new = topic not in self._filters
         if new:
             if self._notifier is None:
-                self._notifier = Notifier(self._conn.client, self._event, f"lite-push-redis-notify-{self._cid}")
-                if self._store is None:
-                    self._notifier.add(self._members.channel)
-                    self._notifier.add(self._conn.notify_channel(retry_topic(self._group)))
+                name = f"lite-push-redis-notify-{self._owned.client_id}"
+                self._notifier = Notifier(self._conn.client, self._event, name)
+                for channel in self._model.channels:
+                    self._notifier.add(channel)
             self._notifier.add(self._conn.notify_channel(topic))
         self._filters[topic] = tags
-        for st in self._states.values():
+        for st in self._owned.states.values():
             if st.mq.topic == topic:
                 st.tags = tags
         if new:
-            if self._store is not None:
-                self._pending = True  # the next poll takes the topic's queues
-            else:
-                self._members.heartbeat(sorted(self._states), self._filters)  # join: bumps the version
-                self._seen_version = None
+            self._model.subscribe(topic)
 
     def set_rebalance_listener(self, listener: RebalanceListener | None) -> None:
         self._check_open()
-        self._listener = listener
+        self._owned.listener = listener
 
     # -- polling --------------------------------------------------------------
 
@@ -236,16 +286,11 @@ class RedisPullConsumer(QueueStates[QueueReader], PullSource):
             self._check_open()
 
     def _poll_once(self, max_per_queue: int) -> tuple[list[PollBatch] | None, float]:
-        broker = self._broker
-        if self._store is not None and self._pending and self._assign_all():
-            self._check_open()
-            return None, 0.0
-        subscribed = bool(self._filters) and self._store is None
+        model = self._model
         pipe = self._conn.pipeline(reader=True)
-        if subscribed:
-            pipe.get(self._members.version_key)
-        broker.retries.move_due(pipe, self._group)
-        active = self._active
+        watched = model.watch(pipe)
+        self._retries.move_due(pipe, self._group)
+        active = self._owned.active
         n = len(active)
         if n:
             start = self._rr % n
@@ -267,143 +312,54 @@ class RedisPullConsumer(QueueStates[QueueReader], PullSource):
         finally:
             if pause:
                 gc.enable()
-        i = 0
-        if subscribed:
-            version = res[0]
-            i = 1
-            now = time.monotonic()
-            if (
-                version != self._seen_version
-                or self._pending
-                or now - self._members.last_heartbeat >= broker.heartbeat_interval
-                or now - self._last_rebalance >= broker.rebalance_interval
-            ):
-                if self._rebalance():
-                    self._check_open()
-                    return None, 0.0
-        _moved, nxt = res[i]
-        nxt = float(nxt)
-        wait_hint = _WAIT_SLICE
-        if nxt >= 0:
-            wait_hint = max(_MIN_WAIT, nxt / 1000.0 - broker.clock.time())
+        if model.refresh(res[:watched]):  # the owned queues changed: what was read is dropped
+            self._check_open()
+            return None, 0.0
+        due = self._retries.next_due_in(res[watched])
+        wait_hint = _WAIT_SLICE if due is None else max(_MIN_WAIT, due)
         out: list[PollBatch] = []
         if pause:
             gc.disable()
         try:
-            read_into(out, order, res[i + 1 :], max_per_queue, broker.namespace, self._states, self._store_malformed)
+            read_into(
+                out, order, res[watched + 1 :], max_per_queue, self._conn.namespace, self._owned.states,
+                self._store_malformed,
+            )  # fmt: skip
         finally:
             if pause:
                 gc.enable()
         return out, wait_hint
 
-    # -- rebalance ------------------------------------------------------------
-
-    def _release(self) -> None:
-        """Release the queues revoked (after their on_revoked); kept for the
-        next rebalance if Redis fails."""
-        if self._unreleased:
-            qs = list(self._unreleased)
-            self._members.release(qs)
-            self._unreleased.difference_update(qs)
-
-    def _rebalance(self) -> bool:
-        """Bring the owned set to the target; return whether it changed."""
-        broker = self._broker
-        self._release()  # what a failed rebalance left
-        version, lost, by_topic = self._members.heartbeat(sorted(self._states), self._filters)
-        self._last_rebalance = time.monotonic()
-        target: set[MessageQueue] = set()
-        for topic in self._filters:
-            queues = broker.topic(topic).queues
-            cids = sorted(set(by_topic.get(topic, ())) | {self._cid})
-            share = self._allocate(self._group, self._cid, queues, cids)
-            target.update(q for q in share if q.topic == topic)
-        lost_set = set(lost)
-        drop = [q for q in self._states if q not in target and q not in lost_set]
-        revoked = sorted(lost + drop)
-        changed = False
-        if lost:
-            logger.warning("group %r: %r lost %s (its session expired)", self._group, self._cid, [str(q) for q in lost])
-        if revoked:
-            self._notify("on_revoked", revoked)
-            for q in revoked:
-                self._states.pop(q, None)
-            self._members.forget(revoked)
-            self._rebuild_active()
-            self._unreleased.update(drop)
-            changed = True
-            self._release()
-        new = sorted(q for q in target if q not in self._states)
-        taken: list[MessageQueue] = []
-        if new:
-            taken = self._members.acquire(new)
-            # all positions first: if Redis fails here, nothing is half taken
-            # (the owner keys are ours; the next attempt takes them again)
-            positions = [self._members.start_position(q, broker) for q in taken]
-            self._members.say_skipped()
-            for q, pos in zip(taken, positions, strict=True):
-                log_key = self._conn.queue_key(q.topic, q.queue_id, "log")
-                self._states[q] = QueueReader(q, log_key, pos, self._filters.get(q.topic))
-        self._pending = len(taken) < len(new)
-        self._seen_version = version
-        if changed or taken:
-            self._rebuild_active()
-        if taken:
-            self._notify("on_assigned", taken)
-            changed = True
-        return changed
-
-    def _assign_all(self) -> bool:
-        """BROADCASTING: own every queue of the subscribed topics, each from
-        its offset in the local file, else from ``consume_from`` (stored in
-        the file at once, so a restart before the first commit starts there
-        too).  Return whether queues were added."""
-        broker = self._broker
-        new = sorted(q for topic in self._filters for q in broker.topic(topic).queues if q not in self._states)
-        assert self._store is not None
-        starts = self._members.local_starts(new, self._store, broker)
-        for q, pos in starts.items():
-            log_key = self._conn.queue_key(q.topic, q.queue_id, "log")
-            self._states[q] = QueueReader(q, log_key, pos, self._filters.get(q.topic))
-        self._pending = False
-        if new:
-            self._rebuild_active()
-            self._notify("on_assigned", new)
-        return bool(new)
-
-    # -- queue control: assignment, pause, resume (QueueStates) ---------------
+    # -- positions (assignment, pause, resume: QueueControl) ------------------
 
     def seek(self, queue: MessageQueue, offset: int) -> None:
         """Next poll of ``queue`` starts at ``offset`` clamped to the stored range."""
         self._check_open()
-        st = self._owned(queue)
-        lo, hi = self._broker.min_offset(queue), self._broker.max_offset(queue)
+        st = self._owned.get(queue)
+        lo, hi = self._topics.stored_range(queue)
         st.pos = min(max(int(offset), lo), hi)
 
     def position(self, queue: MessageQueue) -> int:
         self._check_open()
-        return self._owned(queue).pos
+        return self._owned.get(queue).pos
+
+    def end_offsets(self, queues: Collection[MessageQueue]) -> dict[MessageQueue, int]:
+        """``PullSource.end_offsets``: the broker's next offset of each queue."""
+        return {q: self._topics.max_offset(q) for q in queues}
 
     # -- offsets --------------------------------------------------------------
 
     def commit(self, offsets: Mapping[MessageQueue, OffsetAndMetadata | int]) -> None:
-        """Store offsets of the queues whose owner key holds this member."""
+        """Store offsets of the queues this member owns (CLUSTERING: those
+        whose owner key holds it)."""
         self._check_open()
         entries = commit_entries(offsets)
-        if self._store is not None:
-            self._commit_local(entries)
-            return
-        if not entries:
-            return
-        stored = self._members.commit(entries)
-        if stored < len(entries):
-            logger.debug("%r: %d commit(s) ignored: not its queues", self, len(entries) - stored)
+        if entries:
+            self._model.commit(entries)
 
     def committed(self, queue: MessageQueue) -> OffsetAndMetadata | None:
         self._check_open()
-        if self._store is not None:
-            return self._store.get(queue)
-        return self._broker.committed(self._group, queue)
+        return self._model.committed(queue)
 
     # -- broker-side queue locks ----------------------------------------------
 
@@ -411,39 +367,29 @@ class RedisPullConsumer(QueueStates[QueueReader], PullSource):
         self._check_open()
         check_lease(lease)
         qs = list(dict.fromkeys(queues))
-        if not qs:
-            return frozenset()
-        if self._store is not None:  # BROADCASTING: no other member reads "our" copy
-            return frozenset(qs)
-        held = self._members.lock(qs, lease)
-        self._locks |= held
-        return held
+        return self._model.lock(qs, lease) if qs else frozenset()
 
     def unlock(self, queues: Collection[MessageQueue]) -> None:
         self._check_open()
         qs = list(dict.fromkeys(queues))
-        if not qs or self._store is not None:
-            return
-        self._members.unlock(qs)
-        self._locks.difference_update(qs)
+        if qs:
+            self._model.unlock(qs)
 
     # -- failures -------------------------------------------------------------
 
     @property
     def delay_levels(self) -> tuple[float, ...]:
-        return self._broker.delay_levels
+        return self._retries.delay_levels
 
     def send_back(self, items: Sequence[tuple[MessageExt, int]]) -> list[BaseException | None]:
         """See :meth:`PullSource.send_back`: the copies wait in the group's
         schedule until due, then a poll moves them to ``%RETRY%<group>``."""
         self._check_open()
-        if self._store is not None:
-            return [no_send_back(self)] * len(items)
-        return self._broker.retries.store_retries(self._group, items)
+        return self._model.send_back(items)
 
     def send_to_dlq(self, items: Sequence[tuple[MessageExt, str, str]]) -> list[BaseException | None]:
         self._check_open()
-        return self._broker.retries.store_dead_letters(self._group, items)
+        return self._retries.store_dead_letters(self._group, items)
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -454,24 +400,18 @@ class RedisPullConsumer(QueueStates[QueueReader], PullSource):
     def close(self) -> None:
         """Leave the group: owned queues and locks are released at once
         (nothing is committed, no listener runs)."""
-        if self._closed:
+        if self._owned.closed:
             return
-        self._closed = True
-        self._broker.unregister(self)
+        self._owned.closed = True
+        self._consumers.discard(self)
         self._event.set()
         if self._notifier is not None:
             self._notifier.stop()
         try:
-            if self._store is not None:
-                self._store.close()
-            else:
-                owned = (*self._states, *self._unreleased)
-                self._members.leave(owned, self._locks, member=bool(self._filters))
+            self._model.close()
         except CONN_ERRORS as e:
             logger.warning("%r: leaving the group failed (%s); its session will expire", self, e)
-        self._states.clear()
-        self._active = []
-        self._locks.clear()
+        self._owned.clear()
 
     def __enter__(self) -> RedisPullConsumer:
         return self

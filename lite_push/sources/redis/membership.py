@@ -9,31 +9,32 @@ protocol are described in the package docstring.
 
 from __future__ import annotations
 
-import bisect
+import functools
 import logging
 import time
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
 from ..._types import MessageQueue, OffsetAndMetadata
 from .._base import ConsumeFromWhere
 from .._common import initial_position, warn_skipped_start
-from ..local_offsets import LocalOffsetStore
+from .._member_model import StoredLog
 from .connection import Connection, qfield
 
-__all__ = ["Membership", "StoredRange"]
+__all__ = ["Membership", "read_committed"]
 
 logger = logging.getLogger(__name__)
 
 
-class StoredRange(Protocol):
-    """Where a queue's stored messages are (the broker)."""
-
-    def min_offset(self, queue: MessageQueue) -> int: ...
-
-    def max_offset(self, queue: MessageQueue) -> int: ...
+def read_committed(conn: Connection, group: str, queue: MessageQueue) -> OffsetAndMetadata | None:
+    """What ``group`` committed for ``queue`` (one HGET)."""
+    raw = conn.client.hget(conn.group_key(group, "offsets"), qfield(queue))
+    if raw is None:
+        return None
+    off, meta = orjson.loads(raw)
+    return OffsetAndMetadata(off, meta)
 
 
 class Membership:
@@ -152,47 +153,24 @@ class Membership:
 
     # -- positions -----------------------------------------------------------------
 
-    def start_position(self, q: MessageQueue, stored: StoredRange) -> int:
+    def start_position(self, q: MessageQueue, stored: StoredLog) -> int:
         """Where this member reads ``q`` from when it takes it: the group's
         committed offset, else the position fixed when the group first owned
         it (by ``consume_from``), clamped to the stored range."""
         client = self._conn.client
-        lo, hi = stored.min_offset(q), stored.max_offset(q)
+        lo, hi = stored.stored_range(q)
         field = qfield(q)
         raw = client.hget(self._k_offsets, field)
         if raw is not None:
             return min(max(int(orjson.loads(raw)[0]), lo), hi)
         init = client.hget(self._k_initial, field)
         if init is None:
-            pos = self.initial_position(q, lo, hi)
+            first_at = functools.partial(stored.first_stored_at, q, lo, hi)
+            pos = initial_position(self._consume_from, self._consume_timestamp, lo, hi, first_at)
             if client.hsetnx(self._k_initial, field, str(pos)) and self._consume_from is ConsumeFromWhere.LAST_OFFSET:
                 self._skipped[q.topic] = self._skipped.get(q.topic, 0) + hi - lo
             init = client.hget(self._k_initial, field)
         return min(max(int(init), lo), hi)
-
-    def local_starts(
-        self, queues: Sequence[MessageQueue], store: LocalOffsetStore, stored: StoredRange
-    ) -> dict[MessageQueue, int]:
-        """BROADCASTING: where this member starts on each of ``queues``: its
-        offset in the local file, else ``consume_from`` (written to the file
-        at once, so a restart before the first commit starts there too)."""
-        starts: dict[MessageQueue, int] = {}
-        fresh: dict[MessageQueue, OffsetAndMetadata] = {}
-        for q in queues:
-            lo, hi = stored.min_offset(q), stored.max_offset(q)
-            om = store.get(q)
-            if om is None:
-                pos = self.initial_position(q, lo, hi)
-                fresh[q] = OffsetAndMetadata(pos)
-            else:
-                pos = om.offset
-            starts[q] = min(max(pos, lo), hi)
-        if fresh:
-            try:
-                store.commit(fresh)
-            except OSError as e:
-                logger.warning("%s: storing the start offsets in %s failed: %s", self.cid, store.path, e)
-        return starts
 
     def say_skipped(self) -> None:
         """One WARNING per topic where this member fixed a new group's
@@ -202,23 +180,6 @@ class Membership:
                 self._said.add(topic)
                 warn_skipped_start(self.group, topic, skipped)
         self._skipped.clear()
-
-    def initial_position(self, q: MessageQueue, lo: int, hi: int) -> int:
-        """Where ``consume_from`` starts on ``q`` (stored range ``[lo, hi)``)."""
-        return initial_position(
-            self._consume_from, self._consume_timestamp, lo, hi, lambda ts: self._search_timestamp(q, lo, hi, ts)
-        )
-
-    def _search_timestamp(self, q: MessageQueue, lo: int, hi: int, ts: int) -> int:
-        """The first offset in [lo, hi) stored at or after ``ts`` (hi if none)."""
-        key = self._conn.queue_key(q.topic, q.queue_id, "log")
-        client = self._conn.client
-
-        def stored(off: int) -> int:
-            e = client.xrange(key, f"{off + 1}-0", f"{off + 1}-0")
-            return int(e[0][1][b"s"]) if e else 0
-
-        return bisect.bisect_left(range(lo, hi), ts, key=stored) + lo
 
     # -- offsets and locks -----------------------------------------------------------
 
@@ -230,6 +191,10 @@ class Membership:
         for q, om in entries.items():
             args += (qfield(q), orjson.dumps([om.offset, om.metadata]))
         return int(self._conn.commit(keys=[self._k_offsets, *keys], args=args))
+
+    def committed(self, queue: MessageQueue) -> OffsetAndMetadata | None:
+        """The group's committed offset of ``queue``."""
+        return read_committed(self._conn, self.group, queue)
 
     def lock(self, queues: Sequence[MessageQueue], lease: float) -> frozenset[MessageQueue]:
         """Take or renew the orderly locks of ``queues``; return those held."""

@@ -9,7 +9,7 @@ from typing import Any
 from ..._types import MessageExt, MessageQueue, PollBatch
 from .codec import decode
 
-__all__ = ["SCAN_EXTRA", "QueueReader", "read_into"]
+__all__ = ["SCAN_EXTRA", "QueueReader", "read_into", "readers"]
 
 #: With a tag filter, one poll scans at most this many messages per queue
 #: beyond ``4 * max_per_queue`` (as the embedded broker).
@@ -27,6 +27,15 @@ class QueueReader:
         self.pos = pos
         self.paused = False
         self.tags = tags
+
+
+def readers(
+    log_key: Callable[[str, int, str], str], filters: Mapping[str, frozenset[str] | None]
+) -> Callable[[MessageQueue, int], QueueReader]:
+    """How a member makes the reader of a queue it takes, at a position: on
+    the queue's stream (``log_key``: the connection's ``queue_key``), with
+    its topic's tag filter as ``filters`` says when the queue is taken."""
+    return lambda q, pos: QueueReader(q, log_key(q.topic, q.queue_id, "log"), pos, filters.get(q.topic))
 
 
 def read_into(

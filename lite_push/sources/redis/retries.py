@@ -11,15 +11,14 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..._types import MessageExt
 from .._base import dlq_topic, retry_topic
-from .._common import dead_letter_item, retry_item
+from .._common import BrokerClock, dead_letter_item, retry_item
 from .codec import encode_meta
-
-if TYPE_CHECKING:
-    from .broker import RedisBroker
+from .connection import Connection
+from .topics import TopicCatalog
 
 __all__ = ["Retries"]
 
@@ -30,24 +29,36 @@ MOVE_LIMIT = 1000
 
 
 class Retries:
-    """Stores a broker's retries and dead letters, and moves due retries."""
+    """Stores a broker's retries and dead letters, and moves due retries.
+    ``clock.time()`` gives the due times; ``delay_levels`` are the seconds
+    each level waits; a copy's body may have ``max_message_size`` bytes."""
 
-    def __init__(self, broker: RedisBroker) -> None:
-        self._broker = broker
-        self._conn = broker.conn
+    def __init__(
+        self,
+        conn: Connection,
+        topics: TopicCatalog,
+        clock: BrokerClock,
+        delay_levels: tuple[float, ...],
+        max_message_size: int,
+    ) -> None:
+        self._conn = conn
+        self._topics = topics
+        self._clock = clock
+        self.delay_levels = delay_levels
+        self._max_size = max_message_size
 
     def store_retries(self, group: str, items: Sequence[tuple[MessageExt, int]]) -> list[BaseException | None]:
         """``send_back`` of a consumer of ``group``: each copy waits in the
         group's schedule until its delay level's time is up."""
-        levels = self._broker.delay_levels
+        levels = self.delay_levels
         target = retry_topic(group)
-        now_ms = int(self._broker.clock.time() * 1000)
+        now_ms = int(self._clock.time() * 1000)
         results: list[BaseException | None] = [None] * len(items)
         built: list[int] = []
         sched: list[Any] = []
         for i, item in enumerate(items):
             try:
-                message, level, props = retry_item(item, levels, self._broker.max_message_size)
+                message, level, props = retry_item(item, levels, self._max_size)
                 sched += (
                     uuid.uuid4().hex,
                     now_ms + round(levels[level - 1] * 1000),
@@ -61,7 +72,7 @@ class Retries:
         if not built:
             return results
         try:
-            self._broker.ensure_topic(target, 1)
+            self._topics.ensure(target, 1)
             keys = [self._conn.queue_key(target, 0, what) for what in ("sched", "sbody", "smeta")]
             self._conn.run(self._conn.schedule, keys, sched)
         except Exception as e:
@@ -82,7 +93,7 @@ class Retries:
         a: list[bytes] = []
         for i, item in enumerate(items):
             try:
-                message, props = dead_letter_item(item, group, self._broker.max_message_size)
+                message, props = dead_letter_item(item, group, self._max_size)
                 a.append(message.body)
                 a.append(encode_meta(message, props))
             except Exception as e:
@@ -92,8 +103,8 @@ class Retries:
         if not built:
             return results
         try:
-            self._broker.ensure_topic(target, 1)
-            self._broker.store(target, {0: a})
+            self._topics.ensure(target, 1)
+            self._conn.append(target, {0: a})
         except Exception as e:
             logger.warning("storing %d dead letter(s) for group %r failed: %s", len(built), group, e)
             for i in built:
@@ -125,6 +136,13 @@ class Retries:
                 self._conn.queue_key(target, 0, "seq"),
                 self._conn.queue_key(target, 0, "log"),
             ],
-            [int(self._broker.clock.time() * 1000), MOVE_LIMIT, self._conn.notify_channel(target)],
+            [int(self._clock.time() * 1000), MOVE_LIMIT, self._conn.notify_channel(target)],
             pipe,
         )
+
+    def next_due_in(self, reply: Any) -> float | None:
+        """Seconds from now until the next retry is due, per a MOVE_DUE
+        ``reply`` (None: nothing is scheduled)."""
+        _moved, nxt = reply
+        nxt = float(nxt)
+        return None if nxt < 0 else nxt / 1000.0 - self._clock.time()

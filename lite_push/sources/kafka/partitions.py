@@ -1,0 +1,114 @@
+"""A Kafka member's partitions as its group assigns them: confluent-kafka's
+rebalance callbacks, which run inside ``consume``, on the owning thread.
+
+On assignment the start of each new partition is its committed offset,
+else where ``consume_from`` says (as Kafka's ``auto.offset.reset``: nothing
+is committed until the runtime commits); then ``on_assigned``.  On
+revocation ``on_revoked`` runs first, while the partitions are still owned:
+lite_push drains their listener calls (up to ``revoke_timeout``) and
+commits, and only then does the callback return and librdkafka give them
+up.  Partitions *lost* (the session expired) are dropped at once and their
+commits are ignored; ``on_revoked`` is told so the runtime drops them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from confluent_kafka import Consumer, TopicPartition
+
+from ..._types import MessageQueue
+from .._base import ConsumeFromWhere
+from .._owned import OwnedQueues
+from .codec import lite_topic
+from .ownership import Ownership
+from .reading import PartitionState, start_positions, tags_for
+
+__all__ = ["Partitions"]
+
+logger = logging.getLogger(__name__)
+
+
+class Partitions:
+    """The rebalance callbacks of one member (``on_assign``, ``on_revoke``,
+    ``on_lost``: for ``Consumer.subscribe``), which keep its ``owned``
+    queues and its partitions by Kafka name (``by_name``).  ``filters``
+    (Kafka name or pattern -> tag filter) is read when a partition is
+    taken; an assignment renews ``ownership``."""
+
+    __slots__ = (
+        "_owned", "_filters", "_broker_name", "_ownership", "_consume_from", "_consume_timestamp",
+        "by_name", "revoking", "closing",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        owned: OwnedQueues[PartitionState],
+        filters: dict[str, frozenset[str] | None],
+        broker_name: str,
+        ownership: Ownership,
+        consume_from: ConsumeFromWhere,
+        consume_timestamp: int | None,
+    ) -> None:
+        self._owned = owned
+        self._filters = filters
+        self._broker_name = broker_name
+        self._ownership = ownership
+        self._consume_from = consume_from
+        self._consume_timestamp = consume_timestamp
+        #: The owned partitions by (Kafka topic name, partition).
+        self.by_name: dict[tuple[str, int], PartitionState] = {}
+        #: Inside the revoke callback: a commit there waits out a rebalance.
+        self.revoking = False
+        #: The member is closing: the callbacks leave everything as it is.
+        self.closing = False
+
+    def on_assign(self, kc: Consumer, partitions: list[TopicPartition]) -> None:
+        if self.closing or not partitions:
+            return
+        owned = self._owned
+        committed = kc.committed([TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=10.0)
+        starts = start_positions(kc, committed, self._consume_from, self._consume_timestamp, owned.group)
+        assign = []
+        new: list[PartitionState] = []
+        for tp in committed:
+            pos = starts[(tp.topic, tp.partition)]
+            mq = MessageQueue(lite_topic(tp.topic), self._broker_name, tp.partition)
+            st = PartitionState(mq, tp.topic, pos, tags_for(self._filters, tp.topic))
+            self.by_name[(tp.topic, tp.partition)] = st
+            assign.append(TopicPartition(tp.topic, tp.partition, pos))
+            new.append(st)
+        added = owned.add(new)
+        kc.incremental_assign(assign)
+        self._ownership.assigned()
+        owned.notify("on_assigned", sorted(added))
+
+    def _drop(self, partitions: list[TopicPartition]) -> list[MessageQueue]:
+        gone = []
+        for tp in partitions:
+            st = self.by_name.pop((tp.topic, tp.partition), None)
+            if st is not None:
+                gone.append(st.mq)
+        self._owned.drop(gone)
+        return sorted(gone)
+
+    def on_revoke(self, kc: Consumer, partitions: list[TopicPartition]) -> None:
+        if self.closing:
+            return
+        by_name = self.by_name
+        queues = sorted(st.mq for tp in partitions if (st := by_name.get((tp.topic, tp.partition))) is not None)
+        if queues:
+            self.revoking = True
+            try:
+                self._owned.notify("on_revoked", queues)  # drains and commits while still owned
+            finally:
+                self.revoking = False
+        self._drop(partitions)
+
+    def on_lost(self, kc: Consumer, partitions: list[TopicPartition]) -> None:
+        gone = self._drop(partitions)  # first: their commits are now ignored
+        if gone and not self.closing:
+            owned = self._owned
+            logger.warning("group %r: %r lost %s (its session expired)", owned.group, owned.client_id,
+                           [str(q) for q in gone])  # fmt: skip
+            owned.notify("on_revoked", gone)

@@ -1,0 +1,195 @@
+"""CLUSTERING on Redis: a member's share of its group's queues.
+
+The member's side of the rebalance described in the package docstring.  A
+poll reads the group's version in its pipelined read (:meth:`Clustering.watch`);
+the rebalance runs (:meth:`Clustering.refresh`) when the version moved, a
+wanted queue was still taken, or the heartbeat or rebalance interval is up:
+the owned queues that left the target, or were lost, go through
+``on_revoked`` and are released; the free target queues are taken, each at
+its start position, then ``on_assigned``.  A rebalance that fails half way
+keeps the revoked queues' owner keys in ``_unreleased`` and releases them
+on the next attempt (their ``on_revoked`` is not called twice).  Everything
+about the group's keys is :class:`~.membership.Membership`'s.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
+
+from ..._types import MessageExt, MessageQueue, OffsetAndMetadata
+from ...rebalance.allocate import AllocateStrategy
+from .._base import MessageModel, retry_topic
+from .._member_model import MemberModel
+from .._owned import OwnedQueues
+from .connection import Connection
+from .membership import Membership
+from .reading import QueueReader
+from .retries import Retries
+from .topics import TopicCatalog
+
+__all__ = ["Clustering"]
+
+logger = logging.getLogger(__name__)
+
+
+class Clustering(MemberModel):
+    """CLUSTERING for one member: ``membership`` is its session in the
+    group, ``allocate`` shares each topic's queues out, ``reader(queue,
+    position)`` makes an owned queue's state; ``heartbeat_interval`` and
+    ``rebalance_interval`` are the longest a member goes without a
+    heartbeat, and without looking at its target."""
+
+    message_model = MessageModel.CLUSTERING
+
+    def __init__(
+        self,
+        owned: OwnedQueues[QueueReader],
+        membership: Membership,
+        conn: Connection,
+        topics: TopicCatalog,
+        retries: Retries,
+        allocate: AllocateStrategy,
+        reader: Callable[[MessageQueue, int], QueueReader],
+        session_timeout: float,
+        heartbeat_interval: float,
+        rebalance_interval: float,
+    ) -> None:
+        self._owned = owned
+        self._members = membership
+        self._topics = topics
+        self._retries = retries
+        self._allocate = allocate
+        self._reader = reader
+        self._session_timeout = session_timeout
+        self._heartbeat_interval = heartbeat_interval
+        self._rebalance_interval = rebalance_interval
+        self._subscribed: list[str] = []
+        self._seen_version: bytes | None = None
+        #: A wanted queue is still another member's (or a topic is new):
+        #: rebalance at the next read.
+        self._pending = False
+        # revoked after on_revoked, whose owner keys could not be deleted yet
+        self._unreleased: set[MessageQueue] = set()
+        self._last_rebalance = -math.inf
+        self._locks: set[MessageQueue] = set()
+        self.channels = (membership.channel, conn.notify_channel(retry_topic(owned.group)))
+
+    @property
+    def session_timeout(self) -> float:
+        return self._session_timeout
+
+    def owned_for(self) -> dict[MessageQueue, float]:
+        return self._members.owned_for(self._owned.states)
+
+    def subscribe(self, topic: str) -> None:
+        """Join the group on ``topic`` too (a heartbeat: it bumps the version)."""
+        self._subscribed.append(topic)
+        self._members.heartbeat(sorted(self._owned.states), self._subscribed)
+        self._seen_version = None
+
+    def watch(self, pipe: Any) -> int:
+        """The group's version, read with the poll (once subscribed)."""
+        if not self._subscribed:
+            return 0
+        pipe.get(self._members.version_key)
+        return 1
+
+    def refresh(self, replies: Sequence[Any] = ()) -> bool:
+        """Rebalance when the group's version (``replies``) moved, a wanted
+        queue was taken, or an interval is up; return whether the owned
+        queues changed."""
+        if not replies:
+            return False
+        now = time.monotonic()
+        if (
+            replies[0] != self._seen_version
+            or self._pending
+            or now - self._members.last_heartbeat >= self._heartbeat_interval
+            or now - self._last_rebalance >= self._rebalance_interval
+        ):
+            return self._rebalance()
+        return False
+
+    def _release(self) -> None:
+        """Release the queues revoked (after their on_revoked); kept for the
+        next rebalance if Redis fails."""
+        if self._unreleased:
+            qs = list(self._unreleased)
+            self._members.release(qs)
+            self._unreleased.difference_update(qs)
+
+    def _rebalance(self) -> bool:
+        """Bring the owned set to the target; return whether it changed."""
+        owned, members = self._owned, self._members
+        self._release()  # what a failed rebalance left
+        version, lost, by_topic = members.heartbeat(sorted(owned.states), self._subscribed)
+        self._last_rebalance = time.monotonic()
+        cid = owned.client_id
+        target: set[MessageQueue] = set()
+        for topic in self._subscribed:
+            queues = self._topics.get(topic).queues
+            cids = sorted(set(by_topic.get(topic, ())) | {cid})
+            share = self._allocate(owned.group, cid, queues, cids)
+            target.update(q for q in share if q.topic == topic)
+        lost_set = set(lost)
+        drop = [q for q in owned.states if q not in target and q not in lost_set]
+        revoked = sorted(lost + drop)
+        changed = False
+        if lost:
+            logger.warning("group %r: %r lost %s (its session expired)", owned.group, cid, [str(q) for q in lost])
+        if revoked:
+            owned.notify("on_revoked", revoked)
+            owned.drop(revoked)
+            members.forget(revoked)
+            self._unreleased.update(drop)
+            changed = True
+            self._release()
+        new = sorted(q for q in target if q not in owned.states)
+        taken: list[MessageQueue] = []
+        if new:
+            taken = members.acquire(new)
+            # all positions first: if Redis fails here, nothing is half taken
+            # (the owner keys are ours; the next attempt takes them again)
+            positions = [members.start_position(q, self._topics) for q in taken]
+            members.say_skipped()
+            owned.add(self._reader(q, pos) for q, pos in zip(taken, positions, strict=True))
+        self._pending = len(taken) < len(new)
+        self._seen_version = version
+        if taken:
+            owned.notify("on_assigned", taken)
+            changed = True
+        return changed
+
+    def commit(self, entries: Mapping[MessageQueue, OffsetAndMetadata]) -> None:
+        """Store the offsets of the queues whose owner key holds this member."""
+        stored = self._members.commit(entries)
+        if stored < len(entries):
+            logger.debug("%r: %d commit(s) ignored: not its queues", self._owned.who, len(entries) - stored)
+
+    def committed(self, queue: MessageQueue) -> OffsetAndMetadata | None:
+        return self._members.committed(queue)
+
+    def lock(self, queues: Collection[MessageQueue], lease: float) -> frozenset[MessageQueue]:
+        held = self._members.lock(list(queues), lease)
+        self._locks |= held
+        return held
+
+    def unlock(self, queues: Collection[MessageQueue]) -> None:
+        self._members.unlock(list(queues))
+        self._locks.difference_update(queues)
+
+    def send_back(self, items: Sequence[tuple[MessageExt, int]]) -> list[BaseException | None]:
+        """The copies wait in the group's schedule until due, then a poll
+        moves them to ``%RETRY%<group>``."""
+        return self._retries.store_retries(self._owned.group, items)
+
+    def close(self) -> None:
+        """Release the owned queues and the locks at once, and leave the
+        group's registry if subscribed."""
+        owned = (*self._owned.states, *self._unreleased)
+        locks, self._locks = self._locks, set()
+        self._members.leave(owned, locks, member=bool(self._subscribed))

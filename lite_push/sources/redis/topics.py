@@ -1,0 +1,114 @@
+"""The topics of one Redis namespace: their queue counts (``ns:topics``,
+cached once read), and where each queue's messages are stored.
+
+Thread-safe: the cache is filled under a lock; a topic's queue count never
+changes once it exists.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+
+from ..._errors import UnknownTopicError
+from ..._types import MessageQueue
+from .._sending import RoundRobin
+from .codec import offset_of
+from .connection import Connection
+
+__all__ = ["TopicCatalog", "TopicInfo"]
+
+
+class TopicInfo:
+    """One topic: its queues, and the round robin of messages sent to it
+    without a key or a queue."""
+
+    __slots__ = ("name", "queues", "rr")
+
+    def __init__(self, name: str, broker_name: str, count: int) -> None:
+        self.name = name
+        self.queues = [MessageQueue(name, broker_name, i) for i in range(count)]
+        self.rr = RoundRobin()
+
+
+class TopicCatalog:
+    """The topics of ``conn``'s namespace; their queues name ``broker_name``."""
+
+    def __init__(self, conn: Connection, broker_name: str) -> None:
+        self._conn = conn
+        self._broker_name = broker_name
+        self._topics: dict[str, TopicInfo] = {}
+        self._lock = threading.Lock()
+
+    def ensure(self, topic: str, queue_count: int) -> TopicInfo:
+        """The topic, created with ``queue_count`` queues if it does not exist."""
+        t = self._topics.get(topic)
+        if t is not None:
+            return t
+        key = self._conn.topics_key()
+        pipe = self._conn.pipeline()
+        pipe.hsetnx(key, topic, str(queue_count))
+        pipe.hget(key, topic)
+        _, raw = pipe.execute()
+        return self._cache(topic, int(raw))
+
+    def _cache(self, topic: str, count: int) -> TopicInfo:
+        with self._lock:
+            t = self._topics.get(topic)
+            if t is None:
+                t = self._topics[topic] = TopicInfo(topic, self._broker_name, count)
+            return t
+
+    def get(self, topic: str) -> TopicInfo:
+        """The topic (cached); ``UnknownTopicError`` if Redis has none."""
+        t = self._topics.get(topic)
+        if t is not None:
+            return t
+        raw = self._conn.client.hget(self._conn.topics_key(), topic)
+        if raw is None:
+            raise UnknownTopicError(topic)
+        return self._cache(topic, int(raw))
+
+    def cached(self, topic: str) -> TopicInfo | None:
+        """The topic if it was read already (no Redis call)."""
+        return self._topics.get(topic)
+
+    def names(self) -> list[str]:
+        """Every topic's name, sorted."""
+        return sorted(k.decode() for k in self._conn.client.hkeys(self._conn.topics_key()))
+
+    # -- stored messages --------------------------------------------------------
+
+    def max_offset(self, queue: MessageQueue) -> int:
+        """The offset the next message of ``queue`` will get."""
+        raw = self._conn.client.get(self._conn.queue_key(queue.topic, queue.queue_id, "seq"))
+        return int(raw) if raw is not None else 0
+
+    def min_offset(self, queue: MessageQueue) -> int:
+        """The lowest stored offset of ``queue``."""
+        # seq is read first: were the stream empty, a message sent between the
+        # two reads would otherwise be skipped
+        pipe = self._conn.pipeline()
+        pipe.get(self._conn.queue_key(queue.topic, queue.queue_id, "seq"))
+        pipe.xrange(self._conn.queue_key(queue.topic, queue.queue_id, "log"), "-", "+", count=1)
+        seq, first = pipe.execute()
+        if first:
+            return offset_of(first[0][0])
+        return int(seq) if seq is not None else 0
+
+    def stored_range(self, queue: MessageQueue) -> tuple[int, int]:
+        """``(min_offset, max_offset)`` of ``queue``."""
+        return self.min_offset(queue), self.max_offset(queue)
+
+    def first_stored_at(self, queue: MessageQueue, lo: int, hi: int, timestamp: int) -> int:
+        """The first offset in ``[lo, hi)`` of ``queue`` stored at or after
+        ``timestamp`` (epoch ms; the server's store time), ``hi`` if none:
+        a bisection, one XRANGE of one entry per step."""
+        key = self._conn.queue_key(queue.topic, queue.queue_id, "log")
+        client = self._conn.client
+
+        def stored(off: int) -> int:
+            e = client.xrange(key, f"{off + 1}-0", f"{off + 1}-0")
+            return int(e[0][1][b"s"]) if e else 0
+
+        return bisect.bisect_left(range(lo, hi), timestamp, key=stored) + lo
