@@ -30,6 +30,7 @@ FOREIGN = {
     "KeyboardInterrupt": "builtins",
     "SystemExit": "builtins",
     "await": "a keyword",
+    "TYPE_CHECKING": "typing",
     "sigtimedwait": "the standard library's signal module",
 }
 

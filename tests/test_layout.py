@@ -15,6 +15,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "lite_push"
 MAX_MODULE_LINES = 600
 MAX_CLASS_LINES = 400
+#: A class this long is split before it grows: none is within 10 % of the cap.
+CLASS_MARGIN_LINES = 360
 
 def module_name(path: Path) -> str:
     rel = path.relative_to(PACKAGE.parent).with_suffix("")
@@ -152,12 +154,13 @@ def test_no_module_over_600_lines() -> None:
     assert long == {}
 
 
-def test_no_class_over_400_lines() -> None:
+def test_no_class_within_ten_percent_of_the_400_line_cap() -> None:
+    assert CLASS_MARGIN_LINES == MAX_CLASS_LINES * 9 // 10
     big = {}
     for p in modules().values():
         for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
                 n = node.end_lineno - node.lineno + 1
-                if n > MAX_CLASS_LINES:
+                if n > CLASS_MARGIN_LINES:
                     big[f"{_rel(p)}:{node.name}"] = n
     assert big == {}

@@ -305,13 +305,11 @@ class PullSource(abc.ABC):
         """Install the listener told of assignment changes (replaces any)."""
 
     @property
+    @abc.abstractmethod
     def rebalance_listener(self) -> RebalanceListener | None:
         """The listener installed, or None (a consumer refuses a source that
-        has one: it installs its own).  The default reads ``_listener``,
-        where lite_push's sources keep it; a source that keeps it elsewhere
-        overrides this."""
-        listener: RebalanceListener | None = getattr(self, "_listener", None)
-        return listener
+        has one: it installs its own, and refuses to start if another
+        replaced it)."""
 
     @abc.abstractmethod
     def poll(self, timeout: float, max_per_queue: int = 32) -> list[PollBatch]:

@@ -130,9 +130,15 @@ class OwnedQueues(Generic[S]):
 
 class QueueControl(Generic[S]):
     """Mixin for a source's consumer that keeps its queues in ``_owned``:
-    :meth:`PullSource.assignment`, ``pause``, ``resume`` and ``paused``."""
+    :meth:`PullSource.assignment`, ``pause``, ``resume``, ``paused`` and
+    ``rebalance_listener``."""
 
     _owned: OwnedQueues[S]
+
+    @property
+    def rebalance_listener(self) -> RebalanceListener | None:
+        """See :attr:`PullSource.rebalance_listener`."""
+        return self._owned.listener
 
     def assignment(self) -> frozenset[MessageQueue]:
         self._owned.check_open()
