@@ -157,12 +157,18 @@ def test_a_failed_message_is_held_for_its_delay_then_produced_to_the_retry_topic
     with _consumer(broker, listener, "c1", clock, **cfg) as consumer:
         polls = PollCounter(consumer._rt.source)
         assert wait_until(lambda: len(calls) == 20, timeout=30)
-        held_for = 0.0
-        while consumer.stats().committed.get(q) != 7 and held_for < 0.5:  # commits stop at the failed offset
-            clock.advance(0.01)
-            held_for += 0.01
-            time.sleep(0.01)
-        assert consumer.stats().committed.get(q) == 7, (consumer.stats(), calls)
+        # everything but offset 7 finished; 7 is held on the timer, unfinished,
+        # due a delay level (1 s) after it failed on the consumer's clock
+        wait_for(
+            lambda: consumer.stats().in_flight.get(q) == 1 and consumer.stats().next_retry_due is not None,
+            30,
+            lambda: f"offset 7 alone unfinished and held: {consumer.stats()}",
+        )
+        assert consumer.stats().next_retry_due == pytest.approx(clock.monotonic() + 1.0)
+        clock.advance(0.1)  # two commit intervals: a commit, not yet the send-back
+        held_for = 0.1
+        # commits stop at the failed offset
+        wait_for(lambda: consumer.stats().committed.get(q) == 7, 30, lambda: f"a commit at 7: {consumer.stats()}")
         assert broker.partition_count("%RETRY%g") in (None, 1)
         retry = broker.queues("%RETRY%g")[0] if broker.partition_count("%RETRY%g") else None
         assert retry is None or broker.messages(retry) == []  # nothing produced before the delay
