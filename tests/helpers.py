@@ -1,4 +1,5 @@
-"""Test helpers: a recording listener that checks per-key exclusivity."""
+"""Test helpers: a recording listener that checks per-key exclusivity, and
+waits on conditions (never a bare sleep before an assertion)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,10 @@ import random
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from lite_push import ConsumerStats, LitePushConsumer, MessageExt
+from lite_push import ConsumerStats, LitePushConsumer, MessageExt, MessageQueue
 
 
 class Recorder:
@@ -65,6 +66,70 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 30.0, interval: f
             return True
         time.sleep(interval)
     return predicate()
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, what: str | Callable[[], str]) -> None:
+    """Poll ``predicate`` until it is true; fail the test after ``timeout``
+    seconds, saying what was awaited (``what``, or what it returns then: a
+    callable can describe the state at the failure)."""
+    if not wait_until(lambda: bool(predicate()), timeout):
+        raise AssertionError(f"timed out after {timeout:g} s waiting for {what() if callable(what) else what}")
+
+
+class PollCounter:
+    """Counts the polls a consumer's pull thread made on ``source`` (the
+    source's ``poll`` is wrapped on the instance, before or after the
+    consumer started: the pull loop looks it up on every call).
+
+    :meth:`turns` proves that the pull thread went round its loop after a
+    moment: where a test asserts that something does *not* happen (a paused
+    queue is not resumed, a retry not yet due does not run), it waits for
+    turns instead of sleeping, so the pull thread has really looked, however
+    slow the machine."""
+
+    def __init__(self, source: object) -> None:
+        self._cond = threading.Condition()
+        self.polls = 0
+        inner = source.poll  # type: ignore[attr-defined]
+
+        def poll(*args: object, **kw: object) -> object:
+            try:
+                return inner(*args, **kw)
+            finally:
+                with self._cond:
+                    self.polls += 1
+                    self._cond.notify_all()
+
+        source.poll = poll  # type: ignore[attr-defined]
+
+    def turns(self, n: int = 2, timeout: float = 30.0) -> None:
+        """Wait until ``n + 1`` more polls returned: the pull loop's body
+        (fences, dispatch, timers, flow control, commit) then ran whole at
+        least ``n`` times after this call, each time after a poll that
+        returned after this call (a turn's extra polls for a burst of
+        messages count too: ask for more turns than the test needs)."""
+        with self._cond:
+            start = self.polls
+            if not self._cond.wait_for(lambda: self.polls > start + n, timeout):
+                raise AssertionError(f"the pull thread made {self.polls - start} of {n + 1} polls in {timeout:g} s")
+
+
+def commit_pass(consumer: object, queues: Iterable[MessageQueue], timeout: float = 30.0) -> None:
+    """Wait until the consumer's committer has looked at each of ``queues``
+    after this call (it committed, or found the committed offset current):
+    what a test then asserts about commits held at a commit made after the
+    state it set up, not merely after some sleep.  (Reads each queue's
+    ``last_commit_time``, on the wall clock the committer stamps it with.)"""
+    pqs = consumer._owned  # type: ignore[attr-defined]
+    since = time.time()
+    for q in queues:
+
+        def looked(q: MessageQueue = q) -> bool:
+            pq = pqs.get(q)
+            t = None if pq is None else pq.last_commit_time
+            return t is not None and t > since
+
+        wait_for(looked, timeout, f"a commit pass over {q}")
 
 
 def wait_consumed(consumer: LitePushConsumer, n: int, timeout: float = 60.0) -> ConsumerStats:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Collection, Iterator
 
 import pytest
-from helpers import wait_until
+from helpers import PollCounter, wait_until
 
 from lite_push import (
     AppHook,
@@ -136,6 +136,7 @@ def test_pause_stops_polling_a_queue_until_resume_and_flow_control_does_not_undo
             seen.extend((m.queue_id, m.queue_offset) for m in msgs)
 
     with _consumer(broker, listener) as c:
+        polls = PollCounter(c._source)
         assert wait_until(lambda: len(c.stats().in_flight) == 4, timeout=10)
         c.pause([q0])
         assert c.paused_by_app() == {q0}
@@ -144,7 +145,7 @@ def test_pause_stops_polling_a_queue_until_resume_and_flow_control_does_not_undo
             for qid in range(4):
                 broker.send("T", b"x", keys=f"k{i}", queue_id=qid)
         assert wait_until(lambda: len(seen) == 60, timeout=10)  # the three others
-        time.sleep(0.3)  # flow control runs every loop: it must not resume q0
+        polls.turns(10)  # flow control runs every turn of the pull loop: it must not resume q0
         with lock:
             assert not any(qid == 0 for qid, _ in seen)
         assert q0 in c.stats().paused

@@ -40,6 +40,22 @@ def _run(kind: str, coro) -> object:  # type: ignore[no-untyped-def]
     return asyncio.run(coro)
 
 
+def _count(caplog: pytest.LogCaptureFixture, text: str, level: int) -> int:
+    """Records at ``level`` saying ``text`` so far."""
+    return sum(text in r.getMessage() and r.levelno == level for r in list(caplog.records))
+
+
+async def _logged(caplog: pytest.LogCaptureFixture, text: str, level: int, more_than: int = 0) -> None:
+    """Wait (on the running loop, at most 10 s) until more than
+    ``more_than`` records at ``level`` said ``text``: the watchdog has looked
+    at a block and judged it."""
+    deadline = time.monotonic() + 10.0
+    while _count(caplog, text, level) <= more_than:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no new record saying {text!r} within 10 s: {caplog.text[-2000:]}")
+        await asyncio.sleep(0.01)
+
+
 def _consumer(broker: EmbeddedBroker, listener, **cfg) -> AsyncLitePushConsumer:  # type: ignore[no-untyped-def]
     cfg.setdefault("poll_timeout", 0.02)
     cfg.setdefault("commit_interval", 0.05)
@@ -150,7 +166,8 @@ def test_a_listener_blocking_the_loop_is_logged_with_its_duration(kind: str, cap
         async with _consumer(broker, listener, lanes=4, loop_block_threshold=0.1) as c:
             while c.stats().consumed < 20:
                 await asyncio.sleep(0.01)
-            await asyncio.sleep(0.2)  # the watchdog sees the loop turn again
+            # the watchdog sees the loop turn again and reports the block
+            await _logged(caplog, "blocked the event loop", logging.WARNING)
         return c
 
     with caplog.at_level(logging.WARNING, logger="lite_push"):
@@ -178,9 +195,11 @@ def test_a_block_outside_the_listeners_is_not_blamed_on_one(caplog: pytest.LogCa
         async with _consumer(broker, listener, lanes=4, loop_block_threshold=0.1) as c:
             while c.stats().consumed < 10:
                 await asyncio.sleep(0.001)
+            before = _count(caplog, "did not turn", logging.DEBUG)
             asyncio.get_running_loop().call_soon(time.sleep, 0.4)
             await asyncio.sleep(0.01)  # returns once the block is over
-            await asyncio.sleep(0.3)  # the watchdog sees the loop turn again
+            # the watchdog sees the loop turn again and judges this block: not a listener's
+            await _logged(caplog, "did not turn", logging.DEBUG, more_than=before)
             while c.stats().consumed < 20:
                 await asyncio.sleep(0.01)
 
@@ -202,10 +221,20 @@ def test_a_stall_of_the_whole_process_is_not_blamed_on_the_listener(caplog: pyte
     class StalledWatch(threading.Event):
         # the watchdog's tick wait: while the listener blocks, it "is not
         # scheduled" for 0.6 s, as under a stall of the whole process
+        def __init__(self) -> None:
+            super().__init__()
+            self.stalled = False
+            #: The watchdog's waits since the stall: each starts a turn of
+            #: its loop, after the one before was judged.
+            self.waits_since = 0
+
         def wait(self, timeout: float | None = None) -> bool:
             if in_listener.is_set():
                 in_listener.clear()
                 time.sleep(0.6)
+                self.stalled = True
+            elif self.stalled:
+                self.waits_since += 1
             return super().wait(timeout)
 
     async def listener(msgs: list[MessageExt]) -> None:
@@ -216,11 +245,15 @@ def test_a_stall_of_the_whole_process_is_not_blamed_on_the_listener(caplog: pyte
 
     async def main() -> None:
         c = _consumer(broker, listener, lanes=4, loop_block_threshold=0.1)
-        c.watchdog.stop = StalledWatch()
+        c.watchdog.stop = watch = StalledWatch()
         async with c:
             while c.stats().consumed < 20:
                 await asyncio.sleep(0.01)
-            await asyncio.sleep(0.8)  # the watchdog is back and has looked
+            # the watchdog is back, judged the turn of the stall and one more
+            deadline = time.monotonic() + 10.0
+            while watch.waits_since < 2:
+                assert time.monotonic() < deadline, "the watchdog did not go on after the stall"
+                await asyncio.sleep(0.01)
 
     with caplog.at_level(logging.DEBUG, logger="lite_push"):
         asyncio.run(main())

@@ -10,6 +10,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -247,9 +248,42 @@ def test_kernel_route_cases_run(module: str, placement: str) -> None:
     from lite_push import MessageExt
 
     router = importlib.import_module(module)
+    made: list[_WatchedRouter] = []
+
+    def key_router(n: int, placement: str) -> _WatchedRouter:
+        made.append(_WatchedRouter(router.KeyRouter(n, placement)))
+        return made[-1]
+
     batches = [[MessageExt("T", 0, i * 10 + j, b"", keys=f"k{(i + j) % 7}") for j in range(10)] for i in range(3)]
-    run = bench_kernels.route_case(router, batches, 4, placement)
-    assert run() >= 0 and run() >= 0  # twice: the load case leaves its router empty
+    run = bench_kernels.route_case(SimpleNamespace(KeyRouter=key_router), batches, 4, placement)  # type: ignore[arg-type]
+    (kr,) = made
+    warm = kr.routed  # fixed placements route once to warm the key cache
+    for n in (1, 2):  # twice: each run must find the router as the last one left it, empty
+        run()
+        assert kr.routed == warm + 30 * n  # every message of every batch was routed
+        # nothing left tracked: every key released, every lane's load back to 0
+        assert kr.router.placed_keys() == 0 and kr.router.loads() == [0] * 4
+    if placement == "load":  # and it was not empty all along: keys were tracked between route and release
+        assert kr.peak_keys == 7
+
+
+class _WatchedRouter:
+    """A KeyRouter as ``route_case`` uses it, counting what it routes and
+    the most keys it tracked at once."""
+
+    def __init__(self, router: Any) -> None:
+        self.router = router
+        self.routed = 0
+        self.peak_keys = 0
+
+    def route(self, groups: Any) -> Any:
+        segments, counts = self.router.route(groups)
+        self.routed += sum(counts)
+        self.peak_keys = max(self.peak_keys, self.router.placed_keys())
+        return segments, counts
+
+    def __getattr__(self, name: str) -> Any:  # release_from, placed_keys, loads
+        return getattr(self.router, name)
 
 
 # -- placement_sim -----------------------------------------------------------------------

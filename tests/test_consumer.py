@@ -4,12 +4,14 @@ asyncio, asyncio on uvloop: see ``executors.py``)."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+import traceback
 
 import pytest
 from executors import EX
-from helpers import Recorder, assert_offsets_increase, wait_consumed, wait_until
+from helpers import PollCounter, Recorder, assert_offsets_increase, commit_pass, wait_consumed, wait_for, wait_until
 
 from lite_push import (
     ConfigError,
@@ -151,7 +153,7 @@ def test_commit_never_passes_a_message_in_the_listener_or_waiting_in_a_lane(mode
         assert held.wait(10)
         # everything not behind offset 5 in its lane finishes
         assert wait_until(lambda: sum(consumer.stats().in_flight.values()) < 300 and consumer.stats().consumed > 200)
-        time.sleep(0.3)  # several commit intervals pass
+        commit_pass(consumer, [q])  # a commit after that: still at 5
         assert consumer.stats().committed[q] == 5
         committed = source_view.committed(q)
         assert committed is not None and committed.offset == 5
@@ -183,7 +185,7 @@ def test_listener_failure_is_retried_and_not_committed_until_success():
     consumer = make(broker, listener, lanes=4, suspend_ms=10, max_reconsume_times=-1)
     with consumer:
         assert wait_until(lambda: len(attempts.get((0, 3), [])) >= 3 and len(attempts.get((1, 3), [])) >= 3)
-        time.sleep(0.2)
+        commit_pass(consumer, broker.queues("T"))  # a commit after the retries
         for q in broker.queues("T"):
             assert consumer.stats().committed[q] <= 3
         ok_after.set()
@@ -216,6 +218,7 @@ def test_retry_waits_suspend_ms_on_the_injected_clock():
         clock=clock,
     )
     consumer.subscribe("T")
+    polls = PollCounter(consumer._source)
 
     def scheduled():
         due = consumer.stats().next_retry_due
@@ -224,9 +227,9 @@ def test_retry_waits_suspend_ms_on_the_injected_clock():
     with consumer:
         for n in (1, 2):
             assert wait_until(lambda n=n: len(times) == n and scheduled())
-            clock.advance(1.4)  # not yet due: real time passes, no retry
-            time.sleep(0.1)
-            assert len(times) == n
+            clock.advance(1.4)  # not yet due: the pull thread goes round, no retry
+            polls.turns(3)
+            assert len(times) == n and scheduled()
             clock.advance(0.1)
             assert wait_until(lambda n=n: len(times) == n + 1)
         wait_consumed(consumer, 1)
@@ -316,15 +319,19 @@ def test_lane_tasks_block_without_polling_when_idle():
         pytest.skip("lane threads only; idle lane coroutines await a future (test_async_executor)")
     consumer = make(broker, lambda msgs: None, lanes=4)
     with consumer:
-        time.sleep(0.2)
-        frames = {t.name: t for t in threading.enumerate() if t.name.startswith("lite-push-lane-g-")}
-        assert len(frames) == 4
-        import sys
-        import traceback
+        lanes = [t for t in threading.enumerate() if t.name.startswith("lite-push-lane-g-")]
+        assert len(lanes) == 4
 
-        for t in frames.values():
-            stack = "".join(traceback.format_stack(sys._current_frames()[t.ident]))
-            assert "self._signal.acquire()" in stack, stack  # blocked, not sleeping
+        def stacks() -> list[str]:
+            frames = sys._current_frames()
+            return ["".join(traceback.format_stack(frames[t.ident])) for t in lanes if t.ident in frames]
+
+        # all four at once blocked on their lane's signal, not sleeping in a polling loop
+        wait_for(
+            lambda: sum("self._signal.acquire()" in s for s in stacks()) == 4,
+            10,
+            lambda: "every lane thread blocked in acquire():\n" + "\n".join(stacks()),
+        )
 
 
 def test_start_and_subscribe_errors():

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from helpers import Recorder, assert_offsets_increase, wait_until
+from helpers import PollCounter, Recorder, assert_offsets_increase, wait_for, wait_until
 
 from lite_push import ConsumeMode, ConsumerConfig, LitePushConsumer, ManualClock, MessageExt, OffsetAndMetadata
 from lite_push._offset_map import decode, encode
@@ -128,9 +128,11 @@ def test_parked_key_commits_the_offset_map_in_the_metadata_and_the_next_member_r
     finished = decode(c.metadata, 5)
     assert finished is not None and all((o in finished) == (o not in poison) for o in range(6, finished.end))
     second: list[int] = []
-    with _consumer(broker, lambda msgs: second.extend(m.queue_offset for m in msgs), "c2", lanes=8):
+    with _consumer(broker, lambda msgs: second.extend(m.queue_offset for m in msgs), "c2", lanes=8) as consumer:
         assert wait_until(lambda: set(second) == poison, timeout=30)
-        time.sleep(0.2)
+        # committed to the end: everything finished, nothing more to deliver
+        end = broker.watermarks(q)[1]
+        wait_for(lambda: consumer.stats().committed.get(q) == end, 30, lambda: f"a commit at {end}: {consumer.stats()}")
     assert sorted(second) == sorted(poison)  # the offset map skipped everything that had finished
 
 
@@ -153,18 +155,25 @@ def test_a_failed_message_is_held_for_its_delay_then_produced_to_the_retry_topic
     q = broker.queues("T")[0]
     cfg = {"lanes": 4, "mode": ConsumeMode.CONCURRENTLY, "retry_start_level": 1}
     with _consumer(broker, listener, "c1", clock, **cfg) as consumer:
+        polls = PollCounter(consumer._source)
         assert wait_until(lambda: len(calls) == 20, timeout=30)
-        held_for = 0.0
-        while consumer.stats().committed.get(q) != 7 and held_for < 0.5:  # commits stop at the failed offset
-            clock.advance(0.01)
-            held_for += 0.01
-            time.sleep(0.01)
-        assert consumer.stats().committed.get(q) == 7, (consumer.stats(), calls)
+        # everything but offset 7 finished; 7 is held on the timer, unfinished,
+        # due a delay level (1 s) after it failed on the consumer's clock
+        wait_for(
+            lambda: consumer.stats().in_flight.get(q) == 1 and consumer.stats().next_retry_due is not None,
+            30,
+            lambda: f"offset 7 alone unfinished and held: {consumer.stats()}",
+        )
+        assert consumer.stats().next_retry_due - clock.monotonic() == pytest.approx(1.0)  # type: ignore[operator]
+        clock.advance(0.1)  # two commit intervals: a commit, not yet the send-back
+        held_for = 0.1
+        # commits stop at the failed offset
+        wait_for(lambda: consumer.stats().committed.get(q) == 7, 30, lambda: f"a commit at 7: {consumer.stats()}")
         assert broker.partition_count("%RETRY%g") in (None, 1)
         retry = broker.queues("%RETRY%g")[0] if broker.partition_count("%RETRY%g") else None
         assert retry is None or broker.messages(retry) == []  # nothing produced before the delay
         clock.advance(0.8 - held_for)
-        time.sleep(0.2)
+        polls.turns(3)  # the pull thread, which produces due send-backs, goes round
         assert broker.messages(broker.queues("%RETRY%g")[0]) == []  # 0.8 s of its 1 s: still held
         assert consumer.stats().committed.get(q) == 7
         clock.advance(0.3)  # level 1 (1 s) is due
@@ -323,8 +332,14 @@ def test_a_topic_pattern_subscribes_every_matching_topic_with_its_tag_filter(bro
         broker.send_batch(t, items)
     rec = Recorder()
     with _consumer(broker, rec, "c1", topic="^orders-.*", lanes=4) as consumer:
+        polls = PollCounter(consumer._source)
         assert wait_until(lambda: consumer.stats().consumed == 80, timeout=30)
-        time.sleep(0.2)
+        # every owned queue committed to its end, and the pull thread goes on:
+        # the consumer owns the orders topics' queues, and no other
+        orders = {q: broker.watermarks(q)[1] for t in ("orders-eu", "orders-us") for q in broker.queues(t)}
+        wait_for(lambda: consumer.stats().committed == orders, 30, lambda: f"commits at {orders}: {consumer.stats()}")
+        polls.turns(3)
+        assert set(consumer.stats().committed) == set(orders)
     assert {t for t, _, _ in rec.seen} == {"orders-eu", "orders-us"}  # not "audit"
     assert len(rec.seen) == 80
     with pytest.raises(ValueError, match="pattern"):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from helpers import Recorder, assert_offsets_increase, wait_until
+from helpers import Recorder, assert_offsets_increase, wait_for, wait_until
 from member_runs import check_kill_run, lost_to_expiry, run_three_and_kill
 
 from lite_push import ConsumeMode, ConsumerConfig, LitePushConsumer, ManualClock
@@ -94,9 +94,11 @@ def test_parked_key_on_redis_commits_the_offset_map_and_the_next_member_replays_
     c = broker.committed("g", q)
     assert c is not None and c.offset == 5 and c.metadata
     second: list[int] = []
-    with _consumer(broker, lambda msgs: second.extend(m.queue_offset for m in msgs), "c2", lanes=8):
+    with _consumer(broker, lambda msgs: second.extend(m.queue_offset for m in msgs), "c2", lanes=8) as consumer:
         assert wait_until(lambda: set(second) == poison, timeout=30)
-        time.sleep(0.2)
+        # committed to the end: everything finished, nothing more to deliver
+        end = broker.max_offset(q)
+        wait_for(lambda: consumer.stats().committed.get(q) == end, 30, lambda: f"a commit at {end}: {consumer.stats()}")
     assert sorted(second) == sorted(poison)  # the offset map skipped everything that had finished
 
 

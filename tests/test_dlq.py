@@ -119,4 +119,23 @@ def test_dead_letters_of_a_group_without_any(broker: EmbeddedBroker, caplog: pyt
 
 
 def test_the_broker_is_a_sender(broker: EmbeddedBroker) -> None:
-    assert isinstance(broker, Sender)
+    """The broker keeps :class:`Sender`'s contract, not just its method's
+    name: ``send(topic, body, keys, tags, properties)``, by position or by
+    name, stores the message and returns where it is."""
+    broker.create_topic("T", 2)
+    sender: Sender = broker
+    by_name = sender.send("T", b"a", keys="k1", tags="Orders", properties=USER)
+    by_position = sender.send("T", b"b", "k1", "Orders", USER)
+    bare = sender.send("T", b"c")
+    for result, body, keys, tags, props in (
+        (by_name, b"a", "k1", "Orders", USER),
+        (by_position, b"b", "k1", "Orders", USER),
+        (bare, b"c", None, None, {}),
+    ):
+        (m,) = broker.messages(result.queue, result.offset, result.offset + 1)
+        assert (m.topic, m.queue_id, m.queue_offset, m.msg_id) == (
+            "T", result.queue.queue_id, result.offset, result.msg_id,
+        )  # fmt: skip
+        assert (m.body, m.keys, m.tags, m.properties) == (body, keys, tags, props)
+    # one key, one queue: the second send is stored right after the first
+    assert (by_position.queue, by_position.offset) == (by_name.queue, by_name.offset + 1)

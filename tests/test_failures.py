@@ -5,6 +5,7 @@ lets a queue flow past a parked key."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import random
 import signal
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from executors import EX
-from helpers import read_offset_log, wait_until
+from helpers import PollCounter, commit_pass, read_offset_log, wait_for, wait_until
 
 from lite_push import (
     ConsumeFromWhere,
@@ -123,6 +124,7 @@ def test_poison_key_is_parked_while_its_lane_and_queue_flow_then_dead_lettered_i
     log = Log(fail=lambda m: ValueError("bad account") if m.queue_offset == first else False)
     clock = ManualClock()
     consumer = _consumer(broker, log, clock, lanes=4, max_reconsume_times=2, suspend_ms=1000)
+    polls = PollCounter(consumer._source)
     q = broker.queues("T")[0]
     healthy = 5000 - len(poison_offsets)
     with consumer:
@@ -133,7 +135,14 @@ def test_poison_key_is_parked_while_its_lane_and_queue_flow_then_dead_lettered_i
         st = consumer.stats()
         assert st.parked == len(poison_offsets)  # the failed head and the 4 behind it
         assert log.of("POISON") == [("POISON", first, 0, False)]
-        time.sleep(0.2)  # real time passes, clock time does not: no retry
+        # real time passes, clock time does not: no retry.  The retry is due
+        # suspend_ms after the failure on the consumer's clock (not the real
+        # one), and the pull thread, which fires due retries, goes round its
+        # loop without firing it
+        due = consumer.stats().next_retry_due
+        assert due is not None and clock.monotonic() < due <= clock.monotonic() + 1.0
+        polls.turns(3)
+        assert consumer.stats().next_retry_due == due
         assert log.of("POISON") == [("POISON", first, 0, False)]
         # the commit is pinned at the poison, with the finished offsets above it in the map
         clock.advance(0.1)  # past commit_interval, not yet the retry
@@ -341,7 +350,8 @@ def test_send_back_failure_retries_locally_and_keeps_the_offset_uncommitted():
         assert wait_until(lambda: len(refused) == 1)
         clock.advance(0.1)  # a commit, not yet the local retry
         assert wait_until(lambda: consumer.stats().committed.get(q) == 4)
-        time.sleep(0.1)
+        clock.advance(0.1)  # another commit interval, still not the local retry (0.5 s)
+        commit_pass(consumer, [q])
         assert consumer.stats().committed[q] == 4  # never past the message whose send-back failed
         clock.advance(0.5)
         assert wait_until(lambda: (4, 1) in attempts)
@@ -395,6 +405,28 @@ _CHILD = textwrap.dedent(
 )
 
 
+def _commit_gap(offsets_file: Path, ends: dict[int, int], parked: set[tuple[int, int]]) -> str | None:
+    """What group g's commits of topic T in a durable broker's
+    ``offsets.json`` (read while another process runs the broker) still
+    miss: each queue's commit must stop at its first ``parked`` offset with
+    every other offset below ``ends[queue_id]`` finished in the map.
+    ``None`` when nothing is missing."""
+    try:
+        queues = json.loads(offsets_file.read_bytes())["groups"]["g"]["T"]
+    except (OSError, ValueError, KeyError) as e:
+        return f"no commit of g on T yet ({e!r})"
+    for qid, end in ends.items():
+        entry = queues.get(str(qid))
+        first = min(o for q, o in parked if q == qid)
+        if entry is None or entry["offset"] != first:
+            return f"queue {qid}: committed {entry}, not {first}"
+        fin = decode(entry["metadata"], first)
+        missing = [o for o in range(first + 1, end) if (qid, o) not in parked and (fin is None or o not in fin)]
+        if missing:
+            return f"queue {qid}: {len(missing)} finished offsets not in the map, e.g. {missing[:5]}"
+    return None
+
+
 def test_kill_9_with_parked_messages_loses_none_and_replays_only_the_unfinished(tmp_path):
     if EX.is_async:
         pytest.skip("the killed child runs the thread executor; once is enough")
@@ -418,7 +450,16 @@ def test_kill_9_with_parked_messages_loses_none_and_replays_only_the_unfinished(
             lambda: len(read_offset_log(log)) == total - len(poison) or child.poll() is not None, timeout=60
         )
         assert child.poll() is None, child.stderr.read().decode()
-        time.sleep(0.5)  # many commits (every 20 ms) while the poison is parked
+        # the child's last commit covers all it finished: at each queue's
+        # first parked offset, every other offset above it in the map
+        ends = {qid: 1 + max(o for q, o in every if q == qid) for qid in (0, 1)}
+        offsets = data / "offsets.json"
+        wait_for(
+            lambda: _commit_gap(offsets, ends, poison) is None or child.poll() is not None,
+            30,
+            lambda: f"the child's commit of all it finished: {_commit_gap(offsets, ends, poison)}",
+        )
+        assert child.poll() is None, child.stderr.read().decode()
         os.kill(child.pid, signal.SIGKILL)
         child.wait(10)
     finally:
@@ -441,9 +482,11 @@ def test_kill_9_with_parked_messages_loses_none_and_replays_only_the_unfinished(
         with lock:
             second.extend((m.queue_id, m.queue_offset) for m in msgs)
 
-    with _consumer(broker, listener, lanes=8):
+    with _consumer(broker, listener, lanes=8) as consumer:
         assert wait_until(lambda: poison <= set(second), timeout=30)
-        time.sleep(0.3)
+        # everything finished and committed: nothing more can be delivered
+        ends = {q: broker.max_offset(q) for q in broker.queues("T")}
+        wait_for(lambda: consumer.stats().committed == ends, 30, lambda: f"commits at {ends}: {consumer.stats()}")
     broker.close()
     # no parked message lost, and only they ran again: nothing finished before the kill
     assert set(second) == poison, (sorted(set(second) - poison)[:10], sorted(poison - set(second))[:10])
@@ -504,12 +547,18 @@ def test_rebalance_hands_parked_messages_to_the_next_owner_without_waiting_for_t
         assert wait_until(lambda: log_a.ok_count() == 2000 - len(poison))
         assert a.stats().parked == len(poison)
         t0 = time.monotonic()
-        with member(
-            listener_b, "c2"
-        ):  # joins the group here  # queue 1 moves to b: a drops its parked messages (no 30 s revoke wait)
+        # b joins the group here: queue 1 moves to b, and a drops its parked
+        # messages (no 30 s revoke wait)
+        with member(listener_b, "c2") as b:
             assert wait_until(lambda: set(seen_b) >= poison, timeout=8)
             assert time.monotonic() - t0 < 8
-            time.sleep(0.2)
+            q1 = broker.queues("T")[1]
+
+            def b_done() -> bool:  # b committed what it owns to the end: it has nothing more to run
+                committed = b.stats().committed
+                return q1 in committed and all(o == broker.max_offset(q) for q, o in committed.items())
+
+            wait_for(b_done, 30, lambda: f"b to commit its queues to the end: {b.stats()}")
         assert a.stats().parked == 0
     # b ran only what a had not finished: the offset map skipped the rest
     assert sorted(seen_b) == sorted(poison)

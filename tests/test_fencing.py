@@ -4,13 +4,14 @@ never runs a key at the same time as the member that took its queues over."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Mapping
 
 import pytest
 from executors import EX
-from helpers import Recorder, assert_offsets_increase, wait_until
+from helpers import Recorder, assert_offsets_increase, wait_for, wait_until
 
 from lite_push import ConsumerConfig, LitePushConsumer, MessageQueue
 from lite_push._errors import ConfigError
@@ -98,32 +99,66 @@ class StalledPull(EmbeddedPullConsumer):
     def __init__(self, *args: object, **kw: object) -> None:
         super().__init__(*args, **kw)  # type: ignore[arg-type]
         self.stalled = threading.Event()
+        #: Times the pull thread asked while ``stalled`` was set.
+        self.stalled_answers = 0
 
     def owned_for(self) -> Mapping[MessageQueue, float]:
         left = super().owned_for()
-        return dict.fromkeys(left, -1.0) if self.stalled.is_set() else left
+        if not self.stalled.is_set():
+            return left
+        self.stalled_answers += 1
+        return dict.fromkeys(left, -1.0)
 
 
-def test_a_lane_waits_at_the_fence_and_goes_on_when_ownership_is_renewed(executor):
+def test_a_lane_waits_at_the_fence_and_goes_on_when_ownership_is_renewed(executor, caplog):
+    caplog.set_level(logging.WARNING, logger="lite_push")
     broker = EmbeddedBroker()
     broker.create_topic("T", queue_count=2)
     src = StalledPull(broker, "g", consume_from=ConsumeFromWhere.FIRST_OFFSET)
     rec = Recorder(delay=0.001)
     c = EX.consumer(EX.config(group="g", lanes=4, poll_timeout=0.02, commit_interval=0.05), source=src, listener=rec)
     c.subscribe("T")
+
+    def fenced_lanes() -> set[int]:
+        """Lanes that logged stopping at a fence (each logs once per stop)."""
+        return {r.args[1] for r in list(caplog.records) if "stops at" in str(r.msg)}  # type: ignore[index]
+
+    def busy_lanes() -> set[int]:
+        """Lanes holding work they took (running it, or waiting to)."""
+        return {i for i, busy in enumerate(c._readings.counters.busy) if busy}
+
+    def all_held_at_the_fence() -> bool:
+        """Every message polled and taken by a lane, and every lane that took
+        some stopped at the fence: from then on no call of them can start
+        until the fence moves (a lane that ran past it ends the wait too)."""
+        if rec.count() > 200:
+            return True
+        st = c.stats()
+        if sum(st.in_flight.values()) != 200 or any(st.lane_depths):
+            return False
+        busy = busy_lanes()
+        return bool(busy) and busy <= fenced_lanes()
+
     with c:
         broker.send_batch("T", [(b"x", f"k{i % 50}") for i in range(200)])
-        assert wait_until(lambda: rec.count() == 200)
+        wait_for(lambda: rec.count() == 200, 30, lambda: f"the first 200 calls ({rec.count()} made)")
+        assert fenced_lanes() == set()
         src.stalled.set()
-        time.sleep(0.1)  # the pull thread renews the fences into the past
+        # the pull thread renews the fences into the past: once it asked
+        # twice, the first answer was applied (one renewal per poll, in turn)
+        wait_for(lambda: src.stalled_answers >= 2, 10, "the pull thread to renew the fences while stalled")
         broker.send_batch("T", [(b"y", f"k{i % 50}") for i in range(200)])
-        time.sleep(0.5)
+        wait_for(
+            all_held_at_the_fence,
+            30,
+            lambda: f"the lanes to stop at the fence (stats {c.stats()}, busy {busy_lanes()}, fenced {fenced_lanes()})",
+        )
         held = rec.count()
         assert held == 200  # polled, but no listener call started past the fence
         assert sum(c.stats().in_flight.values()) == 200  # held, unfinished, uncommitted
         src.stalled.clear()
-        assert wait_until(lambda: rec.count() == 400)
-        assert wait_until(lambda: sum(c.stats().in_flight.values()) == 0)
+        wait_for(lambda: rec.count() == 400, 30, lambda: f"the calls held at the fence ({rec.count()} of 400 made)")
+        wait_for(lambda: sum(c.stats().in_flight.values()) == 0, 30, lambda: f"nothing in flight ({c.stats()})")
     broker.close()
     assert len(set(rec.seen)) == 400 and rec.overlaps == []
     assert_offsets_increase(rec.order)

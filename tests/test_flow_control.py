@@ -8,7 +8,7 @@ import time
 import psutil
 import pytest
 from executors import EX
-from helpers import wait_until
+from helpers import PollCounter, wait_for, wait_until
 
 from lite_push import ConsumeFromWhere, ConsumerConfig, EmbeddedBroker
 
@@ -75,9 +75,10 @@ def test_byte_threshold_pauses_queue():
         pull_threshold_size_for_queue=10_000,
         pull_batch_size=4,
     )
+    polls = PollCounter(consumer._source)
     with consumer:
         assert wait_until(lambda: len(consumer.stats().paused) == 1)
-        time.sleep(0.2)
+        polls.turns(5)  # the pull thread goes on, and polls no more of the paused queue
         st = consumer.stats()
         assert max(st.in_flight_bytes.values()) <= 10_000 + 4 * 1000
         gate.set()
@@ -97,9 +98,20 @@ def test_span_threshold_pauses_queue_behind_a_slow_message():
 
     consumer = _consumer(broker, listener, lanes=8, max_span=100, pull_batch_size=10)
     q = broker.queues("T")[0]
+    polls = PollCounter(consumer._source)
     with consumer:
         assert wait_until(lambda: q in consumer.stats().paused)
-        time.sleep(0.2)
+        # the rest is done: every lane idle but the one in offset 0's call
+        # (what queued behind it waits there), and the pull thread goes on
+        # without polling more
+        def the_rest_done() -> bool:
+            busy = [i for i, b in enumerate(consumer._readings.counters.busy) if b]
+            depths = consumer.stats().lane_depths
+            return len(busy) == 1 and all(d == 0 for i, d in enumerate(depths) if i != busy[0])
+
+        busy = consumer._readings.counters.busy
+        wait_for(the_rest_done, 30, lambda: f"idle lanes but 0's: {busy} {consumer.stats()}")
+        polls.turns(5)
         # the queue stopped near offset 100 although the rest is done
         assert consumer.stats().consumed <= 100 + 10
         release.set()
@@ -151,9 +163,10 @@ def test_full_lane_pauses_queue_instead_of_blocking_the_pull_thread():
         pull_batch_size=20,
         pull_threshold_for_queue=100_000,
     )
+    polls = PollCounter(consumer._source)
     with consumer:
         assert wait_until(lambda: len(consumer.stats().paused) >= 1)
-        time.sleep(0.2)
+        polls.turns(5)  # the pull thread is alive and polling (not blocked on the lane)
         st = consumer.stats()
         # a dispatch stops at lane_capacity (plus the poll that crossed it)
         # and is checked whole: at most twice the capacity plus one poll

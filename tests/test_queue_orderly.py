@@ -7,9 +7,17 @@ from __future__ import annotations
 import threading
 import time
 
-from helpers import Recorder, assert_offsets_increase, wait_consumed, wait_until
+from helpers import PollCounter, Recorder, assert_offsets_increase, wait_consumed, wait_for, wait_until
 
-from lite_push import ConsumeFromWhere, ConsumeMode, ConsumerConfig, ConsumeResult, EmbeddedBroker, LitePushConsumer
+from lite_push import (
+    ConsumeFromWhere,
+    ConsumeMode,
+    ConsumerConfig,
+    ConsumeResult,
+    EmbeddedBroker,
+    LitePushConsumer,
+    MessageQueue,
+)
 
 
 def _make(broker, listener, **cfg):
@@ -100,9 +108,26 @@ def test_a_queue_is_consumed_only_while_its_broker_lock_is_held():
     for i in range(20):
         broker.send("T", body=b"x", keys=f"k{i}", queue_id=i % 2)
     rec = Recorder()
-    with _make(broker, rec) as consumer:
+    consumer = _make(broker, rec)
+    source = consumer._source
+    refused: list[frozenset[MessageQueue]] = []
+    lock = source.lock
+
+    def recording_lock(queues, lease):  # type: ignore[no-untyped-def]
+        got = lock(queues, lease)
+        refused.append(frozenset(queues) - got)
+        return got
+
+    source.lock = recording_lock
+    polls = PollCounter(source)
+    with consumer:
         assert wait_until(lambda: rec.count() == 10)
-        time.sleep(0.3)
+        # the consumer asked for q0's lock and was refused, then asked again
+        # (a second later) and was refused again: a whole retry cycle of the
+        # lock, with consume requests retrying meanwhile, and the pull thread
+        # goes on
+        wait_for(lambda: sum(q0 in r for r in refused) >= 2, 10, lambda: f"two refused locks of q0: {refused}")
+        polls.turns(2)
         assert {q for (_t, q, _o) in rec.seen} == {1}  # q0 waits for its lock
         other.unlock([q0])
         wait_consumed(consumer, 20)  # taken on the next retry

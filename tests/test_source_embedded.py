@@ -12,10 +12,12 @@ import sys
 import textwrap
 import threading
 import time
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import wait_for
 
 from lite_push import (
     ConfigError,
@@ -401,9 +403,16 @@ def test_broker_close_closes_its_consumers(broker: EmbeddedBroker) -> None:
 
     t = threading.Thread(target=blocked)
     t.start()
-    time.sleep(0.1)
+
+    def waiting_in_poll() -> bool:
+        frame = sys._current_frames().get(t.ident)  # type: ignore[arg-type]
+        stack = "".join(traceback.format_stack(frame)) if frame is not None else ""
+        return "in poll" in stack and "self._cond.wait(wait)" in stack
+
+    # the poll is blocked, waiting for messages (not yet to start, nor done)
+    wait_for(waiting_in_poll, 10, "the poll to block in its wait for messages")
     broker.close()
-    t.join(5)
+    t.join(5)  # woken: a poll(10) left alone would still wait
     assert not t.is_alive() and len(result) == 1
     with pytest.raises(SourceClosedError):
         c.assignment()

@@ -5,8 +5,10 @@ per-queue atomic batches)."""
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
+import traceback
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
@@ -380,18 +382,30 @@ def test_a_waiting_poll_is_woken_by_the_send_notification(harness: RedisHarness)
     wait_assigned = poll_until(c, lambda _: bool(c.assignment()))
     assert wait_assigned == [] and c.assignment()
     latencies = []
+    poller = threading.get_ident()
+
+    def waiting_in_poll() -> bool:
+        """This thread is in the poll's wait between two reads (not reading,
+        nor yet to poll)."""
+        frame = sys._current_frames().get(poller)
+        stack = "".join(traceback.format_stack(frame)) if frame is not None else ""
+        return "in poll" in stack and "self._event.wait(max(_MIN_WAIT" in stack
+
     for _ in range(5):
         sent_at: list[float] = []
 
         def send(sent_at: list[float] = sent_at) -> None:
-            time.sleep(0.1)
-            sent_at.append(time.monotonic())
-            harness.broker.send("T", b"x")
+            # send once the poll waits: read at once, it would not need waking
+            if wait_until(waiting_in_poll, 10, interval=0.001):
+                sent_at.append(time.monotonic())
+                harness.broker.send("T", b"x")
 
         t = threading.Thread(target=send)
         t.start()
         got = c.poll(5.0)
-        latencies.append(time.monotonic() - sent_at[0])
+        done = time.monotonic()
         t.join()
+        assert sent_at, "the poll was never seen waiting"
+        latencies.append(done - sent_at[0])
         assert sum(len(b.messages) for b in got) == 1
     assert sorted(latencies)[2] < 0.2, latencies
