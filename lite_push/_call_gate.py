@@ -39,7 +39,7 @@ Waits = Generator[list[MessageExt], object, bool]
 class CallGate:
     """The checks before lane ``index``'s calls (see the module docstring)."""
 
-    __slots__ = ("_abort", "_clock", "_group", "_index", "limiter", "monotonic", "pause_until")
+    __slots__ = ("_abort", "_clock", "_group", "_index", "aborted", "limiter", "monotonic", "pause_until")
 
     def __init__(
         self, index: int, group: str, clock: Clock, abort: threading.Event, limiter: RateLimiter | None = None
@@ -55,10 +55,9 @@ class CallGate:
         self.monotonic = clock.monotonic
         #: After :data:`PAUSE`: when the call may start.
         self.pause_until = 0.0
-
-    def aborted(self) -> bool:
-        """Whether the shutdown deadline passed (lanes skip what is left)."""
-        return self._abort.is_set()
+        #: Whether the shutdown deadline passed (lanes skip what is left);
+        #: the event's own method, called per segment on the hot path.
+        self.aborted = abort.is_set
 
     def may_call(self, pq: ProcessQueue, n: int) -> Waits:
         """Before a call of ``n`` messages of ``pq``: reserve its start

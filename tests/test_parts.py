@@ -507,3 +507,92 @@ def test_the_pull_loop_polls_tracks_dispatches_and_commits(broker: EmbeddedBroke
     assert {q: c.offset for q, c in committed.items() if c is not None} == {q: broker.max_offset(q) for q in owned}
     assert sum(c.polled for c in counters.queues.values()) == 40
     source.close()
+
+
+# -- the executors -------------------------------------------------------------------------
+
+
+def _workers(lanes: list[Lane], clock: ManualClock, counters: Counters) -> list[tuple[Lane, LaneWorker]]:
+    timer = RetryTimer(lambda: None)
+    policy = FailurePolicy(True, 2, 1)
+    out = []
+    for lane in lanes:
+        i = lane.index
+        keys = ParkedKeys(i, timer, itertools.count(1), counters, monotonic=clock.monotonic, suspend=1.0)
+        worker = LaneWorker(
+            i, group="g", gate=CallGate(i, "g", clock, threading.Event()), parked=keys, policy=policy,
+            outbox=Outbox(lambda: None), counters=counters, latch=FailureLatch(lambda: None),
+        )  # fmt: skip
+        out.append((lane, worker))
+    return out
+
+
+def _segments(pq: ProcessQueue, n_lanes: int) -> list[list[tuple[ProcessQueue, list[MessageExt]]]]:
+    """40 tracked messages of 8 keys, each key on lane ``key % n_lanes``."""
+    msgs = _tracked(pq, [_msg(i, f"k{i % 8}") for i in range(40)])
+    per_lane: list[list[MessageExt]] = [[] for _ in range(n_lanes)]
+    for m in msgs:
+        per_lane[int(m.keys[1:]) % n_lanes].append(m)  # type: ignore[index]
+    return [[(pq, ms)] for ms in per_lane]
+
+
+def test_the_thread_executor_drains_each_lane_in_order_on_its_own_thread() -> None:
+    from lite_push._thread_executor import ThreadExecutor
+
+    calls: list[tuple[str, int, str | None]] = []
+    lock = threading.Lock()
+
+    def listener(msgs: list[MessageExt]) -> None:
+        with lock:
+            calls.extend((threading.current_thread().name, m.queue_offset, m.keys) for m in msgs)
+
+    executor = ThreadExecutor("g", listener)
+    lanes = executor.make_lanes(4, lambda: None)
+    counters = Counters(4)
+    pq = _pq()
+    executor.start(_workers(lanes, ManualClock(), counters))
+    for lane, segs in zip(lanes, _segments(pq, 4), strict=True):
+        lane.put(segs, sum(len(ms) for _, ms in segs))
+    for lane in lanes:
+        lane.close()
+    assert executor.join(time.monotonic() + 10) and not executor.lanes_alive()
+    assert sorted(o for _, o, _ in calls) == list(range(40)) and sum(counters.consumed) == 40
+    for key in {k for _, _, k in calls}:
+        mine = [(t, o) for t, o, k in calls if k == key]
+        assert len({t for t, _ in mine}) == 1 and [o for _, o in mine] == sorted(o for _, o in mine)
+    assert pq.commit_point()[0] == 40
+
+
+def test_the_async_executor_drains_each_lane_in_order_on_one_loop() -> None:
+    import asyncio
+
+    from lite_push._async_executor import AsyncExecutor
+
+    calls: list[tuple[int, str | None]] = []
+
+    async def listener(msgs: list[MessageExt]) -> None:
+        await asyncio.sleep(0)
+        calls.extend((m.queue_offset, m.keys) for m in msgs)
+
+    executor = AsyncExecutor("g", listener, block_threshold=5.0)
+    lanes = executor.make_lanes(4, lambda: None)
+    counters = Counters(4)
+    pq = _pq()
+
+    async def main() -> None:
+        executor.start(_workers(lanes, ManualClock(), counters))
+        for lane, segs in zip(lanes, _segments(pq, 4), strict=True):
+            lane.put(segs, sum(len(ms) for _, ms in segs))
+        executor.flush()
+        for lane in lanes:
+            lane.close()
+        executor.flush()
+        assert await asyncio.to_thread(executor.join, time.monotonic() + 10)  # every lane's task ended
+
+    asyncio.run(asyncio.wait_for(main(), 20))
+    executor.close()
+    assert sorted(o for o, _ in calls) == list(range(40)) and sum(counters.consumed) == 40
+    for key in {k for _, k in calls}:
+        offsets = [o for o, k in calls if k == key]
+        assert offsets == sorted(offsets)
+    assert pq.commit_point()[0] == 40

@@ -32,6 +32,7 @@ __all__ = [
     "BrokerClock",
     "check_delay_levels",
     "check_lease",
+    "check_member_arguments",
     "check_message",
     "commit_entries",
     "dead_letter_item",
@@ -44,6 +45,27 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+
+#: ``check_member_arguments`` without an allocation strategy to check.
+_NO_ALLOCATE = object()
+
+
+def check_member_arguments(
+    group: object, consume_from: object, client_id: object, allocate: object = _NO_ALLOCATE
+) -> None:
+    """What every source's consumer checks at construction (a source adds
+    its own checks after): ``ConfigError`` naming the first bad argument.
+    ``allocate`` is given where the source allocates queues itself."""
+    if not isinstance(group, str) or not group:
+        raise ConfigError("group", f"must be a non-empty string, got {group!r}")
+    if not isinstance(consume_from, ConsumeFromWhere):
+        raise ConfigError("consume_from", f"must be a ConsumeFromWhere, got {consume_from!r}")
+    if client_id is not None and (not isinstance(client_id, str) or not client_id):
+        raise ConfigError("client_id", f"must be a non-empty string, got {client_id!r}")
+    if allocate is not _NO_ALLOCATE and not callable(allocate):
+        raise ConfigError("allocate", f"must be an allocation strategy, got {allocate!r}")
+
 
 #: ``ConsumeFromWhere.TIMESTAMP`` without a timestamp starts this long ago
 #: (RocketMQ's default ``consumeTimestamp``: half an hour back).

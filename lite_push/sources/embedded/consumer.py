@@ -28,7 +28,7 @@ from ..._errors import ConfigError, UnknownTopicError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
 from ...rebalance.allocate import AVERAGELY, AllocateStrategy
 from .._base import ConsumeFromWhere, MessageModel, PullSource, RebalanceListener, is_retry_or_dlq_topic
-from .._common import BrokerClock, check_lease, commit_entries, parse_tag_expression
+from .._common import BrokerClock, check_lease, check_member_arguments, commit_entries, parse_tag_expression
 from .._member_model import Broadcasting, MemberModel, check_message_model, open_offset_store
 from .._owned import OwnedQueues, QueueControl
 from ..local_offsets import LocalOffsetStore
@@ -54,18 +54,11 @@ def _check_arguments(
 ) -> None:
     """A consumer's arguments, checked at construction: ``ConfigError``
     naming the first bad one."""
-    if not isinstance(group, str) or not group:
-        raise ConfigError("group", f"must be a non-empty string, got {group!r}")
+    check_member_arguments(group, consume_from, client_id, allocate)
     if group == SCHEDULE_GROUP:
         raise ConfigError("group", f"{group!r} is internal to the broker")
-    if not isinstance(consume_from, ConsumeFromWhere):
-        raise ConfigError("consume_from", f"must be a ConsumeFromWhere, got {consume_from!r}")
     if session_timeout is not None and not session_timeout > 0:
         raise ConfigError("session_timeout", f"must be positive, got {session_timeout!r}")
-    if client_id is not None and (not isinstance(client_id, str) or not client_id):
-        raise ConfigError("client_id", f"must be a non-empty string, got {client_id!r}")
-    if not callable(allocate):
-        raise ConfigError("allocate", f"must be an allocation strategy, got {allocate!r}")
 
 
 class BrokerParts(Protocol):

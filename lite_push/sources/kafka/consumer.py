@@ -52,7 +52,7 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicParti
 from ..._errors import ConfigError, UnknownTopicError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
 from .._base import ConsumeFromWhere, PullSource, RebalanceListener, is_retry_or_dlq_topic
-from .._common import check_lease, commit_entries, parse_tag_expression
+from .._common import check_lease, check_member_arguments, commit_entries, parse_tag_expression
 from .._owned import OwnedQueues, QueueControl
 from .codec import RecordFormat, kafka_topic
 from .commits import COMMIT_PATIENCE, commit_within, fit_metadata
@@ -75,19 +75,12 @@ EMPTY_BACKOFF = 0.002
 FILE_LIMIT = 4096
 
 
-def _check_arguments(
-    group: object, consume_from: object, consume_timestamp: object, client_id: object
-) -> None:
+def _check_arguments(group: object, consume_from: object, consume_timestamp: object, client_id: object) -> None:
     """A member's arguments, checked at construction: ``ConfigError``
     naming the first bad one."""
-    if not isinstance(group, str) or not group:
-        raise ConfigError("group", f"must be a non-empty string, got {group!r}")
-    if not isinstance(consume_from, ConsumeFromWhere):
-        raise ConfigError("consume_from", f"must be a ConsumeFromWhere, got {consume_from!r}")
+    check_member_arguments(group, consume_from, client_id)
     if consume_from is ConsumeFromWhere.TIMESTAMP and type(consume_timestamp) is not int:
         raise ConfigError("consume_timestamp", f"must be ms since the epoch with TIMESTAMP, got {consume_timestamp!r}")
-    if client_id is not None and (not isinstance(client_id, str) or not client_id):
-        raise ConfigError("client_id", f"must be a non-empty string, got {client_id!r}")
 
 
 class BrokerParts(Protocol):

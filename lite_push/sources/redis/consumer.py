@@ -33,11 +33,11 @@ from collections.abc import Collection, Mapping, Sequence
 from functools import partial
 from typing import Protocol
 
-from ..._errors import ConfigError, UnknownTopicError
+from ..._errors import UnknownTopicError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
 from ...rebalance.allocate import AVERAGELY, AllocateStrategy
 from .._base import ConsumeFromWhere, MessageModel, PullSource, RebalanceListener, is_retry_or_dlq_topic
-from .._common import check_lease, commit_entries, parse_tag_expression
+from .._common import check_lease, check_member_arguments, commit_entries, parse_tag_expression
 from .._member_model import Broadcasting, MemberModel, check_message_model, open_offset_store
 from .._owned import OwnedQueues, QueueControl
 from ..local_offsets import LocalOffsetStore
@@ -61,19 +61,6 @@ _MIN_WAIT = 0.001
 #: A poll that may read at least this many entries runs with the cyclic GC
 #: paused while it parses and decodes them.
 _GC_PAUSE_MIN = 256
-
-
-def _check_arguments(group: object, consume_from: object, client_id: object, allocate: object) -> None:
-    """A consumer's arguments, checked at construction: ``ConfigError``
-    naming the first bad one."""
-    if not isinstance(group, str) or not group:
-        raise ConfigError("group", f"must be a non-empty string, got {group!r}")
-    if not isinstance(consume_from, ConsumeFromWhere):
-        raise ConfigError("consume_from", f"must be a ConsumeFromWhere, got {consume_from!r}")
-    if client_id is not None and (not isinstance(client_id, str) or not client_id):
-        raise ConfigError("client_id", f"must be a non-empty string, got {client_id!r}")
-    if not callable(allocate):
-        raise ConfigError("allocate", f"must be an allocation strategy, got {allocate!r}")
 
 
 class BrokerParts(Protocol):
@@ -128,7 +115,7 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
         offset_file: str | os.PathLike[str] | None = None,
     ) -> None:
         check_message_model(message_model, offset_file)
-        _check_arguments(group, consume_from, client_id, allocate)
+        check_member_arguments(group, consume_from, client_id, allocate)
         broker.check_open()
         self._conn = broker.conn
         self._topics = broker.catalog
