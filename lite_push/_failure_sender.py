@@ -1,7 +1,7 @@
 """The failure sender: stores what the lanes handed off, then completes it.
 
 Lanes never talk to the source.  A message that is to go to the dead-letter
-queue, or back to the retry topic (CONCURRENTLY), is put in the runtime's
+queue, or back to the retry topic (CONCURRENTLY), is put in the consumer's
 outbox (``Outbox.put``); the pull thread takes everything at once and
 stores it here with one source call per kind.  Only once the source stored a
 message is its offset completed, so a commit never passes a message that is

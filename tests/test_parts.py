@@ -9,6 +9,7 @@ elsewhere; these pin down each part's own contract.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 import time
@@ -28,6 +29,7 @@ from lite_push import (
     MessageQueue,
 )
 from lite_push._assignment import Assignment
+from lite_push._async_executor import AsyncExecutor
 from lite_push._call_gate import CallGate
 from lite_push._clock import ManualClock
 from lite_push._committer import Committer
@@ -46,6 +48,7 @@ from lite_push._rate_limit import RateLimiter
 from lite_push._router import KeyRouter
 from lite_push._shared import MAX_SEGMENT, AppPauses, Counters, FailureLatch
 from lite_push._steps import FENCED, PAUSE, Steps
+from lite_push._thread_executor import ThreadExecutor
 from lite_push._timer import PURGE, DueKey, HeldSendBack, LocalRetry, RetryTimer
 from lite_push.sources import EmbeddedPullConsumer, RebalanceListener, dlq_topic
 
@@ -537,8 +540,6 @@ def _segments(pq: ProcessQueue, n_lanes: int) -> list[list[tuple[ProcessQueue, l
 
 
 def test_the_thread_executor_drains_each_lane_in_order_on_its_own_thread() -> None:
-    from lite_push._thread_executor import ThreadExecutor
-
     calls: list[tuple[str, int, str | None]] = []
     lock = threading.Lock()
 
@@ -564,10 +565,6 @@ def test_the_thread_executor_drains_each_lane_in_order_on_its_own_thread() -> No
 
 
 def test_the_async_executor_drains_each_lane_in_order_on_one_loop() -> None:
-    import asyncio
-
-    from lite_push._async_executor import AsyncExecutor
-
     calls: list[tuple[int, str | None]] = []
 
     async def listener(msgs: list[MessageExt]) -> None:
