@@ -205,7 +205,13 @@ def run_redis(scenario: str, messages: int, seed: int) -> RunResult:
             deadline = time.monotonic() + 60
             while len({r[0] for r in _read(log)}) < 3 and time.monotonic() < deadline:
                 time.sleep(0.02)
-            time.sleep(rng.uniform(0.0, 0.5))  # a random moment mid-run
+            # A random moment mid-run: once 10-50 % of the messages are done
+            # (a moment in time could come after the end of a fast run, or
+            # after the victim finished its queues, and then there would be
+            # no hand-off to measure).
+            target = rng.uniform(0.1, 0.5) * len(expected)
+            while len({(r[1], r[2]) for r in _read(log) if not r[6]}) < target and time.monotonic() < deadline:
+                time.sleep(0.02)
             fault = time.time_ns()
             victim = rng.choice(procs)
             if scenario == "kill9":
