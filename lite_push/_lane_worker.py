@@ -230,6 +230,7 @@ class LaneWorker:
         completed at the end, at once."""
         size = self._size
         parked = self._keys
+        waiting = self.parked  # its dict: a plain truth test per message
         pacer = self._pacer
         gate = self.gate
         done: list[MessageExt] = []
@@ -237,7 +238,7 @@ class LaneWorker:
         keys: list[Hashable] = []  # pacing: the keys of the chunk
         last = len(msgs) - 1
         for i, m in enumerate(msgs):
-            if parked and parked.queue_behind(pq, m):
+            if waiting and parked.queue_behind(pq, m):
                 pass
             elif pacer is None:
                 chunk.append(m)
@@ -295,7 +296,7 @@ class LaneWorker:
         out: list[SendItem] = []
         for m in chunk:
             # An earlier message of its key (same chunk) parked it: wait behind.
-            if policy.keyed and parked and parked.queue_behind(pq, m):
+            if policy.keyed and self.parked and parked.queue_behind(pq, m):
                 continue
             verdict = policy.verdict(m, failure)
             if verdict is Verdict.DEAD_LETTER:
