@@ -90,8 +90,9 @@ class KillRun:
 
 def run_three_and_kill(source_lines: str, log: Path, total: int, *, sleep: float = 0.002) -> KillRun:
     """Start three members (``source_lines`` with ``{cid}`` for the member's
-    client id), wait until all three deliver, SIGKILL the busiest, wait
-    until every one of ``total`` messages was delivered, stop the others."""
+    client id), wait until all three deliver, SIGKILL the busiest of those
+    delivering at that moment, wait until every one of ``total`` messages
+    was delivered, stop the others."""
     root = str(Path(__file__).resolve().parents[1])
     procs = [
         subprocess.Popen(
@@ -110,9 +111,19 @@ def run_three_and_kill(source_lines: str, log: Path, total: int, *, sleep: float
         assert all(p.poll() is None for p in procs), [
             p.stderr.read().decode()[-2000:] for p in procs if p.poll() is not None  # type: ignore[union-attr]
         ]
-        rows = read_log(log)
+        # The victim is the busiest of the members delivering right now (a
+        # call ended in the last 0.25 s): the busiest so far may be between
+        # queues in a rebalance, and then it held nothing to hand over.
+        deadline = time.monotonic() + 30
+        while True:
+            rows = read_log(log)
+            recent = {r[0] for r in rows if r[5] > time.time_ns() - 250_000_000}
+            if recent or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        assert recent, "no member was delivering"
         assert len(rows) < total // 2  # killed mid-run
-        busiest = max({r[0] for r in rows}, key=lambda pid: sum(1 for r in rows if r[0] == pid))
+        busiest = max(recent, key=lambda pid: sum(1 for r in rows if r[0] == pid))
         victim = next(p for p in procs if p.pid == busiest)
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait(10)
