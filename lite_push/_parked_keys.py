@@ -61,9 +61,6 @@ class ParkedKeys:
         #: segment waits behind a parked key.
         self.keys: dict[Hashable, Parked] = {}
 
-    def __bool__(self) -> bool:
-        return bool(self.keys)
-
     def key(self, pq: ProcessQueue, msg: MessageExt) -> Hashable:
         """What a failure parks: the message's key, or its queue when it has
         none."""
@@ -72,7 +69,7 @@ class ParkedKeys:
 
     def queue_behind(self, pq: ProcessQueue, msg: MessageExt) -> bool:
         """If ``msg``'s key is parked, queue ``msg`` behind it and say so."""
-        p = self.keys.get(self.key(pq, msg)) if self.keys else None
+        p = self.keys.get(self.key(pq, msg))
         if p is None:
             return False
         p.items.append((pq, msg))

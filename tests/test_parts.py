@@ -231,7 +231,7 @@ def test_parked_keys_hold_a_keys_later_messages_and_ignore_stale_timer_entries()
     assert isinstance(due, DueKey) and due.key == "a"
     assert keys.take("a", due.gen + 1) is None  # stale generation
     p = keys.take("a", due.gen)
-    assert p is not None and [m.queue_offset for _, m in p.items] == [0, 1] and not keys
+    assert p is not None and [m.queue_offset for _, m in p.items] == [0, 1] and not keys.keys
 
 
 def test_parked_keys_purge_only_dropped_queues() -> None:
