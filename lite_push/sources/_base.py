@@ -56,6 +56,7 @@ __all__ = [
     "RETRY_PREFIX",
     "RETRY_TOPIC",
     "TIMER_DELIVER_MS",
+    "Balance",
     "ConsumeFromWhere",
     "MessageModel",
     "PullSource",
@@ -201,6 +202,18 @@ class MessageModel(enum.Enum):
     #: locks, no retry topic: a failed message is retried by the member that
     #: failed it.
     BROADCASTING = "BROADCASTING"
+
+
+class Balance(enum.Enum):
+    """How a group spreads its work over its members."""
+
+    #: One queue, one member (RocketMQ 4.x): allocation strategies decide
+    #: which; a rebalance drains a revoked queue before its next owner starts.
+    QUEUE = "QUEUE"
+    #: Message-grain (RocketMQ 5.x): any member may receive any message of
+    #: any queue; a key is held by one member while it has unacknowledged
+    #: messages.  The Redis source only.
+    MESSAGE = "MESSAGE"
 
 
 class RebalanceListener:

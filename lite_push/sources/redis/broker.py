@@ -28,6 +28,7 @@ from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
 from ...rebalance.allocate import AVERAGELY, AllocateStrategy
 from .._base import (
     DEFAULT_DELAY_LEVELS,
+    Balance,
     ConsumeFromWhere,
     MessageModel,
     is_retry_or_dlq_topic,
@@ -263,11 +264,16 @@ class RedisBroker:
         allocate: AllocateStrategy = AVERAGELY,
         message_model: MessageModel = MessageModel.CLUSTERING,
         offset_file: str | os.PathLike[str] | None = None,
+        balance: Balance = Balance.QUEUE,
     ) -> RedisPullConsumer:
         """A new member of ``group`` (it joins at subscribe).  With
         ``message_model=BROADCASTING`` it reads every queue and keeps its
         offsets in ``offset_file`` (default
-        :func:`~lite_push.sources.local_offsets.default_offset_file`)."""
+        :func:`~lite_push.sources.local_offsets.default_offset_file`).
+        ``balance=Balance.MESSAGE``: every member takes part in every queue,
+        message by message, a key held by one member at a time
+        (:mod:`~lite_push.sources.redis.message_grain`); every member of
+        the group must use the same balance."""
         return RedisPullConsumer(
             self,
             group,
@@ -277,6 +283,7 @@ class RedisBroker:
             allocate=allocate,
             message_model=message_model,
             offset_file=offset_file,
+            balance=balance,
         )
 
     def cached_topic(self, topic: str) -> TopicInfo | None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata
 from ...rebalance.allocate import AllocateStrategy
-from .._base import MessageModel, retry_topic
+from .._base import Balance, MessageModel, retry_topic
 from .._member_model import MemberModel
 from .._owned import OwnedQueues
 from .connection import Connection
@@ -86,7 +86,11 @@ class Clustering(MemberModel):
         return self._members.owned_for(self._owned.states)
 
     def subscribe(self, topic: str) -> None:
-        """Join the group on ``topic`` too (a heartbeat: it bumps the version)."""
+        """Join the group on ``topic`` too (a heartbeat: it bumps the version);
+        the first time, record the group's balance (``ConfigError`` if its
+        live members balance by message)."""
+        if not self._subscribed:
+            self._members.claim_balance(Balance.QUEUE)
         self._subscribed.append(topic)
         self._members.heartbeat(sorted(self._owned.states), self._subscribed)
         self._seen_version = None

@@ -33,10 +33,10 @@ from collections.abc import Collection, Mapping, Sequence
 from functools import partial
 from typing import Protocol
 
-from ..._errors import UnknownTopicError
+from ..._errors import ConfigError, LitePushError, UnknownTopicError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
 from ...rebalance.allocate import AVERAGELY, AllocateStrategy
-from .._base import ConsumeFromWhere, MessageModel, PullSource, RebalanceListener, is_retry_or_dlq_topic
+from .._base import Balance, ConsumeFromWhere, MessageModel, PullSource, RebalanceListener, is_retry_or_dlq_topic
 from .._common import check_lease, check_member_arguments, commit_entries, parse_tag_expression
 from .._member_model import Broadcasting, MemberModel, check_message_model, open_offset_store
 from .._owned import OwnedQueues, QueueControl
@@ -44,6 +44,7 @@ from ..local_offsets import LocalOffsetStore
 from .clustering import Clustering
 from .connection import CONN_ERRORS, Connection, Outage
 from .membership import Membership
+from .message_grain import MessageGrain
 from .notifier import Notifier
 from .reading import SCAN_EXTRA, QueueReader, read_into, readers
 from .registry import OpenConsumers
@@ -113,8 +114,15 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
         allocate: AllocateStrategy = AVERAGELY,
         message_model: MessageModel = MessageModel.CLUSTERING,
         offset_file: str | os.PathLike[str] | None = None,
+        balance: Balance = Balance.QUEUE,
     ) -> None:
         check_message_model(message_model, offset_file)
+        if not isinstance(balance, Balance):
+            raise ConfigError("balance", f"must be a Balance, got {balance!r}")
+        if balance is Balance.MESSAGE and message_model is not MessageModel.CLUSTERING:
+            raise ConfigError(
+                "balance", "Balance.MESSAGE spreads a group's messages over its members: it needs CLUSTERING"
+            )
         check_member_arguments(group, consume_from, client_id, allocate)
         broker.check_open()
         self._conn = broker.conn
@@ -132,10 +140,13 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
         self._event = threading.Event()
         self._outage = Outage(self)
         self._notifier: Notifier | None = None
+        self._grain: MessageGrain | None = None
         consumers.add(self)
         try:  # last: BROADCASTING locks its file, and nothing above may fail after that
             if message_model is MessageModel.BROADCASTING:
                 self._model: MemberModel = self._broadcasting(offset_file, consume_from, consume_timestamp)
+            elif balance is Balance.MESSAGE:
+                self._model = self._grain = self._message_grain(broker, consume_from, consume_timestamp)
             else:
                 self._model = self._clustering(broker, allocate, consume_from, consume_timestamp)
         except BaseException:
@@ -155,6 +166,17 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
         return Clustering(
             self._owned, membership, conn, self._topics, self._retries, allocate, reader,
             timeout, broker.heartbeat_interval, broker.rebalance_interval,
+        )  # fmt: skip
+
+    def _message_grain(
+        self, broker: BrokerParts, consume_from: ConsumeFromWhere, consume_timestamp: int | None
+    ) -> MessageGrain:
+        conn, timeout = self._conn, broker.session_timeout
+        membership = Membership(conn, self._group, self._owned.client_id, timeout, consume_from, consume_timestamp)
+        reader = readers(conn.queue_key, self._filters)
+        return MessageGrain(
+            self._owned, membership, conn, self._topics, self._retries, reader, timeout, broker.heartbeat_interval,
+            self._filters.get,
         )  # fmt: skip
 
     def _broadcasting(
@@ -183,6 +205,11 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
 
     def owned_for(self) -> dict[MessageQueue, float]:  # BROADCASTING: no sessions
         return self._model.owned_for()
+
+    @property
+    def balance(self) -> Balance:
+        """QUEUE, or MESSAGE (see :mod:`.message_grain`)."""
+        return Balance.QUEUE if self._grain is None else Balance.MESSAGE
 
     @property
     def message_model(self) -> MessageModel:
@@ -285,9 +312,13 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
             order = active[start:] + active[:start]
         else:
             order = []
-        for st in order:
-            count = max_per_queue if st.tags is None else 4 * max_per_queue + SCAN_EXTRA
-            pipe.xrange(st.log_key, f"{st.pos + 1}-0", "+", count=count)
+        grain = self._grain
+        if grain is not None:
+            grain.queue_reads(pipe, order, max_per_queue)
+        else:
+            for st in order:
+                count = max_per_queue if st.tags is None else 4 * max_per_queue + SCAN_EXTRA
+                pipe.xrange(st.log_key, f"{st.pos + 1}-0", "+", count=count)
         # Parsing and decoding a big read only creates live objects: the
         # cyclic GC is paused meanwhile (else it runs a collection every
         # few hundred entries and costs a third of the read).
@@ -308,10 +339,13 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
         if pause:
             gc.disable()
         try:
-            read_into(
-                out, order, res[watched + 1 :], max_per_queue, self._conn.namespace, self._owned.states,
-                self._store_malformed,
-            )  # fmt: skip
+            if grain is not None:
+                grain.collect(out, order, res[watched + 1 :], self._store_malformed)
+            else:
+                read_into(
+                    out, order, res[watched + 1 :], max_per_queue, self._conn.namespace, self._owned.states,
+                    self._store_malformed,
+                )  # fmt: skip
         finally:
             if pause:
                 gc.enable()
@@ -320,8 +354,13 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
     # -- positions (assignment, pause, resume: QueueControl) ------------------
 
     def seek(self, queue: MessageQueue, offset: int) -> None:
-        """Next poll of ``queue`` starts at ``offset`` clamped to the stored range."""
+        """Next poll of ``queue`` starts at ``offset`` clamped to the stored
+        range (not with Balance.MESSAGE: the group's cursor is shared)."""
         self._check_open()
+        if self._grain is not None:
+            raise LitePushError(
+                "seek() is not supported with Balance.MESSAGE: the group reads each queue with one shared cursor"
+            )
         st = self._owned.get(queue)
         lo, hi = self._topics.stored_range(queue)
         st.pos = min(max(int(offset), lo), hi)

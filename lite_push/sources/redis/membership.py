@@ -17,8 +17,9 @@ from typing import Any
 
 import orjson
 
+from ..._errors import ConfigError
 from ..._types import MessageQueue, OffsetAndMetadata
-from .._base import ConsumeFromWhere
+from .._base import Balance, ConsumeFromWhere
 from .._common import initial_position, warn_skipped_start
 from .._member_model import StoredLog
 from .connection import Connection, qfield
@@ -150,6 +151,30 @@ class Membership:
             )
         elif keys:
             self._conn.unlock(keys=keys, args=[self.cid])
+
+    def claim_balance(self, balance: Balance) -> None:
+        """Record ``balance`` as the group's (joining its registry), or
+        raise ``ConfigError`` naming both when a live member uses the other."""
+        got = self._conn.claim_balance(
+            keys=[self._k_members, self._conn.group_key(self.group, "balance")],
+            args=[self.cid, balance.value, self._ttl_ms],
+        )
+        recorded = got.decode() if isinstance(got, bytes) else str(got)
+        if recorded != balance.value:
+            raise ConfigError(
+                "balance",
+                f"group {self.group!r} balances by {recorded} (its live members use Balance.{recorded}); "
+                f"this member asked for Balance.{balance.value}: every member of a group uses the same balance",
+            )
+
+    def store_positions(self, positions: Mapping[MessageQueue, int]) -> None:
+        """Write the group's committed positions (message-grain members:
+        the lowest unacknowledged offsets) to the group's offsets hash, for
+        a member of the other balance and for tools."""
+        if positions:
+            self._conn.client.hset(
+                self._k_offsets, mapping={qfield(q): orjson.dumps([off, ""]) for q, off in positions.items()}
+            )
 
     # -- positions -----------------------------------------------------------------
 

@@ -177,3 +177,25 @@ for i = 1, #ARGV, 4 do
 end
 return #ARGV / 4
 """
+
+#: Record the group's balance (QUEUE or MESSAGE) as a member joins.
+#: KEYS: members zset, balance key.  ARGV: cid, balance, ttl ms.  When
+#: another member whose session lives recorded the other balance, nothing
+#: changes and the recorded one is returned; else the caller's is recorded,
+#: the caller is added to the members (so a later joiner sees it at once),
+#: and its own is returned.
+CLAIM_BALANCE = (
+    _NOW
+    + """
+local b = redis.call('GET', KEYS[2])
+if b and b ~= ARGV[2] then
+  local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
+  for _, m in ipairs(live) do
+    if m ~= ARGV[1] then return b end
+  end
+end
+redis.call('SET', KEYS[2], ARGV[2])
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+return ARGV[2]
+"""
+)

@@ -1,0 +1,360 @@
+"""Message-grain balancing (``Balance.MESSAGE``) on Redis: one member's side.
+
+Every member of the group takes part in every queue of its topics; the
+server (:mod:`.grain_scripts`) decides, message by message, who gets what:
+a key with delivered, unacknowledged messages stays with its member, a free
+key goes to whoever asks.  A member asks, in each poll, for up to
+``max_per_queue`` messages of each of its unpaused queues (one DISPATCH
+script per queue, pipelined with the poll), so a slower member, whose
+queues the runtime pauses sooner, gets less.
+
+Per queue the member keeps a token (``<client id>/<generation>``), the
+offsets delivered to it and not yet acknowledged, and when it last renewed
+its session there.  ``owned_for`` is that renewal (taken when the call was
+sent) plus the session timeout: the runtime starts no listener call of the
+queue past it, and the server gives the member's messages and keys to
+others only after it (the fence rule of queue mode, per key).
+
+A commit is turned into acknowledgements: of the offsets delivered to this
+member, those below the committed offset or finished in its offset map
+(one ACK script per queue, pipelined: one round trip per commit).  A
+member whose session lapsed (its DISPATCH, RENEW or ACK says so) gives the
+queue up (``on_revoked``, without effect on the server: its late
+acknowledgements are ignored) and joins it again with a new token
+(``on_assigned``).
+
+Round trips: a poll is one (the dispatches of all queues, pipelined; a
+paused queue's session renewal rides along every ``heartbeat_interval``);
+a commit is one; joining a queue is two (its cursor, then the join); the
+group registry's heartbeat (which also records each queue's committed
+position in the group's offsets hash, for a member of the other balance
+or a tool) is one more every ``heartbeat_interval``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
+
+from ..._offset_map import OffsetMapError
+from ..._offset_map import decode as decode_map
+from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
+from .._base import Balance, MessageModel, retry_topic
+from .._member_model import MemberModel
+from .._owned import OwnedQueues
+from . import grain_scripts
+from .codec import decode
+from .connection import Connection
+from .membership import Membership
+from .reading import QueueReader
+from .retries import Retries
+from .topics import TopicCatalog
+
+__all__ = ["MessageGrain", "grain_keys"]
+
+logger = logging.getLogger(__name__)
+
+#: Messages one DISPATCH may park (their key held by another member) before
+#: the cursor stops moving: the group's buffer ahead of slow holders.
+PARK_LIMIT = 4096
+#: Entries one DISPATCH reads past the cursor beyond ``4 * want``.
+SCAN_EXTRA = 64
+
+
+def grain_keys(conn: Connection, group: str, queue: MessageQueue) -> list[str]:
+    """The keys of ``queue``'s message-grain state for ``group``, in the
+    order of :data:`.grain_scripts.GRAIN_KEYS` (the first is the queue's
+    stream)."""
+    t, q = queue.topic, queue.queue_id
+    return [conn.queue_key(t, q, "log")] + [
+        conn.queue_key(t, q, f"mg:{group}:{w}") for w in grain_scripts.GRAIN_KEYS[1:]
+    ]
+
+
+class _Share:
+    """This member's part in one queue: its token, the offsets delivered to
+    it and not acknowledged, when its session there was last renewed."""
+
+    __slots__ = ("token", "keys", "delivered", "renewed", "base")
+
+    def __init__(self, token: str, keys: list[str], renewed: float, base: int) -> None:
+        self.token = token
+        self.keys = keys
+        self.delivered: set[int] = set()
+        self.renewed = renewed
+        #: The group's committed position as last seen.
+        self.base = base
+
+
+class MessageGrain(MemberModel):
+    """``Balance.MESSAGE`` for one member: ``membership`` is its entry in
+    the group's registry (and where start positions are fixed),
+    ``reader(queue, position)`` makes an owned queue's state (its ``pos``
+    is the member's high-water mark of the queue)."""
+
+    message_model = MessageModel.CLUSTERING
+
+    def __init__(
+        self,
+        owned: OwnedQueues[QueueReader],
+        membership: Membership,
+        conn: Connection,
+        topics: TopicCatalog,
+        retries: Retries,
+        reader: Callable[[MessageQueue, int], QueueReader],
+        session_timeout: float,
+        heartbeat_interval: float,
+        tags: Callable[[str], frozenset[str] | None],
+    ) -> None:
+        self._owned = owned
+        self._members = membership
+        self._conn = conn
+        self._topics = topics
+        self._retries = retries
+        self._reader = reader
+        self._session_timeout = session_timeout
+        self._ttl_ms = max(1, round(session_timeout * 1000))
+        self._heartbeat_interval = heartbeat_interval
+        self._tags = tags
+        self._subscribed: list[str] = []
+        self._shares: dict[MessageQueue, _Share] = {}
+        self._generation = 0
+        self._pending = False
+        self._evicted: set[MessageQueue] = set()
+        self._locks: set[MessageQueue] = set()
+        #: What the last :meth:`queue_reads` queued besides the dispatches,
+        #: and when it was sent.
+        self._renewing: list[MessageQueue] = []
+        self._sent = 0.0
+        self._dispatch = conn.client.register_script(grain_scripts.DISPATCH)
+        self._ack = conn.client.register_script(grain_scripts.ACK)
+        self._renew = conn.client.register_script(grain_scripts.RENEW)
+        self._quit = conn.client.register_script(grain_scripts.QUIT)
+        self._position = conn.client.register_script(grain_scripts.POSITION)
+        self.channels = (membership.channel, conn.notify_channel(retry_topic(owned.group)))
+
+    @property
+    def session_timeout(self) -> float:
+        return self._session_timeout
+
+    def owned_for(self) -> dict[MessageQueue, float]:
+        ttl = self._session_timeout
+        now = time.monotonic()
+        return {q: s.renewed + ttl - now for q, s in self._shares.items()}
+
+    def subscribe(self, topic: str) -> None:
+        """Record the group's balance (``ConfigError`` when its live members
+        use the other), join its registry on ``topic`` too; the next poll
+        joins the topic's queues."""
+        self._members.claim_balance(Balance.MESSAGE)
+        self._subscribed.append(topic)
+        self._members.heartbeat([], self._subscribed)
+        self._pending = True
+
+    def stale(self) -> bool:
+        return self._pending or bool(self._evicted)
+
+    # -- joining and leaving queues -------------------------------------------------
+
+    def refresh(self, replies: Sequence[Any] = ()) -> bool:
+        """Give up the queues whose session lapsed, join the subscribed
+        topics' queues not joined yet, and renew the registry entry when
+        its interval is up; return whether the owned queues changed."""
+        owned = self._owned
+        changed = False
+        if self._evicted:
+            lost = sorted(q for q in self._evicted if q in owned.states)
+            self._evicted.clear()
+            if lost:
+                logger.warning(
+                    "group %r: %r's session lapsed on %s; its messages there went to others, it joins again",
+                    owned.group, owned.client_id, [str(q) for q in lost],
+                )  # fmt: skip
+                owned.notify("on_revoked", lost)
+                owned.drop(lost)
+                for q in lost:
+                    del self._shares[q]
+                changed = self._pending = True
+        if time.monotonic() - self._members.last_heartbeat >= self._heartbeat_interval and self._subscribed:
+            self._members.heartbeat([], self._subscribed)
+            self._members.store_positions({q: s.base for q, s in self._shares.items()})
+        if self._pending:
+            new = sorted(q for t in self._subscribed for q in self._topics.get(t).queues if q not in owned.states)
+            if new:
+                self._join(new)
+                owned.notify("on_assigned", new)
+                changed = True
+            self._pending = False
+        return changed
+
+    def _join(self, queues: list[MessageQueue]) -> None:
+        conn = self._conn
+        keys = {q: grain_keys(conn, self._owned.group, q) for q in queues}
+        pipe = conn.pipeline()
+        for q in queues:
+            pipe.exists(keys[q][1])
+        read = pipe.execute()
+        starts = {
+            q: 0 if int(e) else self._members.start_position(q, self._topics) for q, e in zip(queues, read, strict=True)
+        }
+        self._members.say_skipped()
+        pipe = conn.pipeline()
+        tokens = {}
+        for q in queues:
+            self._generation += 1
+            tokens[q] = f"{self._owned.client_id}/{self._generation}"
+            conn.run(self._dispatch, keys[q], [tokens[q], self._ttl_ms, 0, 0, PARK_LIMIT, "", "1", starts[q]], pipe)
+        sent = time.monotonic()
+        replies = pipe.execute()
+        states = []
+        for q, r in zip(queues, replies, strict=True):
+            base = int(r[1])
+            self._shares[q] = _Share(tokens[q], keys[q], sent, base)
+            states.append(self._reader(q, base))
+        self._owned.add(states)
+
+    # -- reading -----------------------------------------------------------------------
+
+    def queue_reads(self, pipe: Any, order: Sequence[QueueReader], want: int) -> int:
+        """Queue on the poll's pipeline a DISPATCH of up to ``want``
+        messages for each queue of ``order``, and a session renewal for
+        each paused queue due one; return how many replies that adds."""
+        conn, ttl, shares = self._conn, self._ttl_ms, self._shares
+        scan = 4 * want + SCAN_EXTRA
+        for st in order:
+            s = shares[st.mq]
+            tags = self._tags(st.mq.topic)
+            joined = "" if tags is None else "\n".join(sorted(tags))
+            conn.run(self._dispatch, s.keys, [s.token, ttl, want, scan, PARK_LIMIT, joined, "0", 0], pipe)
+        n = len(order)
+        self._renewing.clear()
+        now = time.monotonic()
+        for q, st in self._owned.states.items():
+            s = shares[q]
+            if st.paused and now - s.renewed >= self._heartbeat_interval / 2:
+                conn.run(self._renew, s.keys, [s.token, ttl], pipe)
+                self._renewing.append(q)
+        self._sent = now
+        return n + len(self._renewing)
+
+    def collect(
+        self,
+        out: list[PollBatch],
+        order: Sequence[QueueReader],
+        replies: Sequence[Any],
+        store_malformed: Callable[[list[tuple[MessageExt, str]]], None],
+    ) -> None:
+        """Turn what :meth:`queue_reads` queued into batches (appended to
+        ``out``), recording what was delivered and which sessions lapsed.
+        Entries that cannot be decoded go to ``store_malformed`` (the
+        dead-letter queue) and count as delivered, so the next commit
+        acknowledges them."""
+        shares, namespace, sent = self._shares, self._conn.namespace, self._sent
+        states = self._owned.states
+        n = len(order)
+        for q, ok in zip(self._renewing, replies[n:], strict=True):
+            if int(ok):
+                shares[q].renewed = sent
+            else:
+                self._evicted.add(q)
+        bad: list[tuple[MessageExt, str]] = []
+        for st, r in zip(order, replies[:n], strict=True):
+            q = st.mq
+            s = shares.get(q)
+            if s is None or states.get(q) is not st:
+                continue
+            s.base = int(r[1])
+            if not int(r[0]):
+                self._evicted.add(q)
+                continue
+            s.renewed = sent
+            entries = r[2]
+            if not entries:
+                continue
+            qbad: list[tuple[MessageExt, str]] = []
+            msgs = decode(namespace, q, entries, qbad)
+            last = max(msgs[-1].queue_offset if msgs else -1, qbad[-1][0].queue_offset if qbad else -1)
+            s.delivered.update(m.queue_offset for m in msgs)
+            s.delivered.update(m.queue_offset for m, _ in qbad)
+            bad += qbad
+            st.pos = max(st.pos, last + 1)
+            out.append(PollBatch(q, msgs, st.pos))
+        if bad:
+            store_malformed(bad)
+
+    # -- acknowledging -------------------------------------------------------------------
+
+    def commit(self, entries: Mapping[MessageQueue, OffsetAndMetadata]) -> None:
+        """Acknowledge, per queue, the offsets delivered to this member
+        below the committed offset or finished in its offset map."""
+        conn = self._conn
+        pipe = conn.pipeline()
+        sent: list[tuple[MessageQueue, _Share, list[int]]] = []
+        for q, om in entries.items():
+            s = self._shares.get(q)
+            if s is None or not s.delivered:
+                continue
+            fin = None
+            if om.metadata:
+                try:
+                    fin = decode_map(om.metadata, om.offset)
+                except OffsetMapError as e:
+                    logger.debug("%r: commit of %s: metadata is not an offset map (%s)", self._owned.who, q, e)
+            top = om.offset
+            acks = sorted(o for o in s.delivered if o < top or (fin is not None and o in fin))
+            if acks:
+                conn.run(self._ack, s.keys, [s.token, *acks], pipe)
+                sent.append((q, s, acks))
+        if not sent:
+            return
+        for (q, s, acks), r in zip(sent, pipe.execute(), strict=True):
+            s.delivered.difference_update(acks)
+            s.base = int(r[1])
+            if int(r[0]) < len(acks):
+                logger.debug(
+                    "%r: %d acknowledgement(s) of %s ignored: its session lapsed",
+                    self._owned.who,
+                    len(acks) - int(r[0]),
+                    q,
+                )
+            if not int(r[2]):
+                self._evicted.add(q)
+
+    def committed(self, queue: MessageQueue) -> OffsetAndMetadata | None:
+        """The group's committed position of ``queue``: its lowest offset
+        not acknowledged by any member."""
+        pos = int(self._conn.run(self._position, grain_keys(self._conn, self._owned.group, queue), []))
+        return None if pos < 0 else OffsetAndMetadata(pos)
+
+    # -- locks, retries, leaving -------------------------------------------------------
+
+    def lock(self, queues: Collection[MessageQueue], lease: float) -> frozenset[MessageQueue]:
+        held = self._members.lock(list(queues), lease)
+        self._locks |= held
+        return held
+
+    def unlock(self, queues: Collection[MessageQueue]) -> None:
+        self._members.unlock(list(queues))
+        self._locks.difference_update(queues)
+
+    def send_back(self, items: Sequence[tuple[MessageExt, int]]) -> list[BaseException | None]:
+        """The copies wait in the group's schedule until due, then a poll
+        moves them to ``%RETRY%<group>`` (the runtime retries a
+        message-grain member's failures itself, so only tools call this)."""
+        return self._retries.store_retries(self._owned.group, items)
+
+    def close(self) -> None:
+        """Leave every queue (its delivered messages go to the others at
+        once: the member's listener calls have ended) and the registry."""
+        conn = self._conn
+        if self._shares:
+            pipe = conn.pipeline()
+            for s in self._shares.values():
+                conn.run(self._quit, s.keys, [s.token], pipe)
+            pipe.execute()
+        self._members.store_positions({q: s.base for q, s in self._shares.items()})
+        self._shares.clear()
+        locks, self._locks = self._locks, set()
+        self._members.leave((), locks, member=bool(self._subscribed))
