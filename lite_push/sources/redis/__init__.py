@@ -13,7 +13,9 @@ The package, one concern per module:
 * :mod:`.membership`  a member's session in its group: heartbeats, owner
   keys, start positions, commits, queue locks;
 * :mod:`.clustering`  a CLUSTERING member's rebalance and offsets, over its
-  membership (BROADCASTING is the shared
+  membership (``Balance.QUEUE``);
+* :mod:`.message_grain` a member of a group balanced by message
+  (``Balance.MESSAGE``), over the scripts of :mod:`.grain_scripts` (BROADCASTING is the shared
   :class:`~lite_push.sources._member_model.Broadcasting`);
 * :mod:`.reading`     a poll's read of its queues' streams;
 * :mod:`.notifier`    the pub/sub thread that wakes a waiting poll;
@@ -87,6 +89,27 @@ BROADCASTING members (message_model=BROADCASTING) touch none of the group
   at consume_from (written to the file at once); commit() writes the file.
   send_back is refused (the runtime retries failures in the member).
 
+Balance.MESSAGE (message-grain: :mod:`.message_grain`)
+  ns:{g:<g>}:balance             string: QUEUE or MESSAGE, recorded by the
+                                 first member (CLAIM_BALANCE); a member asking
+                                 for the other while a live member uses it
+                                 gets a ConfigError
+  ns:{<topic>#<q>}:mg:<g>:cur    string: the next offset no member looked at
+  ns:{<topic>#<q>}:mg:<g>:out    zset: outstanding offsets (delivered and not
+                                 acknowledged, or parked); the lowest is the
+                                 group's committed position
+  ns:{<topic>#<q>}:mg:<g>:who    hash offset -> token it is delivered to
+  ns:{<topic>#<q>}:mg:<g>:key    hash offset -> key ("" for keyless)
+  ns:{<topic>#<q>}:mg:<g>:hold   hash key -> token holding it
+  ns:{<topic>#<q>}:mg:<g>:cnt    hash key -> its outstanding messages
+  ns:{<topic>#<q>}:mg:<g>:live   zset token -> session expiry (server ms)
+  ns:{<topic>#<q>}:mg:<g>:park   zset: outstanding, not delivered
+  Everything of one queue shares its hash tag: DISPATCH (renew, reclaim the
+  lapsed sessions, serve parked then new messages), ACK, RENEW and QUIT are
+  each one script on one slot.  Members also keep their entry in the
+  group's members zset (heartbeats) and copy each queue's committed
+  position to the group's offsets hash every heartbeat, so a member of the
+  other balance later starts there.
 
 Redis Cluster: every script's keys share one hash tag (a queue's, or a
   group's, or the retry queue's for the schedule), and ns:topics is only
