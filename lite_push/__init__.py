@@ -93,6 +93,7 @@ from ._types import (
 from ._version import __version__
 from .dlq import DeadLetter, dead_letters, resend
 from .sources import (
+    Balance,
     ConsumeFromWhere,
     EmbeddedBroker,
     EmbeddedPullConsumer,
@@ -112,6 +113,7 @@ __all__ = [
     "AppHook",
     "AsyncListener",
     "AsyncLitePushConsumer",
+    "Balance",
     "Clock",
     "ConfigError",
     "ConsumeFromWhere",

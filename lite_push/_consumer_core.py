@@ -45,7 +45,7 @@ from ._thread_executor import ThreadExecutor
 from ._types import MessageQueue
 from ._wiring import build_parts
 from .metrics import collector_for, new_lane_metrics
-from .sources._base import MessageModel, PullSource, retry_topic
+from .sources._base import Balance, MessageModel, PullSource, retry_topic
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -83,8 +83,9 @@ def _check_listener(config: ConsumerConfig, listener: object) -> None:
 
 
 def _check_source(config: ConsumerConfig, source: PullSource) -> None:
-    """The consumer and its source agree: one group name, and a revoke
-    (plus the fencing margin) fits inside the source's session."""
+    """The consumer and its source agree: one group name, a revoke (plus
+    the fencing margin) fits inside the source's session, and a source that
+    balances by message holds keys by the key the consumer routes by."""
     if source.group is not None and source.group != config.group:
         raise ConfigError(
             "group",
@@ -98,6 +99,12 @@ def _check_source(config: ConsumerConfig, source: PullSource) -> None:
             f"revoke_timeout ({config.revoke_timeout:g} s) + fence_margin ({config.fence_margin:g} s) must be "
             f"shorter than the source's session_timeout ({session:g} s): a revoke stops the member's "
             "heartbeats, and the group moves its queues once the session lapses",
+        )
+    if config.key_extractor is not None and source.balance is Balance.MESSAGE:
+        raise ConfigError(
+            "key_extractor",
+            "must be None with a source that balances by message (Balance.MESSAGE): the server holds a key "
+            "for one member by the message's keys (what the producer set), so the consumer must route by them too",
         )
 
 

@@ -44,7 +44,7 @@ from ._rate_limit import KeyPacer
 from ._shared import Episode, FailureLatch, QueueCounters
 from ._timer import RetryTimer
 from ._types import MessageQueue, PollBatch
-from .sources._base import PullSource
+from .sources._base import Balance, PullSource
 
 __all__ = ["DISPATCH_BUDGET", "LOCK_RETRY_INTERVAL", "POLL_ERROR_BACKOFF", "PullLoop"]
 
@@ -102,6 +102,10 @@ class PullLoop:
         self._pacer = pacer
         #: QUEUE_ORDERLY: renew the broker locks every ``lock_renew_interval``.
         self._renews_locks = renews_locks
+        #: Whether a gap between a queue's batches is offsets the source's tag
+        #: filter passed over (counted as filtered).  A source that balances
+        #: by message leaves gaps that other members took: not counted.
+        self._counts_gaps = source.balance is not Balance.MESSAGE
         self._poll_episode = Episode("poll")
         self._dispatched = False  # whether anything was routed yet
 
@@ -202,6 +206,7 @@ class PullLoop:
         add = self._dispatcher.add
         counters = self._queue_counters
         over_threshold = self._flow.over_threshold
+        counts_gaps = self._counts_gaps
         to_pause: list[MessageQueue] = []
         total = 0
         for batch in batches:
@@ -212,9 +217,10 @@ class PullLoop:
             msgs = batch.messages
             st = counters[batch.queue]
             st.polled += len(msgs)
-            skipped = batch.next_offset - pq.next_offset - len(msgs)  # offsets the source's tag filter passed over
-            if skipped > 0:
-                st.filtered += skipped
+            if counts_gaps:
+                skipped = batch.next_offset - pq.next_offset - len(msgs)  # offsets the tag filter passed over
+                if skipped > 0:
+                    st.filtered += skipped
             if pq.finished is not None:
                 msgs = pq.drop_finished(msgs, batch.next_offset)
             count, size, span, map_bytes = pq.add_batch(msgs, batch.next_offset)

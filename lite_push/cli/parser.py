@@ -41,9 +41,10 @@ settings: a flag wins over its environment variable, which wins over the
 for every ConsumerConfig field (LITE_PUSH_LANES=64, LITE_PUSH_MODE=CONCURRENTLY,
 LITE_PUSH_METRICS_PORT=9464, LITE_PUSH_MAX_RECONSUME_TIMES=3, ...) and
 LITE_PUSH_SOURCE, LITE_PUSH_GROUP, LITE_PUSH_TOPIC, LITE_PUSH_TAGS,
-LITE_PUSH_LISTENER, LITE_PUSH_FROM, LITE_PUSH_PROCESSES.  TOML file:
+LITE_PUSH_LISTENER, LITE_PUSH_FROM, LITE_PUSH_PROCESSES, LITE_PUSH_BALANCE.
+TOML file:
   [consumer]      ConsumerConfig fields: group, mode, lanes, batch_size, ...
-  [source]        url
+  [source]        url; balance = "queue" or "message" (consume)
   [source.kafka]  librdkafka properties of a kafka:// url (its query wins)
   [listener]      path = "module:function"
   [subscription]  topic, tags, from
@@ -173,6 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
         dest="from",
         choices=sorted(FROM),
         help="where a group with no committed offset starts (default last)",
+    )
+    p.add_argument(
+        "--balance",
+        type=str.lower,
+        choices=["queue", "message"],
+        help="how the group shares the messages (default queue: one queue, one member; message: any member "
+        "takes any message, a key stays with one member while it has unacknowledged messages; "
+        "redis:// sources only)",
     )
     p.add_argument(
         "--processes",

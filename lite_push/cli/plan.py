@@ -24,7 +24,7 @@ from .._config import ConsumerConfig
 from .._consumer import LitePushConsumer
 from .._consumer_core import is_async_callable
 from .._errors import LitePushError
-from ..sources import ConsumeFromWhere, PullSource
+from ..sources import Balance, ConsumeFromWhere, PullSource
 from .errors import CliError
 from .settings import KafkaValue, require, settings_of
 from .sources import Broker, open_source, redact, source_errors
@@ -37,7 +37,7 @@ FROM = {"first": "FIRST_OFFSET", "last": "LAST_OFFSET"}
 #: The settings ``consume`` reads from its flags.
 _FLAGS = (
     "source", "group", "topic", "listener", "tags", "from", "mode", "lanes", "lane_placement", "executor",
-    "metrics_port", "metrics_addr", "processes", "max_rate", "key_min_interval",
+    "metrics_port", "metrics_addr", "processes", "max_rate", "key_min_interval", "balance",
 )  # fmt: skip
 
 
@@ -87,7 +87,8 @@ def load_listener(spec: str) -> Callable[..., Any]:
 class ConsumePlan:
     """Everything ``consume`` needs to build its consumer, checked: the
     source URL (and its ``[source.kafka]`` settings), the subscription, the
-    listener's ``module:function``, the consumer's config, the log level."""
+    listener's ``module:function``, the consumer's config, the log level,
+    and how the source balances the group (``balance``)."""
 
     url: str
     topic: str
@@ -97,6 +98,7 @@ class ConsumePlan:
     config: ConsumerConfig
     log_level: str = "INFO"
     kafka: dict[str, KafkaValue] = field(default_factory=dict)
+    balance: Balance = Balance.QUEUE
 
 
 def plan_of(args: argparse.Namespace) -> tuple[ConsumePlan, Callable[..., Any], int]:
@@ -126,6 +128,7 @@ def plan_of(args: argparse.Namespace) -> tuple[ConsumePlan, Callable[..., Any], 
         config=settings.consumer_config(**overrides),
         log_level=args.log_level,
         kafka=dict(settings.kafka),
+        balance=settings.balance,
     )
     return plan, listener, settings.processes
 
@@ -137,6 +140,7 @@ def banner(plan: ConsumePlan, processes: int = 1) -> str:
     return (
         f"lite-push consume: group {c.group!r} topic {plan.topic!r} tags {plan.tags!r} "
         f"from {redact(plan.url)} ({c.mode.name}, {lanes}, executor {c.executor}, listener {plan.spec}"
+        + (f", balance {plan.balance.name.lower()}" if plan.balance is not Balance.QUEUE else "")
         + (f", {processes} processes)" if processes > 1 else ")")
     )
 
@@ -169,7 +173,11 @@ def opened(
             client = getattr(broker, "client", None)
             if client is not None:  # Redis: fail fast when the server is not there
                 client.ping()
-            source = broker.pull_consumer(config.group, consume_from=ConsumeFromWhere[FROM[plan.start]])
+            # balance= only when it is not the default: the embedded and Kafka
+            # sources refuse MESSAGE (ConfigError naming balance), and not
+            # every source's pull_consumer takes the argument.
+            balance: dict[str, Any] = {} if plan.balance is Balance.QUEUE else {"balance": plan.balance}
+            source = broker.pull_consumer(config.group, consume_from=ConsumeFromWhere[FROM[plan.start]], **balance)
             try:
                 consumer = LitePushConsumer(config, source=source, listener=listener)
                 if subscribe:

@@ -3,15 +3,15 @@
 Every :class:`~lite_push.ConsumerConfig` field whose type is a plain value
 (int, float, str, bool, an enum, or an optional one of those) is a setting,
 and so are the service settings that are not consumer fields (the source
-URL, the listener, the topic, its tag filter, where a new group starts, and
-how many member processes run).
+URL and how its group is balanced, the listener, the topic, its tag filter,
+where a new group starts, and how many member processes run).
 Each can come from four places; the first that has it wins:
 
 1. a command-line flag (``--lanes 64``);
 2. an environment variable ``LITE_PUSH_<NAME>`` (``LITE_PUSH_LANES=64``);
 3. the TOML file of ``--config``: consumer fields in its ``[consumer]``
-   table, the service settings in ``[source]`` (``url``; and the
-   ``[source.kafka]`` table, below), ``[listener]`` (``path``),
+   table, the service settings in ``[source]`` (``url``, ``balance``; and
+   the ``[source.kafka]`` table, below), ``[listener]`` (``path``),
    ``[subscription]`` (``topic``, ``tags``, ``from``) and ``[service]``
    (``processes``);
 4. the default (the dataclass default; none for the service settings).
@@ -23,7 +23,9 @@ ints and floats from their text, bools from ``1/true/yes/on`` and
 checks are left to :class:`~lite_push.ConsumerConfig`, which raises
 :class:`~lite_push.ConfigError` naming the field.  The service settings are
 text, except the counts of :data:`SERVICE_COUNTS` (``processes``), which are
-ints checked here against their least value.
+ints checked here against their least value, and the choices of
+:data:`SERVICE_ENUMS` (``balance``), which are enum names (any case)
+checked here.
 
 A TOML key, table or ``LITE_PUSH_*`` environment variable that names no
 setting is an error naming it (``LITE_PUSH_*`` variables read elsewhere are
@@ -53,6 +55,7 @@ from typing import Any
 
 from .._config import ConsumerConfig
 from .._errors import ConfigError
+from ..sources._base import Balance
 from .errors import CliError
 
 __all__ = [
@@ -62,6 +65,7 @@ __all__ = [
     "ENV_PREFIX",
     "NON_CONFIG_ENV",
     "SERVICE_COUNTS",
+    "SERVICE_ENUMS",
     "SERVICE_SETTINGS",
     "Settings",
     "consumer_fields",
@@ -88,6 +92,7 @@ NON_CONFIG_ENV: frozenset[str] = frozenset(
 SERVICE_SETTINGS: Mapping[str, tuple[str, str]] = types.MappingProxyType(
     {
         "source": ("source", "url"),
+        "balance": ("source", "balance"),
         "listener": ("listener", "path"),
         "topic": ("subscription", "topic"),
         "tags": ("subscription", "tags"),
@@ -100,6 +105,12 @@ SERVICE_SETTINGS: Mapping[str, tuple[str, str]] = types.MappingProxyType(
 #: are converted to an int and checked here (``processes``: member processes
 #: of ``lite-push consume``, 1 by default).
 SERVICE_COUNTS: Mapping[str, int] = types.MappingProxyType({"processes": 1})
+
+#: Service settings that are one of an enum's members, named in any case:
+#: name -> the enum.  Checked here and kept as the member's name
+#: (``balance``: how the source spreads the group's messages over its
+#: members, ``queue`` by default; see :attr:`Settings.balance`).
+SERVICE_ENUMS: Mapping[str, type[enum.Enum]] = types.MappingProxyType({"balance": Balance})
 
 #: A value of the ``[source.kafka]`` table.
 KafkaValue = str | int | float | bool
@@ -224,8 +235,9 @@ class Settings:
     ``consumer`` holds the ConsumerConfig fields that were set somewhere
     (the others keep their dataclass defaults); ``service`` the service
     settings that were set (``source``, ``listener``, ``topic``, ``tags``,
-    ``from``, and ``processes`` as checked decimal text: see
-    :attr:`processes`); ``origins`` says where each came from (``"--lanes"``,
+    ``from``, ``processes`` as checked decimal text: see :attr:`processes`,
+    and ``balance`` as a checked member name: see :attr:`balance`);
+    ``origins`` says where each came from (``"--lanes"``,
     ``"LITE_PUSH_LANES"``, ``"app.toml [consumer] lanes"``); ``kafka`` the
     config file's ``[source.kafka]`` table (empty without one).
     """
@@ -243,6 +255,12 @@ class Settings:
     def processes(self) -> int:
         """How many member processes ``lite-push consume`` runs (1 unless set)."""
         return int(self.service.get("processes", "1"))
+
+    @property
+    def balance(self) -> Balance:
+        """How the source spreads the group's messages over its members
+        (``Balance.QUEUE`` unless set)."""
+        return Balance[self.service.get("balance", Balance.QUEUE.name)]
 
     def consumer_config(self, **overrides: Any) -> ConsumerConfig:
         """The :class:`~lite_push.ConsumerConfig` of these settings, with
@@ -393,6 +411,10 @@ def load_settings(
         origins[name] = origin
         if name in SERVICE_COUNTS:
             service[name] = str(_count(name, raw, origin))
+        elif name in SERVICE_ENUMS:
+            member = _convert(name, _FieldType(SERVICE_ENUMS[name], False), raw, origin)
+            assert isinstance(member, enum.Enum)
+            service[name] = member.name
         elif name in SERVICE_SETTINGS:
             value = _convert(name, _TEXT, raw, origin)
             assert isinstance(value, str)

@@ -2,6 +2,7 @@
 
 from ._base import (
     DEFAULT_DELAY_LEVELS,
+    Balance,
     ConsumeFromWhere,
     MessageModel,
     PullSource,
@@ -14,6 +15,7 @@ from .embedded import EmbeddedBroker, EmbeddedPullConsumer
 
 __all__ = [
     "DEFAULT_DELAY_LEVELS",
+    "Balance",
     "ConsumeFromWhere",
     "EmbeddedBroker",
     "EmbeddedPullConsumer",

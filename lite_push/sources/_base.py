@@ -4,6 +4,9 @@ A source behaves like RocketMQ's ``DefaultLitePullConsumer`` or Kafka's
 ``KafkaConsumer``: the group's queues are spread over its members by an
 allocation strategy, the member polls batches from the queues it owns, pauses
 and resumes queues for flow control, and commits the next offset to consume.
+That is balancing by queue (:attr:`Balance.QUEUE`, every source); a source
+may balance by message instead (:attr:`Balance.MESSAGE`, the Redis source):
+:attr:`PullSource.balance` says what changes for polls and commits.
 
 Threading: a source is owned by one thread (lite_push's pull thread).  Only
 :meth:`PullSource.wakeup` may be called from another thread.  Rebalance
@@ -205,14 +208,21 @@ class MessageModel(enum.Enum):
 
 
 class Balance(enum.Enum):
-    """How a group spreads its work over its members."""
+    """How a CLUSTERING group spreads its messages over its members
+    (:attr:`PullSource.balance`); a source that cannot balance one way
+    refuses it at construction with a ``ConfigError`` naming ``balance``."""
 
-    #: One queue, one member (RocketMQ 4.x): allocation strategies decide
-    #: which; a rebalance drains a revoked queue before its next owner starts.
+    #: By queue (the default; every source): one queue, one member.  The
+    #: allocation strategy decides which member owns which queue; a revoke
+    #: drains and commits before the next owner starts (RocketMQ 4.x).
     QUEUE = "QUEUE"
-    #: Message-grain (RocketMQ 5.x): any member may receive any message of
-    #: any queue; a key is held by one member while it has unacknowledged
-    #: messages.  The Redis source only.
+    #: By message (the Redis source only): any member may receive any
+    #: message of any queue; a key is held by one member while that member
+    #: has delivered, unacknowledged messages of it, and goes to whichever
+    #: member asks next once it has none (RocketMQ 5's message-grain
+    #: balancing, with a per-key hold instead of its per-queue lock).  The
+    #: key is the message's ``keys``, as the producer set it, so a consumer
+    #: on such a source refuses a ``key_extractor``.
     MESSAGE = "MESSAGE"
 
 
@@ -302,6 +312,19 @@ class PullSource(abc.ABC):
         runtime retries its failures itself)."""
         return MessageModel.CLUSTERING
 
+    @property
+    def balance(self) -> Balance:
+        """How the group spreads messages over its members: QUEUE (the
+        default: one queue, one member) or MESSAGE (see :class:`Balance`).
+
+        A MESSAGE source may deliver to a member, for one queue, offsets
+        that are not contiguous (other members take the rest) and, after
+        another member's session lapsed, offsets below ones it delivered
+        before.  :meth:`commit` then means "acknowledge the messages
+        delivered to me below the offset, or finished in the offset map",
+        not "everything below it is done"."""
+        return Balance.QUEUE
+
     @abc.abstractmethod
     def subscribe(self, topic: str, expression: str = "*") -> None:
         """Consume ``topic``.  ``expression`` filters by tag: ``"*"`` (all) or
@@ -330,7 +353,8 @@ class PullSource(abc.ABC):
 
         At most ``max_per_queue`` messages per queue and at most one batch per
         queue per call; batches of one queue are contiguous across calls (each
-        starts at the previous ``next_offset`` unless :meth:`seek` moved it).
+        starts at the previous ``next_offset`` unless :meth:`seek` moved it;
+        not so from a source that balances by message: see :attr:`balance`).
         Blocks up to ``timeout`` seconds when nothing is ready; returns ``[]``
         on timeout or after :meth:`wakeup`.  Never blocks longer than
         ``timeout``.  Runs the rebalance listener first when the assignment
@@ -374,7 +398,9 @@ class PullSource(abc.ABC):
     @abc.abstractmethod
     def commit(self, offsets: Mapping[MessageQueue, OffsetAndMetadata | int]) -> None:
         """Store, for the group, the next offset to consume of each queue
-        (everything below it is done).  A plain ``int`` means no metadata.
+        (everything below it is done; from a source that balances by message,
+        what was delivered to this member below it: see :attr:`balance`).
+        A plain ``int`` means no metadata.
         Commits for queues not owned are ignored (a late commit of a revoked
         queue must not move the new owner back)."""
 

@@ -1,5 +1,6 @@
 """What the sources share, written once: the broker clock protocol, tag
-expressions, input checks (topic names, delay levels, lock leases,
+expressions, input checks (a member's arguments and balance, topic names,
+delay levels, lock leases,
 messages handed to send_back/send_to_dlq), where a new group starts on a
 queue (``consume_from``), and commit entries.
 
@@ -23,6 +24,7 @@ from ._base import (
     DLQ_GROUP,
     DLQ_REASON,
     RECONSUME_TIME,
+    Balance,
     ConsumeFromWhere,
     origin_properties,
 )
@@ -30,6 +32,7 @@ from ._base import (
 __all__ = [
     "DEFAULT_TIMESTAMP_LAG_MS",
     "BrokerClock",
+    "check_balance",
     "check_delay_levels",
     "check_lease",
     "check_member_arguments",
@@ -65,6 +68,18 @@ def check_member_arguments(
         raise ConfigError("client_id", f"must be a non-empty string, got {client_id!r}")
     if allocate is not _NO_ALLOCATE and not callable(allocate):
         raise ConfigError("allocate", f"must be an allocation strategy, got {allocate!r}")
+
+
+def check_balance(balance: object, refused: str | None = None) -> Balance:
+    """``balance`` checked at a member's construction: ``ConfigError``
+    naming ``balance`` when it is not a :class:`Balance`, or when it is
+    ``Balance.MESSAGE`` and the source gives ``refused``, the reason it
+    cannot balance by message."""
+    if not isinstance(balance, Balance):
+        raise ConfigError("balance", f"must be Balance.QUEUE or Balance.MESSAGE, got {balance!r}")
+    if balance is Balance.MESSAGE and refused is not None:
+        raise ConfigError("balance", f"Balance.MESSAGE is refused: {refused}")
+    return balance
 
 
 #: ``ConsumeFromWhere.TIMESTAMP`` without a timestamp starts this long ago

@@ -21,7 +21,14 @@ from typing import Any, overload
 from ..._errors import ConfigError, SourceClosedError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
 from ...rebalance.allocate import AVERAGELY, AllocateStrategy
-from .._base import DEFAULT_DELAY_LEVELS, ConsumeFromWhere, MessageModel, is_retry_or_dlq_topic, reconsume_times_of
+from .._base import (
+    DEFAULT_DELAY_LEVELS,
+    Balance,
+    ConsumeFromWhere,
+    MessageModel,
+    is_retry_or_dlq_topic,
+    reconsume_times_of,
+)
 from .._common import BrokerClock, check_delay_levels, now_ms, validate_topic
 from .._sending import checked_items
 from .consumer import EmbeddedPullConsumer
@@ -354,6 +361,7 @@ class EmbeddedBroker:
         session_timeout: float | None = None,
         message_model: MessageModel = MessageModel.CLUSTERING,
         offset_file: str | os.PathLike[str] | None = None,
+        balance: Balance = Balance.QUEUE,
     ) -> EmbeddedPullConsumer:
         """A new member of ``group`` (it joins at :meth:`subscribe`).
 
@@ -367,7 +375,10 @@ class EmbeddedBroker:
         ``message_model=BROADCASTING``: the consumer reads every queue of its
         topics, outside the group's rebalance, from its own offsets in
         ``offset_file`` (default
-        :func:`~lite_push.sources.local_offsets.default_offset_file`)."""
+        :func:`~lite_push.sources.local_offsets.default_offset_file`).
+
+        ``balance``: only ``Balance.QUEUE``; ``Balance.MESSAGE`` is a
+        ``ConfigError`` (one process: no members to balance across)."""
         return EmbeddedPullConsumer(
             self,
             group,
@@ -378,6 +389,7 @@ class EmbeddedBroker:
             session_timeout=session_timeout,
             message_model=message_model,
             offset_file=offset_file,
+            balance=balance,
         )
 
     # -- lifecycle ----------------------------------------------------------

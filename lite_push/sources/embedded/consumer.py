@@ -27,8 +27,15 @@ from typing import Protocol
 from ..._errors import ConfigError, UnknownTopicError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
 from ...rebalance.allocate import AVERAGELY, AllocateStrategy
-from .._base import ConsumeFromWhere, MessageModel, PullSource, RebalanceListener, is_retry_or_dlq_topic
-from .._common import BrokerClock, check_lease, check_member_arguments, commit_entries, parse_tag_expression
+from .._base import Balance, ConsumeFromWhere, MessageModel, PullSource, RebalanceListener, is_retry_or_dlq_topic
+from .._common import (
+    BrokerClock,
+    check_balance,
+    check_lease,
+    check_member_arguments,
+    commit_entries,
+    parse_tag_expression,
+)
 from .._member_model import Broadcasting, MemberModel, check_message_model, open_offset_store
 from .._owned import OwnedQueues, QueueControl
 from ..local_offsets import LocalOffsetStore
@@ -38,7 +45,7 @@ from .log import LogStore
 from .reading import QueueReader, readers, scan
 from .schedule import SCHEDULE_TOPIC, Schedule
 
-__all__ = ["BrokerParts", "EmbeddedPullConsumer"]
+__all__ = ["MESSAGE_BALANCE_REFUSED", "BrokerParts", "EmbeddedPullConsumer"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +54,12 @@ logger = logging.getLogger(__name__)
 #: make the poll spin).
 _MIN_DUE_WAIT = 0.001
 _INF = math.inf
+
+#: Why the embedded broker refuses ``Balance.MESSAGE``.
+MESSAGE_BALANCE_REFUSED = (
+    "the embedded broker runs in one process, so there are no members to balance messages across "
+    "(message-grain balancing is for the Redis source); use Balance.QUEUE"
+)
 
 
 def _check_arguments(
@@ -104,9 +117,11 @@ class EmbeddedPullConsumer(QueueControl[QueueReader], PullSource):
         session_timeout: float | None = None,
         message_model: MessageModel = MessageModel.CLUSTERING,
         offset_file: str | os.PathLike[str] | None = None,
+        balance: Balance = Balance.QUEUE,
     ) -> None:
         check_message_model(message_model, offset_file)
         _check_arguments(group, consume_from, session_timeout, client_id, allocate)
+        check_balance(balance, MESSAGE_BALANCE_REFUSED)
         self._clock = broker.clock
         self._log = log = broker.log
         self._groups = groups = broker.groups

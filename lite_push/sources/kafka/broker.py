@@ -33,7 +33,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from ..._errors import ConfigError, SourceClosedError, UnknownTopicError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
-from .._base import DEFAULT_DELAY_LEVELS, ConsumeFromWhere
+from .._base import DEFAULT_DELAY_LEVELS, Balance, ConsumeFromWhere
 from .._common import check_delay_levels
 from .._sending import checked_items
 from .client_log import LIBRDKAFKA_LOGGER
@@ -136,10 +136,19 @@ class KafkaBroker:
         consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
         consume_timestamp: int | None = None,
         client_id: str | None = None,
+        balance: Balance = Balance.QUEUE,
     ) -> KafkaPullConsumer:
-        """A new member of consumer group ``group`` (it joins at subscribe)."""
+        """A new member of consumer group ``group`` (it joins at subscribe).
+        ``balance``: only ``Balance.QUEUE`` (one partition, one member);
+        ``Balance.MESSAGE`` is a ``ConfigError`` (Kafka's share groups give
+        up key order)."""
         return KafkaPullConsumer(
-            self, group, consume_from=consume_from, consume_timestamp=consume_timestamp, client_id=client_id
+            self,
+            group,
+            consume_from=consume_from,
+            consume_timestamp=consume_timestamp,
+            client_id=client_id,
+            balance=balance,
         )
 
     def check_open(self) -> None:

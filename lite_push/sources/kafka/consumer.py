@@ -51,8 +51,8 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicParti
 
 from ..._errors import ConfigError, UnknownTopicError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
-from .._base import ConsumeFromWhere, PullSource, RebalanceListener, is_retry_or_dlq_topic
-from .._common import check_lease, check_member_arguments, commit_entries, parse_tag_expression
+from .._base import Balance, ConsumeFromWhere, PullSource, RebalanceListener, is_retry_or_dlq_topic
+from .._common import check_balance, check_lease, check_member_arguments, commit_entries, parse_tag_expression
 from .._owned import OwnedQueues, QueueControl
 from .codec import RecordFormat, kafka_topic
 from .commits import COMMIT_PATIENCE, commit_within, fit_metadata
@@ -63,7 +63,7 @@ from .reading import PartitionState, file_records, tags_for, take_batches
 from .settings import member_settings
 from .topics import TopicCatalog
 
-__all__ = ["FILE_LIMIT", "WAIT_SLICE", "BrokerParts", "KafkaPullConsumer"]
+__all__ = ["FILE_LIMIT", "MESSAGE_BALANCE_REFUSED", "WAIT_SLICE", "BrokerParts", "KafkaPullConsumer"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +73,11 @@ WAIT_SLICE = 0.02
 EMPTY_BACKOFF = 0.002
 #: Records filed for unpaused partitions beyond which a poll fetches no more.
 FILE_LIMIT = 4096
+#: Why the Kafka source refuses ``Balance.MESSAGE``.
+MESSAGE_BALANCE_REFUSED = (
+    "Kafka's share groups (KIP-932) give up key order, and the confluent-kafka Python client has no "
+    "share consumer; use Balance.QUEUE, or the Redis source for message-grain balancing"
+)
 
 
 def _check_arguments(group: object, consume_from: object, consume_timestamp: object, client_id: object) -> None:
@@ -127,8 +132,10 @@ class KafkaPullConsumer(QueueControl[PartitionState], PullSource):
         consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
         consume_timestamp: int | None = None,
         client_id: str | None = None,
+        balance: Balance = Balance.QUEUE,
     ) -> None:
         _check_arguments(group, consume_from, consume_timestamp, client_id)
+        check_balance(balance, MESSAGE_BALANCE_REFUSED)
         broker.check_open()
         self._catalog = broker.catalog
         self._copies = copies = broker.copies
