@@ -203,6 +203,7 @@ class ConsumerCore:
         if (
             self.config.mode is ConsumeMode.CONCURRENTLY
             and self._source.message_model is not MessageModel.BROADCASTING  # it retries its failures itself
+            and self._source.balance is not Balance.MESSAGE  # so does a member balanced by message
             and topic != retry
             and all(t != retry for t, _ in self._subscriptions)
         ):

@@ -11,8 +11,9 @@ neither processed nor stored elsewhere:
   ``SEND_RETRY_INTERVAL`` (its offset stays unfinished meanwhile);
 * a send-back that fails is retried here, on the consumer's timer, as a
   local retry after ``suspend_ms``;
-* a BROADCASTING member has no retry topic: it waits the delay level's time
-  on the timer and runs the message again itself;
+* a BROADCASTING member, and one balanced by message (whose unacknowledged
+  message keeps its key held by the member), have no retry topic: it waits
+  the delay level's time on the timer and runs the message again itself;
 * a source without delayed delivery (Kafka: ``delayed_delivery`` is False)
   stores a send-back at once, so the sender holds it on the timer for its
   delay level first (:meth:`FailureSender.send_held` stores it when due);

@@ -13,6 +13,7 @@ nothing is wired after construction:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 from collections import deque
@@ -44,9 +45,14 @@ from ._snapshots import Readings
 from ._thread_executor import ThreadExecutor
 from ._timer import RetryTimer
 from ._types import MessageExt, MessageQueue
-from .sources._base import MessageModel, PullSource
+from .sources._base import Balance, MessageModel, PullSource
 
-__all__ = ["Parts", "build_parts"]
+__all__ = ["MESSAGE_BUFFER_PER_LANE", "Parts", "build_parts"]
+
+#: With a source balanced by message, a queue is paused once it holds more
+#: than this many unfinished messages per lane (or ``pull_threshold_for_queue``
+#: if lower): each holds its key for this member, away from the others.
+MESSAGE_BUFFER_PER_LANE = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +92,11 @@ def build_parts(
     hooks: tuple[AppHook | None, AppHook | None],
 ) -> Parts:
     """Build the parts of one consumer (see the module docstring)."""
+    by_message = source.balance is Balance.MESSAGE
+    if by_message:
+        # Every buffered message holds its key for this member: buffer little.
+        cap = min(config.pull_threshold_for_queue, MESSAGE_BUFFER_PER_LANE * len(lanes))
+        config = dataclasses.replace(config, pull_threshold_for_queue=max(1, cap))
     key_of = None if config.key_extractor is None else safe_key_of(config.key_extractor)
     abort = threading.Event()
     owned: dict[MessageQueue, ProcessQueue] = {}
@@ -125,7 +136,7 @@ def build_parts(
     committer = Committer(source, owned, config.group)
     sender = FailureSender(
         source, outbox, timer, counters, group=config.group, suspend_ms=config.suspend_ms,
-        broadcasting=source.message_model is MessageModel.BROADCASTING,
+        broadcasting=source.message_model is MessageModel.BROADCASTING or by_message,
     )  # fmt: skip
     dispatcher = Dispatcher(
         lanes, owned, lane_capacity=config.lane_capacity, flush=executor.flush, router=router, released=released,

@@ -25,7 +25,8 @@ FIRST = ConsumeFromWhere.FIRST_OFFSET
 
 @pytest.fixture
 def broker(redis_server: RedisServer) -> Iterator[RedisBroker]:
-    b = RedisBroker(redis_server.url, namespace=f"mg-{uuid.uuid4().hex[:8]}", session_timeout=1.0, heartbeat_interval=0.2)
+    ns = f"mg-{uuid.uuid4().hex[:8]}"
+    b = RedisBroker(redis_server.url, namespace=ns, session_timeout=1.0, heartbeat_interval=0.2)
     yield b
     b.close()
 
@@ -89,7 +90,7 @@ def test_members_share_one_queue_key_held_by_one_member_in_order_nothing_lost(br
     count = defaultdict(int)
     for _ in range(400):
         for i, m in enumerate(members):
-            for q, o, k in m.poll(rng.randint(1, 12)):
+            for _q, o, k in m.poll(rng.randint(1, 12)):
                 others = set().union(*(x.keys() for j, x in enumerate(members) if j != i))
                 assert k not in others, (k, i)
                 seen[k].append(o)
