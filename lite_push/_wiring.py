@@ -47,12 +47,16 @@ from ._timer import RetryTimer
 from ._types import MessageExt, MessageQueue
 from .sources._base import Balance, MessageModel, PullSource
 
-__all__ = ["MESSAGE_BUFFER_PER_LANE", "Parts", "build_parts"]
+__all__ = ["MESSAGE_ACK_INTERVAL", "MESSAGE_BUFFER_PER_LANE", "Parts", "build_parts"]
 
 #: With a source balanced by message, a queue is paused once it holds more
 #: than this many unfinished messages per lane (or ``pull_threshold_for_queue``
 #: if lower): each holds its key for this member, away from the others.
 MESSAGE_BUFFER_PER_LANE = 4
+#: With a source balanced by message, the longest time between two commits
+#: (acknowledgements; ``commit_interval`` if shorter), in seconds: a key is
+#: held by its member until the member acknowledged it.
+MESSAGE_ACK_INTERVAL = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +99,13 @@ def build_parts(
     by_message = source.balance is Balance.MESSAGE
     if by_message:
         # Every buffered message holds its key for this member: buffer little.
+        # and an acknowledgement frees it: acknowledge often.
         cap = min(config.pull_threshold_for_queue, MESSAGE_BUFFER_PER_LANE * len(lanes))
-        config = dataclasses.replace(config, pull_threshold_for_queue=max(1, cap))
+        config = dataclasses.replace(
+            config,
+            pull_threshold_for_queue=max(1, cap),
+            commit_interval=min(config.commit_interval, MESSAGE_ACK_INTERVAL),
+        )
     key_of = None if config.key_extractor is None else safe_key_of(config.key_extractor)
     abort = threading.Event()
     owned: dict[MessageQueue, ProcessQueue] = {}

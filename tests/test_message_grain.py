@@ -291,8 +291,8 @@ def test_on_a_redis_cluster(redis_cluster) -> None:  # type: ignore[no-untyped-d
                 for _, o, k in m.poll(10):
                     seen[k].append(o)
                 m.ack_all()
-        by_key_queue = {k: sorted(v) for k, v in seen.items()}
-        assert by_key_queue == {k: sorted(v) for k, v in sent.items()}
+        by_key = {k: sorted(v) for k, v in seen.items()}
+        assert by_key == {k: sorted(v) for k, v in sent.items()}
         assert all(seen[k] == sorted(seen[k]) for k in seen)  # one key, one queue: in offset order
     finally:
         b.close()

@@ -12,7 +12,8 @@ each runs on one Cluster slot.  The keys, per group ``g`` and queue, all
   key    hash    offset -> its key (the message's ``keys``; ``""`` for a
                  keyless or unreadable one: those are held by queue)
   hold   hash    key -> token of the member holding it
-  cnt    hash    key -> how many of its messages are outstanding
+  cnt    hash    key -> how many of its messages its holder has
+                 unacknowledged
   live   zset    token -> session expiry (server ms)
   park   zset    offset -> offset: outstanding, not delivered (its key was
                  held by another member, or its member's session lapsed)
@@ -24,9 +25,10 @@ taken for its new one.
 The rules: a parked or new message goes to the member asking when its key
 is free or already that member's, else it is parked; parked messages are
 served first and in offset order, and the cursor moves only once every
-parked message was looked at, so a key's messages reach its holder in
-offset order.  A key is freed when its count reaches 0 (its holder
-acknowledged all of them), or when its holder's session lapses: then its
+parked message was looked at, so a key's messages are delivered in offset
+order.  A key is freed when its count reaches 0 (its holder acknowledged
+every one delivered to it; its parked messages then go, in order, to
+whoever asks next), or when its holder's session lapses: then its
 delivered messages are parked again (reclaimed) and go, in offset order, to
 whoever asks next.
 """
@@ -55,7 +57,10 @@ local function reclaim(d)
   end
   local h = redis.call('HGETALL', KEYS[6])
   for i = 1, #h, 2 do
-    if d[h[i + 1]] then redis.call('HDEL', KEYS[6], h[i]) end
+    if d[h[i + 1]] then
+      redis.call('HDEL', KEYS[6], h[i])
+      redis.call('HDEL', KEYS[7], h[i])
+    end
   end
 end
 """
@@ -69,12 +74,12 @@ local function base()
 end
 """
 
-# One outstanding message less: free its key when none is left.
+# A delivered message is acknowledged: free its key when its holder has
+# none of it left unacknowledged.
 _DONE = """
 local function done(o)
   redis.call('HDEL', KEYS[4], o)
   redis.call('ZREM', KEYS[3], o)
-  redis.call('ZREM', KEYS[9], o)
   local k = redis.call('HGET', KEYS[5], o)
   redis.call('HDEL', KEYS[5], o)
   if k then
@@ -135,6 +140,7 @@ local function holder(k)
 end
 local function give(o, k)
   redis.call('HSET', KEYS[4], o, tok)
+  redis.call('HINCRBY', KEYS[7], k, 1)
   if holders[k] ~= tok then
     redis.call('HSET', KEYS[6], k, tok)
     holders[k] = tok
@@ -156,8 +162,10 @@ for i, o in ipairs(parked) do
     end
     local id = string.format('%d-0', tonumber(o) + 1)
     local e = redis.call('XRANGE', KEYS[1], id, id)
-    if #e == 0 then
-      done(o)  -- trimmed away: nothing to deliver
+    if #e == 0 then  -- trimmed away: nothing to deliver
+      redis.call('ZREM', KEYS[3], o)
+      redis.call('ZREM', KEYS[9], o)
+      redis.call('HDEL', KEYS[5], o)
     else
       redis.call('ZREM', KEYS[9], o)
       nparked = nparked - 1
@@ -190,7 +198,6 @@ if not full and #out < want and nparked < parkmax then
     if filter == nil or (tag ~= nil and filter[tag]) then
       redis.call('ZADD', KEYS[3], off, o)
       redis.call('HSET', KEYS[5], o, k)
-      redis.call('HINCRBY', KEYS[7], k, 1)
       local h = holder(k)
       if h == false or h == tok then
         give(o, k)

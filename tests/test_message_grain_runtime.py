@@ -1,0 +1,204 @@
+"""The runtime on a Redis group balanced by message (Balance.MESSAGE):
+several consumers in one process, under real concurrency (lane threads,
+random listener delays, members joining and leaving at random)."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+
+import pytest
+from helpers import wait_for
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lite_push import Balance, ConsumeResult, ConsumerConfig, LitePushConsumer, MessageQueue
+from lite_push.sources import ConsumeFromWhere
+from lite_push.sources.redis import RedisBroker
+from lite_push.sources.redis_server import RedisServer
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisServer]:
+    with RedisServer(appendonly=False) as s:
+        yield s
+
+
+def _broker(server: RedisServer) -> RedisBroker:
+    return RedisBroker(server.url, namespace=f"mr-{uuid.uuid4().hex[:10]}", session_timeout=3.0, heartbeat_interval=0.3)
+
+
+class Watch:
+    """Who is in a listener call of which key now, and every call, checked
+    as they happen: a key in two members' listeners at once is recorded."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.active: dict[str, str] = {}
+        self.overlaps: list[tuple[str, str, str]] = []
+        self.calls: list[tuple[str, int, int, str]] = []  # member, queue, offset, key (first call first)
+        self.delay = 0.0
+
+    def listener(self, name: str, rng: random.Random):  # type: ignore[no-untyped-def]
+        def call(msgs):  # type: ignore[no-untyped-def]
+            for m in msgs:
+                with self.lock:
+                    other = self.active.get(m.keys)
+                    if other is not None and other != name:
+                        self.overlaps.append((m.keys, other, name))
+                    self.active[m.keys] = name
+                    self.calls.append((name, m.queue_id, m.queue_offset, m.keys))
+                try:
+                    time.sleep(rng.random() * self.delay)
+                finally:
+                    with self.lock:
+                        self.active.pop(m.keys, None)
+            return None
+
+        return call
+
+    def done(self) -> set[tuple[int, int]]:
+        with self.lock:
+            return {(q, o) for _, q, o, _ in self.calls}
+
+    def first_order_ok(self) -> bool:
+        with self.lock:
+            first: dict[tuple[int, int], str] = {}
+            order: dict[str, list[tuple[int, int]]] = defaultdict(list)
+            for _, q, o, k in self.calls:
+                if (q, o) not in first:
+                    first[(q, o)] = k
+                    order[k].append((q, o))
+        return all(v == sorted(v) for v in order.values())
+
+
+def _member(broker: RedisBroker, watch: Watch, name: str, seed: int, **cfg: object) -> LitePushConsumer:
+    cfg.setdefault("lanes", 4)
+    consumer = LitePushConsumer(
+        ConsumerConfig(group="g", poll_timeout=0.02, commit_interval=0.05, revoke_timeout=1.0, **cfg),  # type: ignore[arg-type]
+        source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET, balance=Balance.MESSAGE),
+        listener=watch.listener(name, random.Random(seed)),
+    )
+    consumer.subscribe("T")
+    return consumer
+
+
+def test_three_consumers_share_one_queue_in_key_order_and_commit_everything(server: RedisServer) -> None:
+    broker = _broker(server)
+    try:
+        broker.create_topic("T", 1)
+        n = 1500
+        watch = Watch()
+        watch.delay = 0.002
+        members = [_member(broker, watch, f"m{i}", i) for i in range(3)]
+        for m in members:
+            m.start()
+        live = broker.queue_key("T", 0, "mg:g:live")
+        wait_for(lambda: broker.conn.client.zcard(live) == 3, 30, "three members in the queue")
+        broker.send_batch("T", [(b"x", f"k{i % 300}") for i in range(n)])
+        wait_for(lambda: len(watch.done()) == n, 60, lambda: f"{len(watch.done())} of {n} done")
+        for m in members:
+            m.shutdown(5)
+        assert watch.overlaps == []
+        assert watch.first_order_ok()
+        assert len({name for name, *_ in watch.calls}) == 3  # every member took part in the one queue
+        assert broker.committed("g", MessageQueue("T", broker.namespace, 0)).offset == n  # type: ignore[union-attr]
+    finally:
+        broker.close()
+
+
+def test_a_failed_message_is_retried_in_its_member_and_its_key_stays_held(server: RedisServer) -> None:
+    """e: no retry topic; the key's later messages wait behind the failed one
+    in the same member (no other member runs them meanwhile)."""
+    broker = _broker(server)
+    try:
+        broker.create_topic("T", 1)
+        broker.send_batch("T", [(b"x", f"k{i % 5}") for i in range(40)])
+        watch = Watch()
+        fails = {3: 0}
+        lock = threading.Lock()
+
+        def listener(msgs):  # type: ignore[no-untyped-def]
+            for m in msgs:
+                with watch.lock:
+                    watch.calls.append((name_of[threading.get_ident()], m.queue_id, m.queue_offset, m.keys))
+                with lock:
+                    if m.queue_offset in fails and fails[m.queue_offset] < 2:
+                        fails[m.queue_offset] += 1
+                        return ConsumeResult.RETRY_LATER
+            return None
+
+        name_of: dict[int, str] = defaultdict(lambda: "?")
+        members = []
+        for i in range(2):
+            c = LitePushConsumer(
+                ConsumerConfig(group="g", lanes=2, poll_timeout=0.02, commit_interval=0.05, revoke_timeout=1.0,
+                               suspend_ms=100),
+                source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET, balance=Balance.MESSAGE),
+                listener=listener,
+            )  # fmt: skip
+            c.subscribe("T")
+            members.append(c)
+        for c in members:
+            c.start()
+        subs = broker.conn.client.hgetall(broker.group_key("g", "subs"))
+        assert len(subs) == 2 and all(b"%RETRY%" not in v for v in subs.values()), subs  # no retry topic
+        wait_for(lambda: len(watch.done()) == 40 and fails[3] == 2, 30, lambda: f"{len(watch.done())} done, {fails}")
+        for c in members:
+            c.shutdown(5)
+        offs = [o for _, _, o, k in watch.calls if k == "k3"]
+        assert offs[:3] == [3, 3, 3]  # failed twice, then done, before the key's next message
+        assert offs == sorted(offs)
+        assert broker.committed("g", MessageQueue("T", broker.namespace, 0)).offset == 40  # type: ignore[union-attr]
+    finally:
+        broker.close()
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    seed=st.integers(0, 2**16),
+    events=st.lists(st.sampled_from(["join", "leave", "slow", "fast"]), min_size=2, max_size=6),
+    queues=st.integers(1, 3),
+)
+def test_random_joins_leaves_and_delays_keep_keys_apart_ordered_and_lose_nothing(
+    server: RedisServer, seed: int, events: list[str], queues: int
+) -> None:
+    """2b, c, f: whatever the joins, leaves and listener delays, no key is
+    ever in two members' listeners at once, nothing is lost, and first
+    deliveries keep key order."""
+    rng = random.Random(seed)
+    broker = _broker(server)
+    members: list[LitePushConsumer] = []
+    try:
+        broker.create_topic("T", queues)
+        n = 600
+        broker.send_batch("T", [(b"x", f"k{rng.randrange(40)}") for _ in range(n)])
+        watch = Watch()
+        watch.delay = 0.003
+        members.append(_member(broker, watch, "m0", seed))
+        members[0].start()
+        serial = 1
+        for ev in events:
+            time.sleep(rng.random() * 0.3)
+            if ev == "join" and len(members) < 4:
+                m = _member(broker, watch, f"m{serial}", seed + serial)
+                serial += 1
+                m.start()
+                members.append(m)
+            elif ev == "leave" and len(members) > 1:
+                members.pop(rng.randrange(len(members))).shutdown(5)
+            elif ev == "slow":
+                watch.delay = 0.01
+            else:
+                watch.delay = 0.001
+        wait_for(lambda: len(watch.done()) == n, 60, lambda: f"{len(watch.done())} of {n} done")
+        assert watch.overlaps == []
+        assert watch.first_order_ok()
+    finally:
+        for m in members:
+            m.shutdown(5)
+        broker.close()
