@@ -17,6 +17,13 @@ Scenarios (each repeated ``--runs`` times, fresh server and namespace):
   ``CancelledError``, ``RuntimeError``, ``RETRY_LATER``); three members.
 * ``embedded-kill``: a producer appends to the durable embedded broker and
   is killed with ``kill -9`` mid-append; the broker is reopened.
+* ``msg-kill9``, ``msg-sigstop``, ``msg-partition``, ``msg-redis-kill``: the
+  group balanced by message (``Balance.MESSAGE``: every member takes part in
+  every queue, a key held by one member at a time), with ``kill -9`` of one
+  of the three members, SIGSTOP of one for 4 s (session 2 s), a network
+  partition of one for 4 s (its traffic goes through a
+  :class:`~lite_push.testing.TcpProxy` that stops forwarding, its sockets
+  open), and redis-server killed and restarted as above.
 
 Per scenario: runs, messages, lost (a stored good message never processed;
 for ``embedded-kill``: a message whose ``send`` returned but is not in the
@@ -51,15 +58,19 @@ sys.path.insert(0, str(ROOT))
 
 from lite_push.sources.redis import RedisBroker
 from lite_push.sources.redis_server import RedisServer
+from lite_push.testing import TcpProxy
 
-SCENARIOS = ["kill9", "sigstop", "redis-kill", "malformed", "listener-exc", "embedded-kill"]
+SCENARIOS = [
+    "kill9", "sigstop", "redis-kill", "malformed", "listener-exc", "embedded-kill",
+    "msg-kill9", "msg-sigstop", "msg-partition", "msg-redis-kill",
+]  # fmt: skip
 
 _MEMBER = textwrap.dedent(
     """
     import asyncio, os, sys, time
     sys.path.insert(0, {root!r})
     from lite_push import ConsumeResult, ConsumerConfig, LitePushConsumer
-    from lite_push.sources import ConsumeFromWhere
+    from lite_push.sources import Balance, ConsumeFromWhere
     from lite_push.sources.redis import RedisBroker
     broker = RedisBroker({url!r}, namespace={ns!r}, session_timeout=2.0, heartbeat_interval=0.3)
     log = os.open({log!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
@@ -82,7 +93,8 @@ _MEMBER = textwrap.dedent(
     consumer = LitePushConsumer(
         ConsumerConfig(group="g", lanes=4, commit_interval=0.05, poll_timeout=0.02, revoke_timeout=1.0,
                        suspend_ms=100),
-        source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET, client_id={cid!r}),
+        source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET, client_id={cid!r},
+                                    balance=Balance.{balance}),
         listener=listener)
     consumer.subscribe("T")
     consumer.start()
@@ -173,6 +185,9 @@ def inversions(rows: list[Row], exempt: set[Row]) -> int:
 def run_redis(scenario: str, messages: int, seed: int) -> RunResult:
     rng = random.Random(seed)
     res = RunResult(messages=messages)
+    balance = "MESSAGE" if scenario.startswith("msg-") else "QUEUE"
+    scenario = scenario.removeprefix("msg-")
+    proxies: list[TcpProxy] = []
     with tempfile.TemporaryDirectory() as tmp, RedisServer() as server:
         ns = f"f-{uuid.uuid4().hex[:10]}"
         broker = RedisBroker(server.url, namespace=ns)
@@ -191,11 +206,15 @@ def run_redis(scenario: str, messages: int, seed: int) -> RunResult:
             broker.send_batch("T", [(b"x", f"k{i % 300}") for i in range(messages)])
         expected = {(q.queue_id, o) for q in broker.queues("T") for o in range(broker.max_offset(q))} - bad
         log = Path(tmp) / "deliveries.log"
+        urls = [server.url] * 3
+        if scenario == "partition":  # each member talks to Redis through a proxy of its own
+            proxies = [TcpProxy("127.0.0.1", server.port).start() for _ in range(3)]
+            urls = [f"redis://127.0.0.1:{p.port}" for p in proxies]
         procs = [
             subprocess.Popen(
                 [sys.executable, "-c", _MEMBER.format(
-                    root=str(ROOT), url=server.url, ns=ns, log=str(log), cid=f"m{i}",
-                    exc=scenario == "listener-exc")],
+                    root=str(ROOT), url=urls[i], ns=ns, log=str(log), cid=f"m{i}",
+                    exc=scenario == "listener-exc", balance=balance)],
                 stdout=subprocess.DEVNULL, stderr=open(Path(tmp) / f"m{i}.err", "wb"),
             )  # fmt: skip
             for i in range(3)
@@ -221,6 +240,11 @@ def run_redis(scenario: str, messages: int, seed: int) -> RunResult:
                 time.sleep(4.0)
                 cont = time.time_ns()
                 os.kill(victim.pid, signal.SIGCONT)
+            elif scenario == "partition":
+                proxies[procs.index(victim)].partition()
+                time.sleep(4.0)
+                cont = time.time_ns()
+                proxies[procs.index(victim)].heal()
             elif scenario == "redis-kill":
                 server.kill()
                 time.sleep(1.0)
@@ -238,6 +262,8 @@ def run_redis(scenario: str, messages: int, seed: int) -> RunResult:
                 if p.poll() is None:
                     p.kill()
                 p.wait(10)
+            for proxy in proxies:
+                proxy.close()
             broker.close()
         rows = _read(log)
         if scenario == "sigstop":  # the victim's calls in progress across its freeze
@@ -249,7 +275,7 @@ def run_redis(scenario: str, messages: int, seed: int) -> RunResult:
         res.inversions = inversions(rows, exempt)
         res.overlaps = overlaps(rows, exempt)
         res.duplicates = len(ok) - len(done)
-        if scenario in ("kill9", "sigstop"):
+        if scenario in ("kill9", "sigstop", "partition"):
             held = {r[1] for r in rows if r[0] == victim.pid and fault - 500_000_000 < r[5] <= fault}
             after = [r[4] for r in rows if r[0] != victim.pid and r[1] in held and r[4] > fault]
             res.recovery = (min(after) - fault) / 1e9 if after else None

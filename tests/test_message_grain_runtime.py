@@ -16,7 +16,7 @@ from helpers import wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lite_push import Balance, ConsumeResult, ConsumerConfig, LitePushConsumer, MessageQueue
+from lite_push import Balance, ConsumerConfig, ConsumeResult, LitePushConsumer, MessageQueue
 from lite_push.sources import ConsumeFromWhere
 from lite_push.sources.redis import RedisBroker
 from lite_push.sources.redis_server import RedisServer
