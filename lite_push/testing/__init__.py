@@ -34,6 +34,13 @@ pytest test module:
 The helpers the suite polls with (:func:`poll_until`, :func:`poll_topic`,
 :class:`OwnershipLog`, ...) are here too, for a source's own tests.
 
+Fault tests
+-----------
+:class:`TcpProxy` stands between one member and its server (a Redis
+server, say) and can partition them: :meth:`TcpProxy.partition` stops all
+forwarding without closing a socket, so the member hangs on its server
+while it still runs; :meth:`TcpProxy.heal` forwards again, losing nothing.
+
 This package needs pytest (``pip install 'lite-push[testing]'``);
 ``import lite_push`` never imports it.
 """
@@ -72,12 +79,14 @@ from ._polling import (  # noqa: E402
     split,
     wait_assigned,
 )
+from .tcp_proxy import TcpProxy  # noqa: E402
 
 __all__ = [
     "OwnershipLog",
     "SkewedClock",
     "SourceContract",
     "SourceHarness",
+    "TcpProxy",
     "assert_contiguous",
     "count_of",
     "messages_of",
