@@ -134,7 +134,7 @@ def test_a_failed_message_is_retried_in_its_member_and_its_key_stays_held(server
 
         name_of: dict[int, str] = defaultdict(lambda: "?")
         members = []
-        for i in range(2):
+        for _ in range(2):
             c = LitePushConsumer(
                 ConsumerConfig(group="g", lanes=2, poll_timeout=0.02, commit_interval=0.05, revoke_timeout=1.0,
                                suspend_ms=100),
