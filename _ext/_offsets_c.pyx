@@ -11,6 +11,16 @@ re-anchors ``base`` at the added offset, so gaps between idle periods cost
 nothing.  The ring grows (doubling) to the span of in-flight offsets.
 ``unfinished()`` scans it from the head: O(span).
 
+Late offsets (see ``_offsets.py``): a call may start below ``next`` with
+offsets not in flight.  The fast path's ordering check compares the first
+offset with ``next`` anyway; only its failure takes the slow path
+(``_add_late``).  A late offset in ``[base, next)`` turns its GAP or DONE
+slot INFLIGHT (the two mean the same to every reader); one below ``base``
+moves the window back: the ring is rebuilt with ``base`` there, the old
+slots copied above it (``_regrow``); with nothing in flight the all-GAP ring
+is re-anchored.  The ring is the span: a late offset far below the others
+grows it to that distance at once (flow control pauses the queue after).
+
 Every call validates all its input before it changes anything, as the pure
 Python twin does: a ValueError leaves the tracker as it was.
 """
@@ -117,26 +127,80 @@ cdef class OffsetTracker:
 
     cdef int _reserve(self, long long last) except -1:
         """Make room for offsets up to ``last`` (inclusive)."""
-        cdef long long need = last - self._base + 1
-        cdef Py_ssize_t cap, i, used
-        cdef unsigned char* ring
-        if need <= self._cap:
+        if last - self._base + 1 <= self._cap:
             return 0
-        cap = self._cap
+        return self._regrow(self._base, last)
+
+    cdef int _regrow(self, long long lo, long long last) except -1:
+        """Rebuild the ring with ``base`` at ``lo`` (at most ``base``) and
+        room for offsets up to ``last``, keeping the stored slots."""
+        # slots above the last added offset may be a skipped gap never stored
+        cdef Py_ssize_t used = <Py_ssize_t>min(self._next - self._base, <long long>self._cap)
+        cdef Py_ssize_t shift = <Py_ssize_t>(self._base - lo)
+        cdef long long need = max(last - lo + 1, <long long>(shift + used))
+        cdef Py_ssize_t cap = self._cap, i
+        cdef unsigned char* ring
         while cap < need:
             cap *= 2
         ring = <unsigned char*> PyMem_Malloc(cap)
         if ring == NULL:
             raise MemoryError()
         memset(ring, GAP, cap)
-        # slots above the last added offset may be a skipped gap never stored
-        used = <Py_ssize_t>min(self._next - self._base, <long long>self._cap)
         for i in range(used):
-            ring[i] = self._ring[(self._head + i) & (self._cap - 1)]
+            ring[shift + i] = self._ring[(self._head + i) & (self._cap - 1)]
         PyMem_Free(self._ring)
         self._ring = ring
         self._cap = cap
         self._head = 0
+        self._base = lo
+        return 0
+
+    cdef inline bint _is_inflight(self, long long off) noexcept:
+        # In-flight slots lie within the first ``cap`` slots from the head.
+        if self._inflight == 0 or off < self._base or off - self._base >= self._cap:
+            return False
+        return self._slot(off)[0] == INFLIGHT
+
+    cdef int _make_room(self, long long lo, long long last) except -1:
+        """Room for late offsets ``lo`` to ``last`` (``lo < next``)."""
+        cdef long long top
+        if self._inflight == 0:
+            # The ring is all GAP: re-anchor it at the lowest new offset.
+            self._base = lo
+            self._head = 0
+            return self._reserve(last)
+        if lo >= self._base:
+            return self._reserve(last)
+        # Below the window: move it back, keeping every slot that may be in
+        # flight (the first ``min(next - base, cap)``).
+        top = self._base + min(self._next - self._base, <long long>self._cap) - 1
+        return self._regrow(lo, max(last, top))
+
+    cdef int _add_late(self, long long* offs, Py_ssize_t n, long long nxt) except -1:
+        """The slow path of an add whose first offset is below ``next``;
+        ``nxt`` is the checked ``next_offset`` argument, or -1."""
+        cdef Py_ssize_t i
+        cdef long long prev = -1
+        cdef long long off
+        for i in range(n):
+            off = offs[i]
+            if off <= prev:
+                if off < 0:
+                    raise ValueError(f"offset {off} is negative")
+                raise ValueError(f"offset {off} added after {prev}: offsets must increase")
+            if off < self._next and self._is_inflight(off):
+                raise ValueError(f"offset {off} is already in flight")
+            prev = off
+        if prev > _MAX:
+            raise OverflowError(f"offset {prev} outside [0, {MAX_OFFSET}]")
+        self._make_room(offs[0], prev)
+        for i in range(n):
+            self._slot(offs[i])[0] = INFLIGHT
+        self._inflight += n
+        if prev >= self._next:
+            self._next = prev + 1
+        if nxt > self._next:
+            self._next = nxt
         return 0
 
     cdef inline int _put(self, long long off) except -1:
@@ -225,6 +289,8 @@ cdef class OffsetTracker:
             nxt = next_offset
         for i in range(n):
             if offs[i] <= prev:
+                if i == 0:  # the first offset is below next: late offsets
+                    return self._add_late(offs, n, nxt)
                 raise ValueError(f"offset {offs[i]} added after {prev}: offsets must increase")
             prev = offs[i]
         if n and prev > _MAX:
@@ -245,17 +311,25 @@ cdef class OffsetTracker:
     # -- adding -------------------------------------------------------------------
 
     def add(self, offset):
-        """Track ``offset`` as in flight; it must be above every offset
-        added or skipped so far."""
+        """Track ``offset`` as in flight; it must not be in flight already.
+        Below :attr:`next_offset` it is a late offset (see the module
+        docstring)."""
+        cdef long long late
         if offset < self._next:
-            raise ValueError(f"offset {offset} added after {self._next - 1}: offsets must increase")
+            if offset < 0:
+                raise ValueError(f"offset {offset} is negative")
+            late = offset
+            self._add_late(&late, 1, -1)
+            return
         if offset > MAX_OFFSET:
             raise OverflowError(f"offset {offset} outside [0, {MAX_OFFSET}]")
         self._put(offset)
 
     def add_many(self, offsets, next_offset=None):
-        """Track strictly increasing ``offsets``; then move the high-water
-        mark to ``next_offset`` if that is higher (skipped offsets)."""
+        """Track strictly increasing ``offsets``, none in flight already (the
+        first may lie below :attr:`next_offset`: late offsets); then move the
+        high-water mark to ``next_offset`` if that is higher (skipped
+        offsets)."""
         self._many(offsets, True, next_offset)
 
     cdef int _many(self, offsets, bint add, object next_offset) except -1:
@@ -280,12 +354,17 @@ cdef class OffsetTracker:
         return 0
 
     def add_range(self, long long start, long long stop):
-        """Track ``range(start, stop)``."""
+        """Track ``range(start, stop)``, none of it in flight already."""
         cdef long long off
         if stop <= start:
             return
-        if start < self._next:
-            raise ValueError(f"offset {start} added after {self._next - 1}: offsets must increase")
+        if start < self._next:  # late: the slow path, one offset at a time
+            if start < 0:
+                raise ValueError(f"offset {start} is negative")
+            if stop - 1 > _MAX:
+                raise OverflowError(f"offset {stop - 1} outside [0, {_MAX}]")
+            self._many(range(start, stop), True, None)
+            return
         if stop - 1 > _MAX:
             raise OverflowError(f"offset {stop - 1} outside [0, {_MAX}]")
         if self._inflight == 0:
@@ -298,8 +377,9 @@ cdef class OffsetTracker:
         self._next = stop
 
     def add_batch(self, messages, next_offset=None):
-        """Track the ``queue_offset`` of each message (increasing), move the
-        high-water mark to ``next_offset``; return the sum of ``len(body)``."""
+        """Track the ``queue_offset`` of each message (increasing, none in
+        flight already; late ones first), move the high-water mark to
+        ``next_offset``; return the sum of ``len(body)``."""
         return self._batch(messages, True, next_offset)
 
     cdef Py_ssize_t _batch(self, messages, bint add, object next_offset) except -1:
@@ -349,7 +429,8 @@ cdef class OffsetTracker:
 
     def lowest_unfinished(self):
         """The committable offset: the lowest in-flight offset, or one past
-        the highest added or skipped offset when nothing is in flight."""
+        the highest added or skipped offset when nothing is in flight.  A
+        late offset can move it down."""
         return self._base if self._inflight else self._next
 
     def unfinished(self):

@@ -5,8 +5,15 @@ passes a message still in a lane, in the listener or being retried) with
 its offset map: the finished offsets above it, so the next owner skips them
 (``_offset_map``).  The pull thread commits every ``commit_interval``, for
 the queues being revoked before it releases them, and at shutdown.  A
-failed commit is logged once per episode; the same offsets (or higher) are
-committed again next time.
+failed commit is logged once per episode; each queue's commit point, as it
+stands then, is committed next time.
+
+A commit point can move down: a message-grain source may redeliver to this
+member, below what it polled, a message another member did not finish (a
+late offset, see ``_offsets``).  The lower offset is committed like any
+other (a commit is skipped only when nothing changed): such a source turns a
+commit into acknowledgements of what it delivered below the offset and
+tolerates a lower one.
 """
 
 from __future__ import annotations

@@ -6,6 +6,15 @@ offsets in order, ``_inflight`` the ones not finished.  The head of
 ``_pending`` moves past finished offsets as they reach it, so each offset is
 appended, completed and popped once: O(1) amortised.
 
+Late offsets: a call may start below the high-water mark ``_next`` (a
+message-grain source redelivers to this member a message another member did
+not finish, below what this member already polled).  Its offsets must still
+increase within the call and none may be in flight; the slow path
+(``_add_late``) adds them to ``_inflight`` and rebuilds ``_pending`` sorted
+from it: O(in flight log in flight), once per late call.  A call starting at
+or above ``_next`` costs what it did before (its first offset's comparison
+with ``_next`` is the one the ordering check makes anyway).
+
 Both twins validate a whole call before changing anything: a ``ValueError``
 leaves the tracker as it was.
 """
@@ -46,18 +55,22 @@ class OffsetTracker:
     # -- adding ----------------------------------------------------------------
 
     def add(self, offset: int) -> None:
-        """Track ``offset`` as in flight; it must be above every offset
-        added or skipped so far."""
+        """Track ``offset`` as in flight; it must not be in flight already.
+        Below :attr:`next_offset` it is a late offset (see the module
+        docstring)."""
         if offset < self._next:
-            raise ValueError(f"offset {offset} added after {self._next - 1}: offsets must increase")
+            self._add_late((offset,), None)
+            return
         _check(offset)
         self._pending.append(offset)
         self._inflight.add(offset)
         self._next = offset + 1
 
     def add_many(self, offsets: Sequence[int], next_offset: int | None = None) -> None:
-        """Track strictly increasing ``offsets``; then move the high-water
-        mark to ``next_offset`` if that is higher (skipped offsets)."""
+        """Track strictly increasing ``offsets``, none in flight already (the
+        first may lie below :attr:`next_offset`: late offsets); then move the
+        high-water mark to ``next_offset`` if that is higher (skipped
+        offsets)."""
         if next_offset is not None:
             next_offset = operator.index(next_offset)
             if next_offset > MAX_OFFSET + 1:
@@ -66,6 +79,9 @@ class OffsetTracker:
             prev = self._next - 1
             for off in offsets:
                 if off <= prev:
+                    if prev < self._next:  # the first offset: a late call
+                        self._add_late(offsets, next_offset)
+                        return
                     raise ValueError(f"offset {off} added after {prev}: offsets must increase")
                 prev = off
             _check(prev)
@@ -76,19 +92,46 @@ class OffsetTracker:
             self._next = next_offset
 
     def add_range(self, start: int, stop: int) -> None:
-        """Track ``range(start, stop)``."""
+        """Track ``range(start, stop)``, none of it in flight already."""
         if stop <= start:
             return
-        if start < self._next:
-            raise ValueError(f"offset {start} added after {self._next - 1}: offsets must increase")
+        if start < self._next:  # late: the slow path, one offset at a time
+            if start < 0:
+                raise ValueError(f"offset {start} is negative")
+            _check(stop - 1)
+            self._add_late(range(start, stop), None)
+            return
         _check(stop - 1)
         self.add_many(range(start, stop))
 
     def add_batch(self, messages: Sequence[Any], next_offset: int | None = None) -> int:
-        """Track the ``queue_offset`` of each message (increasing), move the
-        high-water mark to ``next_offset``; return the sum of ``len(body)``."""
+        """Track the ``queue_offset`` of each message (increasing, none in
+        flight already; late ones first), move the high-water mark to
+        ``next_offset``; return the sum of ``len(body)``."""
         self.add_many([m.queue_offset for m in messages], next_offset)
         return sum([len(m.body) for m in messages])
+
+    def _add_late(self, offsets: Sequence[int], next_offset: int | None) -> None:
+        # The slow path of a call whose first offset is below ``_next``
+        # (``next_offset`` already checked).  Validate everything first.
+        nxt = self._next
+        inflight = self._inflight
+        prev = -1
+        for off in offsets:
+            if off <= prev:
+                if off < 0:
+                    raise ValueError(f"offset {off} is negative")
+                raise ValueError(f"offset {off} added after {prev}: offsets must increase")
+            if off < nxt and off in inflight:
+                raise ValueError(f"offset {off} is already in flight")
+            prev = off
+        _check(prev)
+        inflight.update(offsets)
+        self._pending = deque(sorted(inflight))
+        if prev >= nxt:
+            self._next = prev + 1
+        if next_offset is not None and next_offset > self._next:
+            self._next = next_offset
 
     # -- completing ------------------------------------------------------------
 
@@ -137,7 +180,8 @@ class OffsetTracker:
 
     def lowest_unfinished(self) -> int:
         """The committable offset: the lowest in-flight offset, or one past
-        the highest added or skipped offset when nothing is in flight."""
+        the highest added or skipped offset when nothing is in flight.  A
+        late offset can move it down."""
         return self._pending[0] if self._inflight else self._next
 
     def unfinished(self) -> list[int]:

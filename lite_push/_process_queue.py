@@ -13,6 +13,12 @@ on revoke (``drop``), records commits (``committed``/``commit_current``) and
 renews its fence (``owned_until``, a plain attribute: lanes read it before
 every listener call); any thread may read it through the read-only
 properties.
+
+A batch may start below ``next_offset``: a message-grain source redelivers
+to this member messages another member did not finish (late offsets, see
+``_offsets``).  They are tracked like the others, ``next_offset`` stays the
+highest polled, and the commit point can move down until they finish; the
+committer commits it all the same.
 """
 
 from __future__ import annotations
@@ -138,7 +144,8 @@ class ProcessQueue:
 
     @property
     def last_committed(self) -> int:
-        """The offset last committed for this queue by this consumer."""
+        """The offset last committed for this queue by this consumer (lower
+        than an earlier one when late offsets came in between)."""
         return self._last_committed
 
     @property
@@ -176,7 +183,8 @@ class ProcessQueue:
         return kept
 
     def add_batch(self, messages: list[MessageExt], next_offset: int) -> tuple[int, int, int, int]:
-        """Track a polled batch (pull thread); return ``snapshot()`` after it."""
+        """Track a polled batch (pull thread), late offsets included; return
+        ``snapshot()`` after it."""
         with self._lock:
             self._bytes += self._tracker.add_batch(messages, next_offset)
             self._count += len(messages)
@@ -186,7 +194,8 @@ class ProcessQueue:
 
     @property
     def next_offset(self) -> int:
-        """The offset after the last one polled (pull thread)."""
+        """One past the highest offset polled or passed over (pull thread); a
+        late batch does not lower it."""
         return self._tracker.next_offset
 
     def complete(self, messages: list[MessageExt]) -> None:

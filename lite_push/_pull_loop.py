@@ -218,7 +218,11 @@ class PullLoop:
             st = counters[batch.queue]
             st.polled += len(msgs)
             if counts_gaps:
-                skipped = batch.next_offset - pq.next_offset - len(msgs)  # offsets the tag filter passed over
+                nxt = pq.next_offset
+                skipped = batch.next_offset - nxt - len(msgs)  # offsets the tag filter passed over
+                if msgs and msgs[0].queue_offset < nxt:
+                    # Late messages (below what this queue polled) skip nothing.
+                    skipped += sum([1 for m in msgs if m.queue_offset < nxt])
                 if skipped > 0:
                     st.filtered += skipped
             if pq.finished is not None:

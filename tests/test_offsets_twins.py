@@ -2,7 +2,8 @@
 
 ``tests/test_offsets.py`` checks each twin against a naive model on valid
 input.  Here the compiled twin is run side by side with the Python one on
-arbitrary call sequences -- valid and invalid -- and after every call both
+arbitrary call sequences -- valid and invalid, late offsets (a call starting
+below the high-water mark) included -- and after every call both
 must have returned the same value or raised the same exception, and must
 read the same (``lowest_unfinished``, ``in_flight``, ``span``,
 ``next_offset``, ``unfinished``).  A call that raises ``ValueError`` must leave a tracker as
@@ -17,6 +18,7 @@ decides.
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -131,23 +133,41 @@ CONTIGUOUS_CONTAINER = st.sampled_from(["list", "tuple", "range"])
 CONTAINER = st.sampled_from(["list", "tuple"])
 
 
+#: How far below the high-water mark a late offset lies: mostly close, now
+#: and then past the compiled ring's first capacity.
+LATE_DEPTH = st.integers(1, 99).map(lambda r: r if r < 90 else (r - 89) * 300)
+LATE = st.lists(LATE_DEPTH, min_size=1, max_size=4, unique=True)
+
+
 @st.composite
-def add_call(draw: st.DrawFn, nxt: int) -> Call:
+def add_call(draw: st.DrawFn, nxt: int, live: list[int]) -> Call:
     valid = draw(ONE_IN_FIVE) > 0
     offs: list[int] = []
     prev = nxt - 1
     for gap in draw(GAPS):
         prev += 1 + gap
         offs.append(prev)
-    if not valid:
-        # Below the high-water mark, or not strictly increasing.
+    late = nxt > 0 and draw(ONE_IN_FIVE) == 0
+    if late:
+        # Late offsets first: below the high-water mark, finished or never
+        # added (valid), or in flight (the call fails).
+        below = {nxt - d for d in draw(LATE) if nxt - d >= 0}
+        if live and not valid:
+            below.add(draw(st.sampled_from(live)))
+        offs = sorted(below) + offs
+    elif not valid:
+        # Not strictly increasing, or below the high-water mark (late: valid
+        # unless in flight or negative).
         pos = draw(st.integers(0, len(offs)))
         offs.insert(pos, (offs[pos - 1] if pos else nxt - 1) + draw(BAD_STEP))
     method = draw(ADD_METHOD)
     if method == "add":
         return Call("add", (offs[0] if offs else nxt + draw(BAD_STEP) + 1,))
     if method == "add_range":
-        start = nxt + (draw(RANGE_START) if not valid else draw(GAP))
+        if late:
+            start = max(-1, nxt - draw(LATE_DEPTH))
+        else:
+            start = nxt + (draw(RANGE_START) if not valid else draw(GAP))
         return Call("add_range", start=start, stop=start + draw(RANGE_LEN))
     skip = draw(NEXT_OFFSET)
     next_offset = None if skip is None else (offs[-1] if offs else nxt) + skip
@@ -203,7 +223,7 @@ def test_twins_agree_on_arbitrary_calls(offsets_c: ModuleType, start: int, data:
         if bool(live) and data.draw(st.booleans(), label="complete?"):
             call = data.draw(complete_call(live, finished, py.next_offset))
         else:
-            call = data.draw(add_call(py.next_offset))
+            call = data.draw(add_call(py.next_offset, live))
         if step(c, py, call):
             if call.method.startswith("add"):
                 live.extend(call.touched())
@@ -233,12 +253,14 @@ def test_constructor_agrees(offsets_c: ModuleType) -> None:
 def test_twins_agree_over_a_long_lane_like_run(offsets_c: ModuleType, seed: int) -> None:
     """Tens of thousands of calls in the runtime's pattern -- batches added,
     finished out of order in small chunks, a few offsets left in flight for a
-    long time, filtered gaps, a wrong call now and then -- so the compiled
-    twin's ring wraps and grows many times."""
+    long time, filtered gaps, finished offsets redelivered late, a wrong call
+    now and then -- so the compiled twin's ring wraps, grows and moves back
+    many times."""
     rng = random.Random(seed)
     start = rng.randrange(1 << 20)
     c, py = offsets_c.OffsetTracker(start), PyTracker(start)
     live: list[int] = []
+    finished: deque[int] = deque(maxlen=2000)
     for _ in range(4000):
         nxt = py.next_offset
         offs = []
@@ -260,12 +282,28 @@ def test_twins_agree_over_a_long_lane_like_run(offsets_c: ModuleType, seed: int)
             method = rng.choice(methods)
             container = "messages" if method == "complete_batch" else "list"
             assert step(c, py, Call(method, chunk, container))
+            finished.extend(chunk)
         live = keep
         if rng.random() < 0.05:
-            # A wrong call: must fail the same way and change nothing.
-            # (Every candidate is below the high-water mark: a bad add.)
-            bad = rng.choice([o for o in (py.next_offset - 1, offs[0], -5) if o not in live] or [-5])
-            assert not step(c, py, Call(rng.choice(["add", "complete"]), (bad,)))
+            # Redelivered late (a message-grain source): a few finished
+            # offsets, maybe far below those still in flight, maybe with the
+            # next new ones.
+            late = sorted(rng.sample(list(finished), min(len(finished), rng.randint(1, 4))))
+            late += list(range(py.next_offset, py.next_offset + rng.randint(0, 3)))
+            method = rng.choice(["add_many", "add_batch"])
+            assert step(c, py, Call(method, tuple(late), "messages" if method == "add_batch" else "list"))
+            live.extend(late)
+            again = set(late)
+            finished = deque((o for o in finished if o not in again), maxlen=2000)
+        if rng.random() < 0.05:
+            # A wrong call: must fail the same way and change nothing: an
+            # add of an offset in flight or negative, a complete of one not.
+            if rng.random() < 0.5:
+                bad = rng.choice(live + [-5])
+                assert not step(c, py, Call("add", (bad,)))
+            else:
+                bad = rng.choice([o for o in (py.next_offset - 1, offs[0], -5) if o not in live] or [-5])
+                assert not step(c, py, Call("complete", (bad,)))
         assert py.in_flight == len(live)
 
 
@@ -323,3 +361,55 @@ def test_unfinished_agrees_on_random_patterns(
     if finished:
         assert step(c, py, Call("complete_many", finished))
     assert c.unfinished() == py.unfinished() == sorted(set(offs) - set(finished))
+
+
+# --- late offsets in the compiled ring ----------------------------------------------------
+
+
+def test_late_offsets_agree_across_ring_moves(offsets_c: ModuleType) -> None:
+    """Late offsets at each place the compiled ring treats apart: inside the
+    window (GAP and DONE slots), below ``base`` with the head wrapped (the
+    window moves back and the ring grows), in the skipped region above the
+    stored slots (whose ring position is an in-flight slot's), and with
+    nothing in flight (re-anchored)."""
+    c, py = offsets_c.OffsetTracker(1000), PyTracker(1000)
+    calls = [
+        Call("add_range", start=1000, stop=1064),  # fills the 64 slots
+        Call("complete_many", tuple(range(1000, 1060))),  # head at slot 60
+        Call("complete", (1062,)),  # a DONE slot behind the lowest in flight
+        Call("add_many", (1064, 1070)),  # wraps
+        Call("add_many", (1062, 1066)),  # inside the window: a DONE and a GAP slot
+        Call("add_batch", (1020, 1055), "messages"),  # below base, the head wrapped: the ring moves back
+        Call("complete_many", (1020,)),
+        Call("add_many", (1010, 1011), "tuple", next_offset=5000),  # below base again, then a long skip
+        Call("add_range", start=1200, stop=1300),  # a late range past the stored slots
+        Call("complete_many", tuple(range(1200, 1300, 2))),
+        Call("add_batch", tuple(range(1200, 1300, 2)), "messages"),  # the finished ones again
+        Call("add_many", (3, 4999, 6000)),  # far below, late and new in one call
+    ]
+    for call in calls:
+        assert step(c, py, call), call
+    assert py.lowest_unfinished() == 3 and py.next_offset == 6001
+    # In flight, anywhere in the window: refused, nothing changed.
+    for bad in (3, 1010, 1055, 1062, 1066, 1201, 4999):
+        assert not step(c, py, Call("add", (bad,)))
+        assert not step(c, py, Call("add_range", start=bad - 1, stop=bad + 1))
+        assert not step(c, py, Call("add_many", (0, bad, 7000)))
+    # Nothing in flight: the ring, re-anchored at next_offset, re-anchors lower.
+    assert step(c, py, Call("complete_many", tuple(py.unfinished())))
+    assert step(c, py, Call("add_many", (100, 6000, 6001, 6100)))
+    assert step(c, py, Call("add_range", start=50, stop=60))
+    assert c.unfinished() == py.unfinished() == [*range(50, 60), 100, 6000, 6001, 6100]
+    assert step(c, py, Call("complete_many", tuple(py.unfinished())))
+    assert reading(c) == reading(py) == (6101, 0, 0, 6101, ())
+    # Above the stored slots (64 from base 0): 64 and 128 sit in 0's ring slot
+    # but are not in flight.
+    c, py = offsets_c.OffsetTracker(0), PyTracker(0)
+    for call in (
+        Call("add_many", (0,), next_offset=1000),
+        Call("add", (64,)),
+        Call("add_range", start=127, stop=130),
+        Call("add_batch", (192, 256), "messages"),
+    ):
+        assert step(c, py, call), call
+    assert c.unfinished() == py.unfinished() == [0, 64, 127, 128, 129, 192, 256]
