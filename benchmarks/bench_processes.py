@@ -3,6 +3,7 @@ processes of one group, in the same run (issue 19, item 1).
 
     .venv/bin/python benchmarks/bench_processes.py --procs 1,2 --lanes 96,128,192,256 --repeat 3
     .venv/bin/python benchmarks/bench_processes.py --procs 1,2 --repeat 1 --messages 5000 --check   # smoke
+    .venv/bin/python benchmarks/bench_processes.py --procs 2 --repeat 1 --messages 3000 --check --balance message
 
 It starts its own redis-server on a free loopback port (no AOF; stopped by
 its PID) and stores the ``sms-1m`` workload (``benchmarks/workloads.py``:
@@ -202,7 +203,7 @@ def run_once(url: str, broker: RedisBroker, procs: int, rep: int, lanes: int, ar
     cmd = [
         sys.executable, "-m", "lite_push", "consume", "--processes", str(procs), "--source", url, "--group", group,
         "--topic", TOPIC, "--from", "first", "--lanes", str(lanes), "--listener", listener,
-        "--metrics-port", "0", "--log-level", "WARNING", "--progress", "off",
+        "--metrics-port", "0", "--log-level", "WARNING", "--progress", "off", "--balance", args.balance,
     ]  # fmt: skip
     stdout, stderr = work / "stdout.txt", work / "stderr.txt"
     with stdout.open("wb") as out, stderr.open("wb") as err:
@@ -341,6 +342,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--messages", type=int, default=None, help="messages (default: the workload's 1,000,000)")
     ap.add_argument("--lanes", default="256", help="lanes per process; comma-separated: each is run (default 256)")
     ap.add_argument("--check", action="store_true", help="log every delivery and check loss and key order")
+    ap.add_argument(
+        "--balance", choices=("queue", "message"), default="queue",
+        help="how the group spreads its messages (lite-push consume --balance; default queue)",
+    )  # fmt: skip
     ap.add_argument("--keep", action="store_true", help="keep each run's output (and --check logs)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="longest run, seconds (default 1800)")
     args = ap.parse_args(argv)

@@ -39,3 +39,16 @@ def test_a_small_run_of_one_and_two_processes_passes_its_checks() -> None:
     checks = [line for line in done.stdout.splitlines() if line.strip().startswith("check:")]
     assert len(checks) == 2 and all("check: ok: 3,000 deliveries" in c for c in checks), done.stdout
     assert "32 | ratio 2/1 |" in done.stdout
+
+
+def test_two_processes_balanced_by_message_pass_the_checks() -> None:
+    """Issue 28, 2g: ``lite-push consume --processes 2 --balance message``
+    on Redis: nothing lost, keys in order, no key in both processes at once."""
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_processes.py"), "--procs", "2", "--repeat", "1",
+         "--messages", "3000", "--lanes", "32", "--check", "--balance", "message"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    checks = [line for line in done.stdout.splitlines() if line.strip().startswith("check:")]
+    assert len(checks) == 1 and "check: ok: 3,000 deliveries by 2 processes" in checks[0], done.stdout
