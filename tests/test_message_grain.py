@@ -297,3 +297,23 @@ def test_on_a_redis_cluster(redis_cluster) -> None:  # type: ignore[no-untyped-d
     finally:
         b.close()
         client.close()
+
+
+def test_a_new_group_from_the_last_offset_skips_what_is_stored_and_says_so(
+    broker: RedisBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """e: consume_from and the new-group warning work as in queue mode."""
+    broker.create_topic("t", 1)
+    broker.send_batch("t", [(b"old", f"k{i}") for i in range(5)])
+    c = broker.pull_consumer("g", balance=Balance.MESSAGE)  # LAST_OFFSET
+    with caplog.at_level("WARNING"):
+        c.subscribe("t")
+        assert c.poll(0.01) == []
+    assert any("g" in r.getMessage() and "5" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    broker.send_batch("t", [(b"new", "k0")])
+    m = Member(c)
+    assert [(o, k) for _, o, k in m.poll()] == [(5, "k0")]
+    late = Member(broker.pull_consumer("g", balance=Balance.MESSAGE))  # a later member agrees on the start
+    late.c.subscribe("t")
+    broker.send_batch("t", [(b"new", "k9")])
+    assert [(o, k) for _, o, k in late.poll()] == [(6, "k9")]

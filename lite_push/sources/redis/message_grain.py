@@ -26,9 +26,12 @@ acknowledgements are ignored) and joins it again with a new token
 Round trips: a poll is one (the dispatches of all queues, pipelined; a
 paused queue's session renewal rides along every ``heartbeat_interval``);
 a commit is one; joining a queue is two (its cursor, then the join); the
-group registry's heartbeat (which also records each queue's committed
-position in the group's offsets hash, for a member of the other balance
-or a tool) is one more every ``heartbeat_interval``.
+group registry's heartbeat and the copy of each queue's committed position
+to the group's offsets hash (for a member of the other balance, or a tool)
+are two more every ``heartbeat_interval``.  A reclaim costs no round trip
+of its own: the first DISPATCH after a session lapsed does it, in time
+linear in the queue's delivered messages (``benchmarks/grain_costs.py``
+measures each call).
 """
 
 from __future__ import annotations

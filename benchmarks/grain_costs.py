@@ -1,0 +1,180 @@
+"""What message-grain balancing (``Balance.MESSAGE``) costs in round trips
+and server time, against queue balancing, on one redis-server (issue 28,
+item 3).
+
+    .venv/bin/python benchmarks/grain_costs.py --messages 20000
+
+1. **Per message, one consumer**: a LitePushConsumer (no-op listener, 8
+   lanes) consumes ``--messages`` messages of a 4-queue topic, once balanced
+   by queue and once by message; every round trip the process makes to Redis
+   is counted (redis-py's ``Pipeline.execute`` and every command sent outside
+   a pipeline) and, from ``INFO commandstats``, the server's calls and
+   microseconds.  Printed per 1,000 messages.
+2. **Each call alone**, on raw members (``RedisPullConsumer``), timed
+   client-side over many calls: a DISPATCH of 32 new messages, a DISPATCH
+   that finds nothing, an ACK of 32, a session renewal of a paused queue
+   (RENEW), and the DISPATCH that reclaims a lapsed member's 1,000
+   delivered messages (its first call after the session ran out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import redis
+from redis.client import Pipeline
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from lite_push import Balance, ConsumerConfig, LitePushConsumer, MessageQueue, OffsetAndMetadata
+from lite_push.sources import ConsumeFromWhere
+from lite_push.sources.redis import RedisBroker, grain_scripts
+from lite_push.sources.redis.message_grain import grain_keys
+from lite_push.sources.redis_server import RedisServer
+
+FIRST = ConsumeFromWhere.FIRST_OFFSET
+
+
+class Trips:
+    """Counts round trips: pipeline executions and lone commands."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self._pipe = Pipeline.execute
+        self._cmd = redis.Redis.execute_command
+
+    def __enter__(self) -> Trips:
+        trips = self
+        pipe, cmd = self._pipe, self._cmd
+
+        def execute(p: Any, *a: Any, **k: Any) -> Any:
+            trips.n += 1
+            return pipe(p, *a, **k)
+
+        def execute_command(c: Any, *a: Any, **k: Any) -> Any:
+            trips.n += 1
+            return cmd(c, *a, **k)
+
+        Pipeline.execute = execute  # type: ignore[method-assign]
+        redis.Redis.execute_command = execute_command  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        Pipeline.execute = self._pipe  # type: ignore[method-assign]
+        redis.Redis.execute_command = self._cmd  # type: ignore[method-assign]
+
+
+def _stats(client: redis.Redis) -> dict[str, tuple[int, float]]:
+    out = {}
+    for name, v in client.info("commandstats").items():
+        out[name.removeprefix("cmdstat_")] = (int(v["calls"]), float(v["usec"]))
+    return out
+
+
+def per_message(url: str, n: int, balance: Balance) -> dict[str, float]:
+    broker = RedisBroker(url, namespace=f"gc-{uuid.uuid4().hex[:8]}", session_timeout=10.0, heartbeat_interval=1.0)
+    broker.create_topic("T", 4)
+    broker.send_batch("T", [(b"x" * 64, f"k{i % 2000}") for i in range(n)])
+    done = [0]
+
+    def listener(msgs: list[Any]) -> None:
+        done[0] += len(msgs)
+
+    consumer = LitePushConsumer(
+        ConsumerConfig(group="g", lanes=8, poll_timeout=0.05, revoke_timeout=5.0, commit_interval=0.05),
+        source=broker.pull_consumer("g", consume_from=FIRST, balance=balance),
+        listener=listener,
+    )
+    consumer.subscribe("T")
+    client = broker.conn.client
+    client.config_resetstat()
+    with Trips() as trips:
+        t0 = time.perf_counter()
+        consumer.start()
+        while done[0] < n:
+            time.sleep(0.005)
+        wall = time.perf_counter() - t0
+        consumer.shutdown(10)
+    stats = _stats(client)
+    broker.close()
+    calls = sum(c for c, _ in stats.values())
+    usec = sum(u for _, u in stats.values())
+    k = n / 1000
+    return {"trips": trips.n / k, "calls": calls / k, "usec": usec / k, "rate": n / wall}
+
+
+def _timed(fn: Any, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e6
+
+
+def calls_alone(url: str) -> dict[str, float]:
+    broker = RedisBroker(url, namespace=f"gc-{uuid.uuid4().hex[:8]}", session_timeout=1.0, heartbeat_interval=0.2)
+    broker.create_topic("T", 1)
+    q = MessageQueue("T", broker.namespace, 0)
+    out: dict[str, float] = {}
+    a = broker.pull_consumer("g", consume_from=FIRST, balance=Balance.MESSAGE)
+    a.subscribe("T")
+    a.poll(0.01)
+    reps = 200
+    broker.send_batch("T", [(b"x" * 64, f"k{i}") for i in range(32 * reps)])
+    got: list[int] = []
+
+    def dispatch() -> None:
+        for b in a.poll(0.0, 32):
+            got.extend(m.queue_offset for m in b.messages)
+
+    out["DISPATCH of 32 new messages (poll)"] = _timed(dispatch, reps)
+    acks = iter(range(32, 32 * reps + 1, 32))
+    out["ACK of 32 (commit)"] = _timed(lambda: a.commit({q: OffsetAndMetadata(next(acks))}), reps)
+    out["DISPATCH finding nothing (poll)"] = _timed(lambda: a.poll(0.0, 32), reps)
+    # a lapsed member's 1,000 delivered messages, reclaimed by the next dispatch of another
+    broker.send_batch("T", [(b"x" * 64, f"r{i}") for i in range(1000)])
+    victim = broker.pull_consumer("g", consume_from=FIRST, balance=Balance.MESSAGE)
+    victim.subscribe("T")
+    victim.poll(0.01)
+    while sum(len(b.messages) for b in victim.poll(0.0, 1000)):
+        pass
+    time.sleep(1.2)
+    t = time.perf_counter()
+    a.poll(0.0, 32)
+    out["DISPATCH reclaiming 1,000 delivered messages"] = (time.perf_counter() - t) * 1e6
+    renew = broker.conn.client.register_script(grain_scripts.RENEW)
+    keys = grain_keys(broker.conn, "g", q)
+    out["RENEW (a paused queue's session)"] = _timed(lambda: renew(keys=keys, args=["m/1", 1000]), reps)
+    a.close()
+    victim.close()
+    broker.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=20000)
+    args = ap.parse_args()
+    with RedisServer(appendonly=False) as server:
+        print("| balance | round trips / 1k msg | server calls / 1k msg | server µs / 1k msg | msg/s |")
+        print("|---|---:|---:|---:|---:|")
+        for balance in (Balance.QUEUE, Balance.MESSAGE, Balance.QUEUE, Balance.MESSAGE):
+            r = per_message(server.url, args.messages, balance)
+            print(f"| {balance.value} | {r['trips']:.1f} | {r['calls']:.1f} | {r['usec']:.0f} | {r['rate']:,.0f} |")
+        print()
+        print("| call | median µs (client side, one round trip) |")
+        print("|---|---:|")
+        for name, us in calls_alone(server.url).items():
+            print(f"| {name} | {us:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
