@@ -317,3 +317,55 @@ def test_a_new_group_from_the_last_offset_skips_what_is_stored_and_says_so(
     late.c.subscribe("t")
     broker.send_batch("t", [(b"new", "k9")])
     assert [(o, k) for _, o, k in late.poll()] == [(6, "k9")]
+
+
+def test_a_lost_dispatch_reply_is_asked_for_again_not_left_stuck(
+    broker: RedisBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A poll whose dispatch ran on the server but whose reply was lost (the
+    connection dropped): the next poll gets those messages (RESYNC), so they
+    are neither lost nor held by this member for ever."""
+    broker.create_topic("t", 1)
+    q = MessageQueue("t", broker.namespace, 0)
+    m = Member(member(broker))
+    assert m.poll() == []  # joined
+    broker.send_batch("t", [(b"x", f"k{i}") for i in range(5)])
+    real = redis.client.Pipeline.execute
+    lost = []
+
+    def execute(self, *a, **k):  # type: ignore[no-untyped-def]
+        res = real(self, *a, **k)
+        if not lost:
+            lost.append(res)
+            raise redis.ConnectionError("reply lost")
+        return res
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", execute)
+    assert m.poll() == []  # the reply was lost: the poll returns nothing
+    monkeypatch.setattr(redis.client.Pipeline, "execute", real)
+    assert lost
+    assert sorted(o for _, o, _ in m.poll()) == [0, 1, 2, 3, 4]
+    m.ack_all()
+    assert m.c.committed(q) == OffsetAndMetadata(5)
+
+
+def test_a_malformed_entry_whose_dead_letter_fails_stays_unacknowledged_until_stored(
+    broker: RedisBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker.create_topic("t", 1)
+    q = MessageQueue("t", broker.namespace, 0)
+    client = broker.conn.client
+    off = int(client.incr(broker.queue_key("t", 0, "seq"))) - 1
+    client.xadd(broker.queue_key("t", 0, "log"), {b"b": b"x", b"m": b"{bad", b"s": b"1"}, id=f"{off + 1}-0")
+    broker.send_batch("t", [(b"x", "k1")])
+    real = broker.retries.store_dead_letters
+    monkeypatch.setattr(broker.retries, "store_dead_letters", lambda *a: [redis.ConnectionError("down")])
+    m = Member(member(broker))
+    assert [o for _, o, _ in m.poll()] == [1]  # the good one reaches the runtime all the same
+    m.ack_below(q, 2)
+    assert m.c.committed(q) == OffsetAndMetadata(0)  # the malformed one is not acknowledged
+    monkeypatch.setattr(broker.retries, "store_dead_letters", real)
+    m.poll()  # stored now
+    assert len(broker.messages(MessageQueue("%DLQ%g", broker.namespace, 0))) == 1
+    m.ack_below(q, 2)
+    assert m.c.committed(q) == OffsetAndMetadata(2)

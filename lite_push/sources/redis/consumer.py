@@ -24,12 +24,13 @@ is lost: positions move only after a successful read).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Protocol
 
@@ -62,6 +63,18 @@ _MIN_WAIT = 0.001
 #: A poll that may read at least this many entries runs with the cyclic GC
 #: paused while it parses and decodes them.
 _GC_PAUSE_MIN = 256
+
+
+@contextlib.contextmanager
+def _gc_paused(pause: bool) -> Iterator[None]:
+    """The cyclic GC off meanwhile when ``pause`` (and on before)."""
+    if pause:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if pause:
+            gc.enable()
 
 
 class BrokerParts(Protocol):
@@ -282,6 +295,8 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
             try:
                 batches, wait_hint = self._poll_once(max_per_queue)
             except CONN_ERRORS as e:
+                if self._grain is not None:  # a dispatch may have delivered what its lost reply held
+                    self._grain.replies_lost()
                 wait = self._outage.lost(e, deadline - time.monotonic())
                 if wait > 0:
                     self._event.wait(wait)
@@ -330,25 +345,26 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
         finally:
             if pause:
                 gc.enable()
-        if model.refresh(res[:watched]):  # the owned queues changed: what was read is dropped
-            self._check_open()
-            return None, 0.0
         due = self._retries.next_due_in(res[watched])
         wait_hint = _WAIT_SLICE if due is None else max(_MIN_WAIT, due)
         out: list[PollBatch] = []
-        if pause:
-            gc.disable()
-        try:
-            if grain is not None:
+        if grain is not None:
+            # What a dispatch delivered is this member's on the server: it is
+            # never dropped, whatever the refresh changes.
+            with _gc_paused(pause):
                 grain.collect(out, order, res[watched + 1 :], self._store_malformed)
-            else:
-                read_into(
-                    out, order, res[watched + 1 :], max_per_queue, self._conn.namespace, self._owned.states,
-                    self._store_malformed,
-                )  # fmt: skip
-        finally:
-            if pause:
-                gc.enable()
+            if model.refresh(res[:watched]):
+                self._check_open()
+                return out or None, 0.0
+            return out, wait_hint
+        if model.refresh(res[:watched]):  # the owned queues changed: what was read is dropped
+            self._check_open()
+            return None, 0.0
+        with _gc_paused(pause):
+            read_into(
+                out, order, res[watched + 1 :], max_per_queue, self._conn.namespace, self._owned.states,
+                self._store_malformed,
+            )  # fmt: skip
         return out, wait_hint
 
     # -- positions (assignment, pause, resume: QueueControl) ------------------

@@ -35,7 +35,7 @@ whoever asks next.
 
 from __future__ import annotations
 
-__all__ = ["ACK", "DISPATCH", "GRAIN_KEYS", "POSITION", "QUIT", "RENEW"]
+__all__ = ["ACK", "DISPATCH", "GRAIN_KEYS", "POSITION", "QUIT", "RENEW", "RESYNC"]
 
 #: The per-queue key names, in the order every script takes them.
 GRAIN_KEYS = ("log", "cur", "out", "who", "key", "hold", "cnt", "live", "park")
@@ -272,5 +272,35 @@ POSITION = (
     + """
 if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
 return base()
+"""
+)
+
+#: After a lost reply: the messages delivered to the caller that it does not
+#: know of (a DISPATCH it never heard back from).  KEYS: GRAIN_KEYS.
+#: ARGV: token, the offsets it knows...  Returns {1 if its session is live
+#: else 0, their entries in offset order}.  One trimmed away meanwhile is
+#: acknowledged (there is nothing to deliver).
+RESYNC = (
+    _NOW
+    + _DONE
+    + """
+local known = {}
+for i = 2, #ARGV do known[ARGV[i]] = true end
+local w = redis.call('HGETALL', KEYS[4])
+local mine = {}
+for i = 1, #w, 2 do
+  if w[i + 1] == ARGV[1] and not known[w[i]] then mine[#mine + 1] = tonumber(w[i]) end
+end
+table.sort(mine)
+local out = {}
+for _, off in ipairs(mine) do
+  local id = string.format('%d-0', off + 1)
+  local e = redis.call('XRANGE', KEYS[1], id, id)
+  if #e == 0 then done(string.format('%d', off)) else out[#out + 1] = e[1] end
+end
+local exp = redis.call('ZSCORE', KEYS[8], ARGV[1])
+local live = 0
+if exp and tonumber(exp) > now then live = 1 end
+return {live, out}
 """
 )

@@ -48,7 +48,7 @@ from .._base import Balance, MessageModel, retry_topic
 from .._member_model import MemberModel
 from .._owned import OwnedQueues
 from . import grain_scripts
-from .codec import decode
+from .codec import decode, offset_of
 from .connection import Connection
 from .membership import Membership
 from .reading import QueueReader
@@ -130,11 +130,19 @@ class MessageGrain(MemberModel):
         #: What the last :meth:`queue_reads` queued besides the dispatches,
         #: and when it was sent.
         self._renewing: list[MessageQueue] = []
+        self._resyncing: list[MessageQueue] = []
         self._sent = 0.0
+        #: A poll's reply was lost: the next one asks each queue what was
+        #: delivered to this member that it does not know of.
+        self._resync = False
+        #: Malformed entries delivered to this member whose dead letter could
+        #: not be stored yet (tried again at the next poll).
+        self._unstored: list[tuple[MessageExt, str]] = []
         self._dispatch = conn.client.register_script(grain_scripts.DISPATCH)
         self._ack = conn.client.register_script(grain_scripts.ACK)
         self._renew = conn.client.register_script(grain_scripts.RENEW)
         self._quit = conn.client.register_script(grain_scripts.QUIT)
+        self._resync_script = conn.client.register_script(grain_scripts.RESYNC)
         self._position = conn.client.register_script(grain_scripts.POSITION)
         self.channels = (membership.channel, conn.notify_channel(retry_topic(owned.group)))
 
@@ -220,11 +228,22 @@ class MessageGrain(MemberModel):
 
     # -- reading -----------------------------------------------------------------------
 
+    def replies_lost(self) -> None:
+        """A poll failed: its dispatches may have delivered messages whose
+        reply never came.  The next poll asks for them (RESYNC)."""
+        self._resync = True
+
     def queue_reads(self, pipe: Any, order: Sequence[QueueReader], want: int) -> int:
         """Queue on the poll's pipeline a DISPATCH of up to ``want``
         messages for each queue of ``order``, and a session renewal for
-        each paused queue due one; return how many replies that adds."""
+        each paused queue due one (after a lost reply, first a RESYNC of
+        every owned queue); return how many replies that adds."""
         conn, ttl, shares = self._conn, self._ttl_ms, self._shares
+        self._resyncing.clear()
+        if self._resync:
+            for q, s in shares.items():
+                conn.run(self._resync_script, s.keys, [s.token, *sorted(s.delivered)], pipe)
+                self._resyncing.append(q)
         scan = 4 * want + SCAN_EXTRA
         for st in order:
             s = shares[st.mq]
@@ -240,7 +259,7 @@ class MessageGrain(MemberModel):
                 conn.run(self._renew, s.keys, [s.token, ttl], pipe)
                 self._renewing.append(q)
         self._sent = now
-        return n + len(self._renewing)
+        return len(self._resyncing) + n + len(self._renewing)
 
     def collect(
         self,
@@ -250,42 +269,62 @@ class MessageGrain(MemberModel):
         store_malformed: Callable[[list[tuple[MessageExt, str]]], None],
     ) -> None:
         """Turn what :meth:`queue_reads` queued into batches (appended to
-        ``out``), recording what was delivered and which sessions lapsed.
-        Entries that cannot be decoded go to ``store_malformed`` (the
-        dead-letter queue) and count as delivered, so the next commit
-        acknowledges them."""
-        shares, namespace, sent = self._shares, self._conn.namespace, self._sent
-        states = self._owned.states
+        ``out``, one per queue), recording what was delivered and which
+        sessions lapsed.  Entries that cannot be decoded go to
+        ``store_malformed`` (the dead-letter queue) and count as delivered
+        once stored, so a later commit acknowledges them; until then they
+        stay this member's, unacknowledged."""
+        shares, sent, states = self._shares, self._sent, self._owned.states
+        r = len(self._resyncing)
         n = len(order)
-        for q, ok in zip(self._renewing, replies[n:], strict=True):
+        for q, ok in zip(self._renewing, replies[r + n :], strict=True):
             if int(ok):
                 shares[q].renewed = sent
             else:
                 self._evicted.add(q)
-        bad: list[tuple[MessageExt, str]] = []
-        for st, r in zip(order, replies[:n], strict=True):
-            q = st.mq
-            s = shares.get(q)
-            if s is None or states.get(q) is not st:
-                continue
-            s.base = int(r[1])
-            if not int(r[0]):
+        found: dict[MessageQueue, list[Any]] = {}
+        for q, rep in zip(self._resyncing, replies[:r], strict=True):
+            if not int(rep[0]):
                 self._evicted.add(q)
+            elif rep[1]:
+                found[q] = list(rep[1])
+        self._resync = False
+        for st, rep in zip(order, replies[r : r + n], strict=True):
+            s = shares[st.mq]
+            s.base = int(rep[1])
+            if not int(rep[0]):
+                self._evicted.add(st.mq)
+            else:
+                s.renewed = sent
+                if rep[2]:
+                    found.setdefault(st.mq, []).extend(rep[2])
+        bad, self._unstored = self._unstored, []
+        for q, entries in found.items():
+            st = states[q]
+            if q in self._evicted:
                 continue
-            s.renewed = sent
-            entries = r[2]
-            if not entries:
-                continue
+            if len(entries) > 1:
+                entries.sort(key=lambda e: offset_of(e[0]))
             qbad: list[tuple[MessageExt, str]] = []
-            msgs = decode(namespace, q, entries, qbad)
-            last = max(msgs[-1].queue_offset if msgs else -1, qbad[-1][0].queue_offset if qbad else -1)
-            s.delivered.update(m.queue_offset for m in msgs)
-            s.delivered.update(m.queue_offset for m, _ in qbad)
+            msgs = decode(self._conn.namespace, q, entries, qbad)
+            shares[q].delivered.update(m.queue_offset for m in msgs)
             bad += qbad
+            last = max(msgs[-1].queue_offset if msgs else -1, qbad[-1][0].queue_offset if qbad else -1)
             st.pos = max(st.pos, last + 1)
             out.append(PollBatch(q, msgs, st.pos))
         if bad:
-            store_malformed(bad)
+            try:
+                store_malformed(bad)
+            except Exception as e:  # the good batches must reach the runtime: they are delivered
+                logger.warning(
+                    "%r: dead-lettering %d malformed entries failed (%s); tried again", self._owned.who, len(bad), e
+                )
+                self._unstored = bad
+                return
+            for m, _ in bad:
+                share = shares.get(m.queue)
+                if share is not None:
+                    share.delivered.add(m.queue_offset)
 
     # -- acknowledging -------------------------------------------------------------------
 
