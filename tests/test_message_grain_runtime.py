@@ -20,6 +20,7 @@ from lite_push import Balance, ConsumerConfig, ConsumeResult, LitePushConsumer, 
 from lite_push.sources import ConsumeFromWhere
 from lite_push.sources.redis import RedisBroker
 from lite_push.sources.redis_server import RedisServer
+from lite_push.testing import TcpProxy
 
 
 @pytest.fixture(scope="module")
@@ -161,44 +162,67 @@ def test_a_failed_message_is_retried_in_its_member_and_its_key_stays_held(server
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     seed=st.integers(0, 2**16),
-    events=st.lists(st.sampled_from(["join", "leave", "slow", "fast"]), min_size=2, max_size=6),
+    events=st.lists(st.sampled_from(["join", "leave", "cut", "slow", "fast"]), min_size=2, max_size=6),
     queues=st.integers(1, 3),
 )
-def test_random_joins_leaves_and_delays_keep_keys_apart_ordered_and_lose_nothing(
+def test_random_joins_leaves_cuts_and_delays_keep_keys_apart_ordered_and_lose_nothing(
     server: RedisServer, seed: int, events: list[str], queues: int
 ) -> None:
-    """2b, c, f: whatever the joins, leaves and listener delays, no key is
-    ever in two members' listeners at once, nothing is lost, and first
-    deliveries keep key order."""
+    """2b, c, f: whatever the joins, leaves, cut-offs (a member's traffic to
+    Redis stops for good, its sockets open: to the group it is dead, while
+    its lanes still run) and listener delays, no key is ever in two members'
+    listeners at once, nothing is lost, and first deliveries keep key order."""
     rng = random.Random(seed)
-    broker = _broker(server)
-    members: list[LitePushConsumer] = []
+    ns = f"mp-{uuid.uuid4().hex[:10]}"
+    admin = RedisBroker(server.url, namespace=ns)
+    members: list[tuple[LitePushConsumer, TcpProxy, RedisBroker]] = []
+    watch = Watch()
+
+    def join(i: int) -> None:
+        proxy = TcpProxy("127.0.0.1", server.port).start()
+        b = RedisBroker(proxy.url(), namespace=ns, session_timeout=2.0, heartbeat_interval=0.2)
+        c = LitePushConsumer(
+            ConsumerConfig(group="g", lanes=4, poll_timeout=0.02, revoke_timeout=1.0),
+            source=b.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET, balance=Balance.MESSAGE),
+            listener=watch.listener(f"m{i}", random.Random(seed + i)),
+        )
+        c.subscribe("T")
+        c.start()
+        members.append((c, proxy, b))
+
     try:
-        broker.create_topic("T", queues)
-        n = 600
-        broker.send_batch("T", [(b"x", f"k{rng.randrange(40)}") for _ in range(n)])
-        watch = Watch()
-        watch.delay = 0.003
-        members.append(_member(broker, watch, "m0", seed))
-        members[0].start()
+        admin.create_topic("T", queues)
+        chunk = 200
+        n = chunk * (len(events) + 1)
+        watch.delay = 0.006
+        join(0)
         serial = 1
-        for ev in events:
+        live = [0]
+        for ev in events:  # messages keep coming while members come and go
+            admin.send_batch("T", [(b"x", f"k{rng.randrange(60)}") for _ in range(chunk)])
             time.sleep(rng.random() * 0.3)
-            if ev == "join" and len(members) < 4:
-                m = _member(broker, watch, f"m{serial}", seed + serial)
+            if ev == "join" and len(live) < 4:
+                join(serial)
+                live.append(serial)
                 serial += 1
-                m.start()
-                members.append(m)
-            elif ev == "leave" and len(members) > 1:
-                members.pop(rng.randrange(len(members))).shutdown(5)
+            elif ev in ("leave", "cut") and len(live) > 1:
+                i = live.pop(rng.randrange(len(live)))
+                c, proxy, _ = members[i]
+                if ev == "leave":
+                    c.shutdown(5)
+                else:
+                    proxy.partition()
             elif ev == "slow":
-                watch.delay = 0.01
-            else:
-                watch.delay = 0.001
+                watch.delay = 0.02
+            elif ev == "fast":
+                watch.delay = 0.002
+        admin.send_batch("T", [(b"x", f"k{rng.randrange(60)}") for _ in range(chunk)])
         wait_for(lambda: len(watch.done()) == n, 60, lambda: f"{len(watch.done())} of {n} done")
         assert watch.overlaps == []
         assert watch.first_order_ok()
     finally:
-        for m in members:
-            m.shutdown(5)
-        broker.close()
+        for c, proxy, b in members:
+            proxy.close()
+            c.shutdown(2)
+            b.close()
+        admin.close()
