@@ -131,16 +131,16 @@ def _consume_args(*argv: str) -> Any:
 
 @pytest.fixture
 def recorded(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """The keyword arguments of every ``RedisBroker.pull_consumer`` call;
-    ``balance`` is taken off before the real method runs (it may not take
-    the argument)."""
+    """The keyword arguments of every ``RedisBroker.pull_consumer`` call
+    (then the real method runs with them)."""
     calls: list[dict[str, Any]] = []
     real = RedisBroker.pull_consumer
 
     def pull_consumer(self: RedisBroker, group: str, **kw: Any) -> Any:
         calls.append(dict(kw))
-        kw.pop("balance", None)
-        return real(self, group, **kw)
+        consumer = real(self, group, **kw)
+        assert consumer.balance is kw.get("balance", Balance.QUEUE)
+        return consumer
 
     monkeypatch.setattr(RedisBroker, "pull_consumer", pull_consumer)
     return calls
