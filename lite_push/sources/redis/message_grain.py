@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
+from ..._errors import ConfigError
 from ..._offset_map import OffsetMapError
 from ..._offset_map import decode as decode_map
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
@@ -64,6 +65,8 @@ logger = logging.getLogger(__name__)
 PARK_LIMIT = 4096
 #: Entries one DISPATCH reads past the cursor beyond ``4 * want``.
 SCAN_EXTRA = 64
+#: Offsets one ACK call takes (Lua unpacks them onto its stack).
+ACK_CHUNK = 2000
 
 
 def grain_keys(conn: Connection, group: str, queue: MessageQueue) -> list[str]:
@@ -111,6 +114,8 @@ class MessageGrain(MemberModel):
         heartbeat_interval: float,
         tags: Callable[[str], frozenset[str] | None],
     ) -> None:
+        if "\t" in owned.client_id:
+            raise ConfigError("client_id", f"must not contain a tab with Balance.MESSAGE, got {owned.client_id!r}")
         self._owned = owned
         self._members = membership
         self._conn = conn
@@ -346,9 +351,10 @@ class MessageGrain(MemberModel):
                     logger.debug("%r: commit of %s: metadata is not an offset map (%s)", self._owned.who, q, e)
             top = om.offset
             acks = sorted(o for o in s.delivered if o < top or (fin is not None and o in fin))
-            if acks:
-                conn.run(self._ack, s.keys, [s.token, *acks], pipe)
-                sent.append((q, s, acks))
+            for i in range(0, len(acks), ACK_CHUNK):
+                part = acks[i : i + ACK_CHUNK]
+                conn.run(self._ack, s.keys, [s.token, *part], pipe)
+                sent.append((q, s, part))
         if not sent:
             return
         for (q, s, acks), r in zip(sent, pipe.execute(), strict=True):
