@@ -369,3 +369,32 @@ def test_a_malformed_entry_whose_dead_letter_fails_stays_unacknowledged_until_st
     assert len(broker.messages(MessageQueue("%DLQ%g", broker.namespace, 0))) == 1
     m.ack_below(q, 2)
     assert m.c.committed(q) == OffsetAndMetadata(2)
+
+
+def test_a_poll_failing_after_its_dispatch_keeps_the_batches_and_acknowledges_none_of_them(
+    broker: RedisBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dispatch delivered, then the poll failed (the registry heartbeat
+    after it lost Redis): the batches come with the next poll, and no
+    commit before that acknowledges them (they never reached a listener)."""
+    from lite_push.sources.redis.membership import Membership
+
+    broker.create_topic("t", 1)
+    q = MessageQueue("t", broker.namespace, 0)
+    m = Member(member(broker))
+    assert m.poll() == []  # joined
+    broker.send_batch("t", [(b"x", f"k{i}") for i in range(4)])
+    real = Membership.heartbeat
+
+    def heartbeat(self, *a, **k):  # type: ignore[no-untyped-def]
+        raise redis.ConnectionError("lost after the dispatch")
+
+    monkeypatch.setattr(Membership, "heartbeat", heartbeat)
+    time.sleep(0.25)  # the registry heartbeat is due
+    assert m.poll() == []
+    monkeypatch.setattr(Membership, "heartbeat", real)
+    m.c.commit({q: OffsetAndMetadata(10)})  # a commit point past them: still not theirs to acknowledge
+    assert m.c.committed(q) == OffsetAndMetadata(0)
+    assert sorted(o for _, o, _ in m.poll()) == [0, 1, 2, 3]
+    m.ack_all()
+    assert m.c.committed(q) == OffsetAndMetadata(4)

@@ -40,6 +40,7 @@ from .codec import decode
 from .connection import Connection, chunk_offset
 from .consumer import RedisPullConsumer
 from .membership import read_committed
+from .message_grain import grain_position
 from .registry import OpenConsumers
 from .retries import Retries
 from .topics import TopicCatalog, TopicInfo
@@ -295,7 +296,11 @@ class RedisBroker:
         return f"{socket.gethostname()}@{os.getpid()}@{next(self._client_seq):06d}@{uuid.uuid4().hex[:8]}"
 
     def committed(self, group: str, queue: MessageQueue) -> OffsetAndMetadata | None:
-        """What ``group`` committed for ``queue`` (admin view)."""
+        """What ``group`` committed for ``queue`` (admin view; a group
+        balanced by message: its lowest unacknowledged offset, as the
+        queue's own state says)."""
+        if self.conn.client.get(self.group_key(group, "balance")) == b"MESSAGE":
+            return grain_position(self.conn, group, queue)
         return read_committed(self.conn, group, queue)
 
     # -- lifecycle ------------------------------------------------------------

@@ -124,6 +124,7 @@ class Connection:
         self.unlock = c.register_script(scripts.UNLOCK)
         self.schedule = c.register_script(scripts.SCHEDULE)
         self.claim_balance = c.register_script(scripts.CLAIM_BALANCE)
+        self.raise_positions = c.register_script(scripts.RAISE_POSITIONS)
         # Redis Cluster clients cannot pipeline scripts: they run one by one
         self._cluster = isinstance(c, redis.RedisCluster)
         # Polls read through a second client on the same connection pool

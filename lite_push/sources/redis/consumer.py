@@ -350,10 +350,12 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
         out: list[PollBatch] = []
         if grain is not None:
             # What a dispatch delivered is this member's on the server: it is
-            # never dropped, whatever the refresh changes.
+            # kept for the runtime whatever the refresh changes or raises.
             with _gc_paused(pause):
-                grain.collect(out, order, res[watched + 1 :], self._store_malformed)
-            if model.refresh(res[:watched]):
+                grain.collect(order, res[watched + 1 :], self._store_malformed)
+            changed = model.refresh(res[:watched])
+            out = grain.take_ready()
+            if changed:
                 self._check_open()
                 return out or None, 0.0
             return out, wait_hint

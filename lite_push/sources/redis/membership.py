@@ -168,13 +168,15 @@ class Membership:
             )
 
     def store_positions(self, positions: Mapping[MessageQueue, int]) -> None:
-        """Write the group's committed positions (message-grain members:
+        """Copy the group's committed positions (message-grain members:
         the lowest unacknowledged offsets) to the group's offsets hash, for
-        a member of the other balance and for tools."""
+        a member of the other balance and for tools; a position there is
+        only ever raised (another member's copy may be newer)."""
         if positions:
-            self._conn.client.hset(
-                self._k_offsets, mapping={qfield(q): orjson.dumps([off, ""]) for q, off in positions.items()}
-            )
+            args: list[Any] = []
+            for q, off in positions.items():
+                args += (qfield(q), int(off))
+            self._conn.raise_positions(keys=[self._k_offsets], args=args)
 
     # -- positions -----------------------------------------------------------------
 

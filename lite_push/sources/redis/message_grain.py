@@ -56,7 +56,7 @@ from .reading import QueueReader
 from .retries import Retries
 from .topics import TopicCatalog
 
-__all__ = ["MessageGrain", "grain_keys"]
+__all__ = ["MessageGrain", "grain_keys", "grain_position"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +77,14 @@ def grain_keys(conn: Connection, group: str, queue: MessageQueue) -> list[str]:
     return [conn.queue_key(t, q, "log")] + [
         conn.queue_key(t, q, f"mg:{group}:{w}") for w in grain_scripts.GRAIN_KEYS[1:]
     ]
+
+
+def grain_position(conn: Connection, group: str, queue: MessageQueue) -> OffsetAndMetadata | None:
+    """The committed position of ``queue`` for ``group`` balanced by
+    message: its lowest offset no member acknowledged (None: never read)."""
+    script = conn.client.register_script(grain_scripts.POSITION)
+    pos = int(conn.run(script, grain_keys(conn, group, queue), []))
+    return None if pos < 0 else OffsetAndMetadata(pos)
 
 
 class _Share:
@@ -140,6 +148,8 @@ class MessageGrain(MemberModel):
         #: A poll's reply was lost: the next one asks each queue what was
         #: delivered to this member that it does not know of.
         self._resync = False
+        #: Batches collected, per queue, not handed to the runtime yet.
+        self._ready: dict[MessageQueue, PollBatch] = {}
         #: Malformed entries delivered to this member whose dead letter could
         #: not be stored yet (tried again at the next poll).
         self._unstored: list[tuple[MessageExt, str]] = []
@@ -192,6 +202,7 @@ class MessageGrain(MemberModel):
                 owned.drop(lost)
                 for q in lost:
                     del self._shares[q]
+                    self._ready.pop(q, None)  # the others have them now
                 changed = self._pending = True
         if time.monotonic() - self._members.last_heartbeat >= self._heartbeat_interval and self._subscribed:
             self._members.heartbeat([], self._subscribed)
@@ -268,17 +279,16 @@ class MessageGrain(MemberModel):
 
     def collect(
         self,
-        out: list[PollBatch],
         order: Sequence[QueueReader],
         replies: Sequence[Any],
         store_malformed: Callable[[list[tuple[MessageExt, str]]], None],
     ) -> None:
-        """Turn what :meth:`queue_reads` queued into batches (appended to
-        ``out``, one per queue), recording what was delivered and which
-        sessions lapsed.  Entries that cannot be decoded go to
-        ``store_malformed`` (the dead-letter queue) and count as delivered
-        once stored, so a later commit acknowledges them; until then they
-        stay this member's, unacknowledged."""
+        """Turn what :meth:`queue_reads` queued into batches, ready for
+        :meth:`take_ready`, recording what was delivered and which sessions
+        lapsed.  Entries that cannot be decoded go to ``store_malformed``
+        (the dead-letter queue) and count as delivered once stored, so a
+        later commit acknowledges them; until then they stay this member's,
+        unacknowledged."""
         shares, sent, states = self._shares, self._sent, self._owned.states
         r = len(self._resyncing)
         n = len(order)
@@ -316,7 +326,10 @@ class MessageGrain(MemberModel):
             bad += qbad
             last = max(msgs[-1].queue_offset if msgs else -1, qbad[-1][0].queue_offset if qbad else -1)
             st.pos = max(st.pos, last + 1)
-            out.append(PollBatch(q, msgs, st.pos))
+            before = self._ready.get(q)
+            if before is not None:  # a failed poll's batch, not handed over yet
+                msgs = sorted(before.messages + msgs, key=lambda m: m.queue_offset)
+            self._ready[q] = PollBatch(q, msgs, st.pos)
         if bad:
             try:
                 store_malformed(bad)
@@ -330,6 +343,15 @@ class MessageGrain(MemberModel):
                 share = shares.get(m.queue)
                 if share is not None:
                     share.delivered.add(m.queue_offset)
+
+    def take_ready(self) -> list[PollBatch]:
+        """The batches collected and not handed to the runtime yet (a poll
+        that failed after its dispatches keeps them for the next one: what
+        was delivered to this member must reach its listener before a
+        commit acknowledges it)."""
+        ready = list(self._ready.values())
+        self._ready.clear()
+        return ready
 
     # -- acknowledging -------------------------------------------------------------------
 
@@ -350,7 +372,11 @@ class MessageGrain(MemberModel):
                 except OffsetMapError as e:
                     logger.debug("%r: commit of %s: metadata is not an offset map (%s)", self._owned.who, q, e)
             top = om.offset
-            acks = sorted(o for o in s.delivered if o < top or (fin is not None and o in fin))
+            held = self._ready.get(q)  # not in the runtime yet: not its to acknowledge
+            waiting = {m.queue_offset for m in held.messages} if held is not None else ()
+            acks = sorted(
+                o for o in s.delivered if (o < top or (fin is not None and o in fin)) and o not in waiting
+            )
             for i in range(0, len(acks), ACK_CHUNK):
                 part = acks[i : i + ACK_CHUNK]
                 conn.run(self._ack, s.keys, [s.token, *part], pipe)

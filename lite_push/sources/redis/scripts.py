@@ -199,3 +199,16 @@ redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
 return ARGV[2]
 """
 )
+
+#: Raise stored positions, never lower them (message-grain members copy
+#: their queues' committed positions here; a member's copy may be older
+#: than another's).  KEYS: offsets hash.  ARGV: field, offset, ...
+RAISE_POSITIONS = """
+for i = 1, #ARGV, 2 do
+  local old = redis.call('HGET', KEYS[1], ARGV[i])
+  if not old or tonumber(cjson.decode(old)[1]) < tonumber(ARGV[i + 1]) then
+    redis.call('HSET', KEYS[1], ARGV[i], '[' .. ARGV[i + 1] .. ',""]')
+  end
+end
+return 1
+"""
