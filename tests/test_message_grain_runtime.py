@@ -226,3 +226,48 @@ def test_random_joins_leaves_cuts_and_delays_keep_keys_apart_ordered_and_lose_no
             c.shutdown(2)
             b.close()
         admin.close()
+
+
+def test_hooks_pause_resume_dead_letters_and_stats_work_as_with_queues(server: RedisServer) -> None:
+    """e: the application's hooks hear of every queue; a queue it pauses
+    gets nothing until it resumes it; a message failing past
+    max_reconsume_times goes to the DLQ with its reason; stats count."""
+    broker = _broker(server)
+    try:
+        broker.create_topic("T", 2)
+        assigned: list[MessageQueue] = []
+        seen: list[int] = []
+
+        def listener(msgs):  # type: ignore[no-untyped-def]
+            for m in msgs:
+                seen.append(m.queue_offset)
+                if m.keys == "bad":
+                    return ConsumeResult.RETRY_LATER
+            return None
+
+        c = LitePushConsumer(
+            ConsumerConfig(group="g", lanes=2, poll_timeout=0.02, revoke_timeout=1.0, suspend_ms=50,
+                           max_reconsume_times=1),
+            source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET, balance=Balance.MESSAGE),
+            listener=listener,
+            on_assigned=lambda qs: assigned.extend(qs),
+        )  # fmt: skip
+        c.subscribe("T")
+        c.start()
+        wait_for(lambda: len(assigned) == 2, 10, "both queues assigned")
+        q0 = MessageQueue("T", broker.namespace, 0)
+        c.pause([q0])
+        broker.send_batch("T", [{"body": b"x", "keys": f"k{i}", "queue_id": 0} for i in range(5)])
+        broker.send_batch("T", [{"body": b"x", "keys": "bad", "queue_id": 1}])
+        wait_for(lambda: c.stats().dead_lettered == 1, 20, lambda: f"{c.stats()}")
+        assert seen.count(0) == 2  # queue 1's offset 0: the first attempt and one retry; queue 0 is paused
+        assert len(broker.messages(MessageQueue("T", broker.namespace, 0))) == 5 and c.stats().consumed == 0
+        c.resume([q0])
+        wait_for(lambda: c.stats().consumed == 5, 20, lambda: f"{c.stats()}")
+        c.shutdown(5)
+        dlq = broker.messages(MessageQueue("%DLQ%g", broker.namespace, 0))
+        assert len(dlq) == 1 and dlq[0].keys == "bad" and dlq[0].properties.get("DLQ_REASON")
+        for q in (q0, MessageQueue("T", broker.namespace, 1)):
+            assert broker.committed("g", q).offset == broker.max_offset(q)  # type: ignore[union-attr]
+    finally:
+        broker.close()

@@ -19,6 +19,7 @@ from lite_push._process_queue import ProcessQueue
 from lite_push._pull_loop import PullLoop
 from lite_push._shared import Counters
 from lite_push._types import OffsetAndMetadata, PollBatch
+from lite_push.sources import Balance
 
 MQ = MessageQueue("T", "redis", 0)
 
@@ -95,8 +96,9 @@ def _loop(owned: dict[MessageQueue, ProcessQueue], counters: Counters, dispatche
     dispatcher = SimpleNamespace(add=lambda pq, msgs: dispatched.append(list(msgs)))
     flow = SimpleNamespace(over_threshold=lambda *_: False)
     none: Any = None
+    source: Any = SimpleNamespace(balance=Balance.QUEUE)  # a source that counts its gaps as filtered
     return PullLoop(
-        ConsumerConfig(group="g"), none, none, owned, assignment=none, dispatcher=dispatcher,  # type: ignore[arg-type]
+        ConsumerConfig(group="g"), source, none, owned, assignment=none, dispatcher=dispatcher,  # type: ignore[arg-type]
         flow=flow, committer=none, sender=none, timer=none, queue_counters=counters.queues,  # type: ignore[arg-type]
         latch=none, stopping=threading.Event(),
     )  # fmt: skip
