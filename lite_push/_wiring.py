@@ -98,8 +98,8 @@ def build_parts(
     """Build the parts of one consumer (see the module docstring)."""
     by_message = source.balance is Balance.MESSAGE
     if by_message:
-        # Every buffered message holds its key for this member: buffer little.
-        # and an acknowledgement frees it: acknowledge often.
+        # Every buffered message holds its key for this member, until it is
+        # acknowledged: buffer little and acknowledge often.
         cap = min(config.pull_threshold_for_queue, MESSAGE_BUFFER_PER_LANE * len(lanes))
         config = dataclasses.replace(
             config,

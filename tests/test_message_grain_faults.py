@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,24 +24,20 @@ if str(BENCHMARKS) not in sys.path:
 from fault_suite import run_redis  # noqa: E402  (benchmarks/ is put on sys.path above)
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[RedisServer]:
-    with RedisServer(appendonly=False) as s:
-        yield s
-
-
-def test_one_of_three_members_killed_its_keys_go_on_in_order_elsewhere(server: RedisServer, tmp_path: Path) -> None:
+def test_one_of_three_members_killed_its_keys_go_on_in_order_elsewhere(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
     """c: the killed member's unacknowledged messages and keys go to the
     others once its session lapsed, in key order; nothing is lost."""
     ns = f"mk-{uuid.uuid4().hex[:10]}"
-    broker = RedisBroker(server.url, namespace=ns)
+    broker = RedisBroker(redis_server.url, namespace=ns)
     broker.create_topic("T", queue_count=2)
     total = 8000
     broker.send_batch("T", [(b"x", f"k{i % 300}") for i in range(total)])
     source_lines = (
         "from lite_push.sources import Balance, ConsumeFromWhere\n"
         "from lite_push.sources.redis import RedisBroker\n"
-        f"broker = RedisBroker({server.url!r}, namespace={ns!r}, session_timeout=2.0, heartbeat_interval=0.3)\n"
+        f"broker = RedisBroker({redis_server.url!r}, namespace={ns!r}, session_timeout=2.0, heartbeat_interval=0.3)\n"
         'source = broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET, client_id="{cid}",\n'
         "                              balance=Balance.MESSAGE)\n"
     )

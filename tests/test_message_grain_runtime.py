@@ -9,9 +9,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
 
-import pytest
 from helpers import wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,14 +21,10 @@ from lite_push.sources.redis_server import RedisServer
 from lite_push.testing import TcpProxy
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[RedisServer]:
-    with RedisServer(appendonly=False) as s:
-        yield s
-
-
-def _broker(server: RedisServer) -> RedisBroker:
-    return RedisBroker(server.url, namespace=f"mr-{uuid.uuid4().hex[:10]}", session_timeout=3.0, heartbeat_interval=0.3)
+def _broker(redis_server: RedisServer) -> RedisBroker:
+    return RedisBroker(
+        redis_server.url, namespace=f"mr-{uuid.uuid4().hex[:10]}", session_timeout=3.0, heartbeat_interval=0.3
+    )
 
 
 class Watch:
@@ -88,8 +82,8 @@ def _member(broker: RedisBroker, watch: Watch, name: str, seed: int, **cfg: obje
     return consumer
 
 
-def test_three_consumers_share_one_queue_in_key_order_and_commit_everything(server: RedisServer) -> None:
-    broker = _broker(server)
+def test_three_consumers_share_one_queue_in_key_order_and_commit_everything(redis_server: RedisServer) -> None:
+    broker = _broker(redis_server)
     try:
         broker.create_topic("T", 1)
         n = 1500
@@ -112,10 +106,10 @@ def test_three_consumers_share_one_queue_in_key_order_and_commit_everything(serv
         broker.close()
 
 
-def test_a_failed_message_is_retried_in_its_member_and_its_key_stays_held(server: RedisServer) -> None:
+def test_a_failed_message_is_retried_in_its_member_and_its_key_stays_held(redis_server: RedisServer) -> None:
     """e: no retry topic; the key's later messages wait behind the failed one
     in the same member (no other member runs them meanwhile)."""
-    broker = _broker(server)
+    broker = _broker(redis_server)
     try:
         broker.create_topic("T", 1)
         broker.send_batch("T", [(b"x", f"k{i % 5}") for i in range(40)])
@@ -166,7 +160,7 @@ def test_a_failed_message_is_retried_in_its_member_and_its_key_stays_held(server
     queues=st.integers(1, 3),
 )
 def test_random_joins_leaves_cuts_and_delays_keep_keys_apart_ordered_and_lose_nothing(
-    server: RedisServer, seed: int, events: list[str], queues: int
+    redis_server: RedisServer, seed: int, events: list[str], queues: int
 ) -> None:
     """2b, c, f: whatever the joins, leaves, cut-offs (a member's traffic to
     Redis stops for good, its sockets open: to the group it is dead, while
@@ -174,12 +168,12 @@ def test_random_joins_leaves_cuts_and_delays_keep_keys_apart_ordered_and_lose_no
     listeners at once, nothing is lost, and first deliveries keep key order."""
     rng = random.Random(seed)
     ns = f"mp-{uuid.uuid4().hex[:10]}"
-    admin = RedisBroker(server.url, namespace=ns)
+    admin = RedisBroker(redis_server.url, namespace=ns)
     members: list[tuple[LitePushConsumer, TcpProxy, RedisBroker]] = []
     watch = Watch()
 
     def join(i: int) -> None:
-        proxy = TcpProxy("127.0.0.1", server.port).start()
+        proxy = TcpProxy("127.0.0.1", redis_server.port).start()
         b = RedisBroker(proxy.url(), namespace=ns, session_timeout=2.0, heartbeat_interval=0.2)
         c = LitePushConsumer(
             ConsumerConfig(group="g", lanes=4, poll_timeout=0.02, revoke_timeout=1.0),
@@ -228,11 +222,11 @@ def test_random_joins_leaves_cuts_and_delays_keep_keys_apart_ordered_and_lose_no
         admin.close()
 
 
-def test_hooks_pause_resume_dead_letters_and_stats_work_as_with_queues(server: RedisServer) -> None:
+def test_hooks_pause_resume_dead_letters_and_stats_work_as_with_queues(redis_server: RedisServer) -> None:
     """e: the application's hooks hear of every queue; a queue it pauses
     gets nothing until it resumes it; a message failing past
     max_reconsume_times goes to the DLQ with its reason; stats count."""
-    broker = _broker(server)
+    broker = _broker(redis_server)
     try:
         broker.create_topic("T", 2)
         assigned: list[MessageQueue] = []

@@ -75,7 +75,6 @@ class Clustering(MemberModel):
         # revoked after on_revoked, whose owner keys could not be deleted yet
         self._unreleased: set[MessageQueue] = set()
         self._last_rebalance = -math.inf
-        self._locks: set[MessageQueue] = set()
         self.channels = (membership.channel, conn.notify_channel(retry_topic(owned.group)))
 
     @property
@@ -178,13 +177,10 @@ class Clustering(MemberModel):
         return self._members.committed(queue)
 
     def lock(self, queues: Collection[MessageQueue], lease: float) -> frozenset[MessageQueue]:
-        held = self._members.lock(list(queues), lease)
-        self._locks |= held
-        return held
+        return self._members.lock(queues, lease)
 
     def unlock(self, queues: Collection[MessageQueue]) -> None:
-        self._members.unlock(list(queues))
-        self._locks.difference_update(queues)
+        self._members.unlock(queues)
 
     def send_back(self, items: Sequence[tuple[MessageExt, int]]) -> list[BaseException | None]:
         """The copies wait in the group's schedule until due, then a poll
@@ -195,5 +191,4 @@ class Clustering(MemberModel):
         """Release the owned queues and the locks at once, and leave the
         group's registry if subscribed."""
         owned = (*self._owned.states, *self._unreleased)
-        locks, self._locks = self._locks, set()
-        self._members.leave(owned, locks, member=bool(self._subscribed))
+        self._members.leave(owned, member=bool(self._subscribed))

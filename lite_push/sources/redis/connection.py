@@ -1,5 +1,5 @@
 """The Redis Streams source's connection: the client, the reader client,
-the registered Lua scripts, pipelines, storing messages (the SEND script),
+the registered Lua scripts (:mod:`.scripts`, :mod:`.grain_scripts`), pipelines, storing messages (the SEND script),
 and the names of every key.
 
 Reading: polls go through a second client on the broker's connection pool
@@ -21,7 +21,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..._types import MessageQueue
-from . import scripts
+from . import grain_scripts, scripts
 
 __all__ = ["CONN_ERRORS", "SEND_CHUNK", "Connection", "Outage", "Sequential", "chunk_offset", "qfield"]
 
@@ -125,6 +125,13 @@ class Connection:
         self.schedule = c.register_script(scripts.SCHEDULE)
         self.claim_balance = c.register_script(scripts.CLAIM_BALANCE)
         self.raise_positions = c.register_script(scripts.RAISE_POSITIONS)
+        # message-grain balancing (grain_scripts): one queue's slot each
+        self.grain_dispatch = c.register_script(grain_scripts.DISPATCH)
+        self.grain_ack = c.register_script(grain_scripts.ACK)
+        self.grain_renew = c.register_script(grain_scripts.RENEW)
+        self.grain_quit = c.register_script(grain_scripts.QUIT)
+        self.grain_position = c.register_script(grain_scripts.POSITION)
+        self.grain_resync = c.register_script(grain_scripts.RESYNC)
         # Redis Cluster clients cannot pipeline scripts: they run one by one
         self._cluster = isinstance(c, redis.RedisCluster)
         # Polls read through a second client on the same connection pool

@@ -38,7 +38,7 @@ from ..._errors import ConfigError, LitePushError, UnknownTopicError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
 from ...rebalance.allocate import AVERAGELY, AllocateStrategy
 from .._base import Balance, ConsumeFromWhere, MessageModel, PullSource, RebalanceListener, is_retry_or_dlq_topic
-from .._common import check_lease, check_member_arguments, commit_entries, parse_tag_expression
+from .._common import check_balance, check_lease, check_member_arguments, commit_entries, parse_tag_expression
 from .._member_model import Broadcasting, MemberModel, check_message_model, open_offset_store
 from .._owned import OwnedQueues, QueueControl
 from ..local_offsets import LocalOffsetStore
@@ -130,8 +130,7 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
         balance: Balance = Balance.QUEUE,
     ) -> None:
         check_message_model(message_model, offset_file)
-        if not isinstance(balance, Balance):
-            raise ConfigError("balance", f"must be a Balance, got {balance!r}")
+        check_balance(balance)  # the Redis source balances either way
         if balance is Balance.MESSAGE and message_model is not MessageModel.CLUSTERING:
             raise ConfigError(
                 "balance", "Balance.MESSAGE spreads a group's messages over its members: it needs CLUSTERING"

@@ -58,6 +58,8 @@ class Membership:
         #: last set its owner key's expiry (acquire or heartbeat): the key
         #: is this member's until at least then + the session timeout.
         self._renewed: dict[MessageQueue, float] = {}
+        #: The orderly locks this member holds.
+        self._locked: set[MessageQueue] = set()
         self._consume_from = consume_from
         self._consume_timestamp = consume_timestamp
         self._k_members = conn.group_key(group, "members")
@@ -141,9 +143,10 @@ class Membership:
             keys=[self.version_key, *(self._owner_key(q) for q in queues)], args=[self.cid, self.channel]
         )
 
-    def leave(self, owned: Collection[MessageQueue], locked: Collection[MessageQueue], member: bool) -> None:
-        """Release ``owned`` and ``locked`` at once and, when subscribed
-        (``member``), leave the group's registry."""
+    def leave(self, owned: Collection[MessageQueue], member: bool) -> None:
+        """Release ``owned`` and the orderly locks held at once and, when
+        subscribed (``member``), leave the group's registry."""
+        locked, self._locked = self._locked, set()
         keys = [self._owner_key(q) for q in owned] + [self._lock_key(q) for q in locked]
         if member:
             self._conn.leave(
@@ -223,11 +226,17 @@ class Membership:
         """The group's committed offset of ``queue``."""
         return read_committed(self._conn, self.group, queue)
 
-    def lock(self, queues: Sequence[MessageQueue], lease: float) -> frozenset[MessageQueue]:
-        """Take or renew the orderly locks of ``queues``; return those held."""
-        flags = self._conn.lock(keys=[self._lock_key(q) for q in queues], args=[self.cid, max(1, round(lease * 1000))])
-        return frozenset(q for q, f in zip(queues, flags, strict=True) if int(f))
+    def lock(self, queues: Collection[MessageQueue], lease: float) -> frozenset[MessageQueue]:
+        """Take or renew the orderly locks of ``queues``; return those held
+        (released by :meth:`leave` if not unlocked before)."""
+        qs = list(queues)
+        flags = self._conn.lock(keys=[self._lock_key(q) for q in qs], args=[self.cid, max(1, round(lease * 1000))])
+        held = frozenset(q for q, f in zip(qs, flags, strict=True) if int(f))
+        self._locked |= held
+        return held
 
-    def unlock(self, queues: Sequence[MessageQueue]) -> None:
+    def unlock(self, queues: Collection[MessageQueue]) -> None:
         """Release this member's orderly locks of ``queues``."""
-        self._conn.unlock(keys=[self._lock_key(q) for q in queues], args=[self.cid])
+        qs = list(queues)
+        self._conn.unlock(keys=[self._lock_key(q) for q in qs], args=[self.cid])
+        self._locked.difference_update(qs)

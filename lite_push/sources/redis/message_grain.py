@@ -82,8 +82,7 @@ def grain_keys(conn: Connection, group: str, queue: MessageQueue) -> list[str]:
 def grain_position(conn: Connection, group: str, queue: MessageQueue) -> OffsetAndMetadata | None:
     """The committed position of ``queue`` for ``group`` balanced by
     message: its lowest offset no member acknowledged (None: never read)."""
-    script = conn.client.register_script(grain_scripts.POSITION)
-    pos = int(conn.run(script, grain_keys(conn, group, queue), []))
+    pos = int(conn.run(conn.grain_position, grain_keys(conn, group, queue), []))
     return None if pos < 0 else OffsetAndMetadata(pos)
 
 
@@ -139,7 +138,6 @@ class MessageGrain(MemberModel):
         self._generation = 0
         self._pending = False
         self._evicted: set[MessageQueue] = set()
-        self._locks: set[MessageQueue] = set()
         #: What the last :meth:`queue_reads` queued besides the dispatches,
         #: and when it was sent.
         self._renewing: list[MessageQueue] = []
@@ -153,12 +151,6 @@ class MessageGrain(MemberModel):
         #: Malformed entries delivered to this member whose dead letter could
         #: not be stored yet (tried again at the next poll).
         self._unstored: list[tuple[MessageExt, str]] = []
-        self._dispatch = conn.client.register_script(grain_scripts.DISPATCH)
-        self._ack = conn.client.register_script(grain_scripts.ACK)
-        self._renew = conn.client.register_script(grain_scripts.RENEW)
-        self._quit = conn.client.register_script(grain_scripts.QUIT)
-        self._resync_script = conn.client.register_script(grain_scripts.RESYNC)
-        self._position = conn.client.register_script(grain_scripts.POSITION)
         self.channels = (membership.channel, conn.notify_channel(retry_topic(owned.group)))
 
     @property
@@ -232,7 +224,8 @@ class MessageGrain(MemberModel):
         for q in queues:
             self._generation += 1
             tokens[q] = f"{self._owned.client_id}/{self._generation}"
-            conn.run(self._dispatch, keys[q], [tokens[q], self._ttl_ms, 0, 0, PARK_LIMIT, "", "1", starts[q]], pipe)
+            join = [tokens[q], self._ttl_ms, 0, 0, PARK_LIMIT, "", "1", starts[q]]  # want 0: only join
+            conn.run(conn.grain_dispatch, keys[q], join, pipe)
         sent = time.monotonic()
         replies = pipe.execute()
         states = []
@@ -258,21 +251,21 @@ class MessageGrain(MemberModel):
         self._resyncing.clear()
         if self._resync:
             for q, s in shares.items():
-                conn.run(self._resync_script, s.keys, [s.token, *sorted(s.delivered)], pipe)
+                conn.run(conn.grain_resync, s.keys, [s.token, *sorted(s.delivered)], pipe)
                 self._resyncing.append(q)
         scan = 4 * want + SCAN_EXTRA
         for st in order:
             s = shares[st.mq]
             tags = self._tags(st.mq.topic)
             joined = "" if tags is None else "\n".join(sorted(tags))
-            conn.run(self._dispatch, s.keys, [s.token, ttl, want, scan, PARK_LIMIT, joined, "0", 0], pipe)
+            conn.run(conn.grain_dispatch, s.keys, [s.token, ttl, want, scan, PARK_LIMIT, joined, "0", 0], pipe)
         n = len(order)
         self._renewing.clear()
         now = time.monotonic()
         for q, st in self._owned.states.items():
             s = shares[q]
             if st.paused and now - s.renewed >= self._heartbeat_interval / 2:
-                conn.run(self._renew, s.keys, [s.token, ttl], pipe)
+                conn.run(conn.grain_renew, s.keys, [s.token, ttl], pipe)
                 self._renewing.append(q)
         self._sent = now
         return len(self._resyncing) + n + len(self._renewing)
@@ -379,7 +372,7 @@ class MessageGrain(MemberModel):
             )
             for i in range(0, len(acks), ACK_CHUNK):
                 part = acks[i : i + ACK_CHUNK]
-                conn.run(self._ack, s.keys, [s.token, *part], pipe)
+                conn.run(conn.grain_ack, s.keys, [s.token, *part], pipe)
                 sent.append((q, s, part))
         if not sent:
             return
@@ -399,19 +392,15 @@ class MessageGrain(MemberModel):
     def committed(self, queue: MessageQueue) -> OffsetAndMetadata | None:
         """The group's committed position of ``queue``: its lowest offset
         not acknowledged by any member."""
-        pos = int(self._conn.run(self._position, grain_keys(self._conn, self._owned.group, queue), []))
-        return None if pos < 0 else OffsetAndMetadata(pos)
+        return grain_position(self._conn, self._owned.group, queue)
 
     # -- locks, retries, leaving -------------------------------------------------------
 
     def lock(self, queues: Collection[MessageQueue], lease: float) -> frozenset[MessageQueue]:
-        held = self._members.lock(list(queues), lease)
-        self._locks |= held
-        return held
+        return self._members.lock(queues, lease)
 
     def unlock(self, queues: Collection[MessageQueue]) -> None:
-        self._members.unlock(list(queues))
-        self._locks.difference_update(queues)
+        self._members.unlock(queues)
 
     def send_back(self, items: Sequence[tuple[MessageExt, int]]) -> list[BaseException | None]:
         """The copies wait in the group's schedule until due, then a poll
@@ -426,9 +415,8 @@ class MessageGrain(MemberModel):
         if self._shares:
             pipe = conn.pipeline()
             for s in self._shares.values():
-                conn.run(self._quit, s.keys, [s.token], pipe)
+                conn.run(conn.grain_quit, s.keys, [s.token], pipe)
             pipe.execute()
         self._members.store_positions({q: s.base for q, s in self._shares.items()})
         self._shares.clear()
-        locks, self._locks = self._locks, set()
-        self._members.leave((), locks, member=bool(self._subscribed))
+        self._members.leave((), member=bool(self._subscribed))
