@@ -184,6 +184,7 @@ cdef class KeyRouter:
     cdef Py_ssize_t _heap_size
     cdef Py_ssize_t _heap_cap
     cdef Py_ssize_t _limit
+    cdef unsigned char* _stalled  # per lane: 1 while it takes no new key
     # ``item.keys`` straight from the slot while items are of the slotted
     # class seen last (MessageExt); anything else goes through getattr.
     cdef PyTypeObject* _fast_type
@@ -211,9 +212,11 @@ cdef class KeyRouter:
         self._heap_cap = 2 * n + _HEAP_SLACK
         self._loads = <int64_t*> PyMem_Malloc(n * sizeof(int64_t))
         self._heap = <_Entry*> PyMem_Malloc(self._heap_cap * sizeof(_Entry))
-        if self._loads == NULL or self._heap == NULL:
+        self._stalled = <unsigned char*> PyMem_Malloc(n * sizeof(unsigned char))
+        if self._loads == NULL or self._heap == NULL or self._stalled == NULL:
             raise MemoryError()
         for i in range(n):  # sorted by (load, lane): already a heap
+            self._stalled[i] = 0
             self._loads[i] = 0
             self._heap[i].load = 0
             self._heap[i].lane = i
@@ -223,6 +226,7 @@ cdef class KeyRouter:
     def __dealloc__(self):
         PyMem_Free(self._loads)
         PyMem_Free(self._heap)
+        PyMem_Free(self._stalled)
 
     @property
     def limit(self):
@@ -240,7 +244,34 @@ cdef class KeyRouter:
         self._limit = v
         if v > old and not self._fixed:
             for i in range(old, v):  # their entries may have been dropped meanwhile
-                self._push(self._loads[i], i)
+                if not self._stalled[i]:
+                    self._push(self._loads[i], i)
+
+    def stall(self, lane):
+        """Load placement: place no new key on ``lane`` until
+        :meth:`unstall` (keys with work there stay).  ``IndexError`` out of
+        range; fixed placements ignore it."""
+        cdef Py_ssize_t ln = self._lane_index(lane)
+        if not self._fixed:
+            self._stalled[ln] = 1
+
+    def unstall(self, lane):
+        """``lane`` takes new keys again."""
+        cdef Py_ssize_t ln = self._lane_index(lane)
+        if not self._fixed and self._stalled[ln]:
+            self._stalled[ln] = 0
+            if ln < self._limit:
+                self._push(self._loads[ln], ln)
+
+    @property
+    def stalled(self):
+        """The lanes that take no new key (see :meth:`stall`)."""
+        return frozenset([i for i in range(self.lanes) if self._stalled[i]])
+
+    cdef Py_ssize_t _lane_index(self, object lane) except -1:
+        if not 0 <= lane < self.lanes:
+            raise IndexError(f"lane {lane} out of range for {self.lanes} lanes")
+        return lane
 
     @property
     def tracks_load(self):
@@ -314,21 +345,31 @@ cdef class KeyRouter:
         h[i] = e
 
     cdef Py_ssize_t _least_loaded(self) noexcept nogil:
-        """The lane with the fewest messages, ties to the lowest index."""
+        """The lane with the fewest messages among the first ``limit`` not
+        stalled, ties to the lowest index."""
         cdef _Entry* h = self._heap
-        cdef Py_ssize_t lane
+        cdef Py_ssize_t lane, best
         cdef int64_t now
-        while True:
+        cdef bint open_
+        while self._heap_size > 0:
             lane = h[0].lane
             now = self._loads[lane]
-            if h[0].load == now and lane < self._limit:
+            open_ = lane < self._limit and not self._stalled[lane]
+            if h[0].load == now and open_:
                 return lane
-            if h[0].load < now and lane < self._limit:
+            if h[0].load < now and open_:
                 h[0].load = now
-            else:  # stale, or a lane past the limit
+            else:  # stale, a lane past the limit, or a stalled one
                 self._heap_size -= 1
                 h[0] = h[self._heap_size]
-            self._sift_down(0)
+            if self._heap_size > 0:
+                self._sift_down(0)
+        # Every lane under the limit is stalled: the least-loaded of them.
+        best = 0
+        for lane in range(1, self._limit):
+            if self._loads[lane] < self._loads[best]:
+                best = lane
+        return best
 
     # -- routing ----------------------------------------------------------------------
 

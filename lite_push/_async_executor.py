@@ -91,6 +91,8 @@ async def _adrive(steps: Steps, listener: AsyncListener, worker: LaneWorker) -> 
     send it the outcome."""
     lm = worker.metrics
     gate = worker.gate
+    lane = worker.lane
+    mono = worker.monotonic
     try:
         chunk = next(steps)
         while True:
@@ -104,6 +106,7 @@ async def _adrive(steps: Steps, listener: AsyncListener, worker: LaneWorker) -> 
                 chunk = steps.send((None, None))
                 continue
             t0 = clock()
+            lane.call = (chunk, mono())
             try:
                 outcome: Outcome = (None, await listener(chunk))
             except _FATAL:
@@ -111,6 +114,9 @@ async def _adrive(steps: Steps, listener: AsyncListener, worker: LaneWorker) -> 
             except BaseException as e:
                 _reraise_if_cancelled(e)
                 outcome = (e, None)
+            lane.call = None
+            if lane.moving:  # a stealer moved what came after this call
+                lane.settle()
             if lm is not None:
                 lm.call(t0, len(chunk))
             chunk = steps.send(outcome)
@@ -187,24 +193,33 @@ async def run_async_lane(
                     if steps is not None:
                         await _adrive(steps, listener, worker)
                         continue
-                # The hot path: one listener call per message, inline.
+                # The hot path: one listener call per message, inline,
+                # each shown in lane.call while it runs.
                 t0 = clock() if lm is not None else 0.0
                 j = 0
                 exc: BaseException | None = None
                 result: object = None
-                try:
-                    for msg in msgs:
-                        if mono() >= pq.owned_until:  # fenced: not certain the queue is ours
-                            break
-                        result = await listener([msg])
-                        if result is not None and result is not success:
-                            break
-                        j += 1
-                except _FATAL:
-                    raise
-                except BaseException as e:
-                    _reraise_if_cancelled(e)
-                    exc = e
+                lane.seg = msgs
+                lane.done = None
+                for msg in msgs:
+                    now = mono()
+                    if now >= pq.owned_until:  # fenced: not certain the queue is ours
+                        break
+                    call = [msg]
+                    lane.call = (call, now)
+                    try:
+                        result = await listener(call)
+                    except _FATAL:
+                        raise
+                    except BaseException as e:
+                        _reraise_if_cancelled(e)
+                        exc = e
+                    lane.call = None
+                    if lane.moving:  # a stealer took what came before and after this call
+                        j -= lane.settle()
+                    if exc is not None or (result is not None and result is not success):
+                        break
+                    j += 1
                 if admission is not None:
                     admission.calls += j
                 if j == len(msgs):  # all succeeded (outside the try: a lane bug is not a listener failure)

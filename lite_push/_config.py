@@ -177,6 +177,18 @@ class ConsumerConfig:
     #: consumer's timer, as a parked key does, while its lane goes on with
     #: other keys; messages without a key are not paced.  ``0``: off.
     key_min_interval: float = 0.0
+    #: KEY_ORDERLY with ``lane_placement="load"``: when a lane's listener
+    #: call has run longer than this many seconds, the other keys queued on
+    #: that lane (those with nothing in flight there) move, whole and in
+    #: offset order, to other lanes, and new keys avoid the lane until the
+    #: call returns; the key of the slow call stays.  ``"auto"`` (default):
+    #: ``STEAL_MULTIPLE`` times the 99th percentile of the recent call
+    #: times the call watch saw, and at least ``STEAL_FLOOR`` seconds.
+    #: ``None``: keys never move.
+    steal_after: float | str | None = "auto"
+    #: A listener call that runs longer than this many seconds is logged
+    #: once, at WARNING, with its key, queue and offset.  ``None``: never.
+    slow_call_warning: float | None = 60.0
     #: Serve Prometheus metrics over HTTP on this port (``None``: no
     #: exporter; ``0``: any free port).  Consumers in one process that name
     #: the same address and port share one exporter.
@@ -239,9 +251,32 @@ class ConsumerConfig:
                 "key_min_interval",
                 f"paces the calls of one key, which only KEY_ORDERLY runs one at a time; mode is {self.mode.name}",
             )
+        self._check_slow_calls()
         if self.metrics_port is not None:
             _check_int("metrics_port", self.metrics_port, 0, 65535)
         if not isinstance(self.metrics_addr, str) or not self.metrics_addr.strip():
             raise ConfigError("metrics_addr", f"must be a host address string, got {self.metrics_addr!r}")
         if self.key_extractor is not None and not callable(self.key_extractor):
             raise ConfigError("key_extractor", f"must be callable or None, got {self.key_extractor!r}")
+
+    def _check_slow_calls(self) -> None:
+        steal = self.steal_after
+        if steal is not None and steal != "auto":
+            if isinstance(steal, str):
+                raise ConfigError("steal_after", f"must be 'auto', None or a number of seconds, got {steal!r}")
+            _check_float("steal_after", steal, 0.0, 86400.0, low_open=True)
+            if self.mode is not ConsumeMode.KEY_ORDERLY or self.lane_placement != "load":
+                raise ConfigError(
+                    "steal_after",
+                    "moves keys between lanes, which only KEY_ORDERLY with lane_placement='load' does "
+                    f"(mode is {self.mode.name}, lane_placement {self.lane_placement!r}); use None or 'auto'",
+                )
+        if self.slow_call_warning is not None:
+            _check_float("slow_call_warning", self.slow_call_warning, 0.0, 86400.0, low_open=True)
+
+    @property
+    def steals(self) -> bool:
+        """Whether keys move off a lane stuck in a call (``steal_after``)."""
+        return (
+            self.steal_after is not None and self.mode is ConsumeMode.KEY_ORDERLY and self.lane_placement == "load"
+        )

@@ -177,6 +177,7 @@ class ConsumerCore:
         self._sender = parts.sender
         self._pull = parts.pull
         self._readings = parts.readings
+        self._watch = parts.watch
         source.set_rebalance_listener(parts.assignment)
         #: The source's listener: checked at start (one set since would
         #: silently replace it).
@@ -300,6 +301,8 @@ class ConsumerCore:
             target=self._pull.run, args=(self._finish,), name=f"lite-push-pull-{group}", daemon=True
         )
         self._pull_thread.start()
+        if self._watch is not None:
+            self._watch.start()
         logger.info(
             "lite_push consumer %r started: mode=%s executor=%s lanes=%d router=%s offsets=%s lane_metrics=%s",
             group, self.config.mode.name, self.config.executor, self.config.lanes, ROUTER_IMPL, OFFSETS_IMPL,
@@ -372,6 +375,8 @@ class ConsumerCore:
                 self._sender.send(self._clock.monotonic(), final=True)
             self._committer.commit_all()
         finally:
+            if self._watch is not None:
+                self._watch.close()
             try:
                 self._source.close()
             finally:

@@ -46,7 +46,7 @@ from dataclasses import replace
 from ._call_gate import CallGate
 from ._failures import Failure, FailurePolicy, Outbox, SendItem, Verdict
 from ._lanemetrics import LaneMetrics
-from ._lanes import Segment
+from ._lanes import Lane, Segment
 from ._parked_keys import ParkedKeys
 from ._process_queue import ProcessQueue
 from ._rate_limit import KeyPacer
@@ -62,12 +62,16 @@ logger = logging.getLogger(__name__)
 _SUCCESS = ConsumeResult.SUCCESS
 
 
+def _nothing() -> None:
+    """A lane's wake-up that wakes nobody."""
+
+
 class LaneWorker:
     """The lane logic of lane ``index`` (see the module docstring)."""
 
     __slots__ = (
         "_counters", "_group", "_key_of", "_keys", "_latch", "_outbox", "_pacer", "_policy", "_release", "_size",
-        "aborted", "gate", "hot", "index", "metrics", "monotonic", "parked",
+        "aborted", "gate", "hot", "index", "lane", "metrics", "monotonic", "parked",
     )  # fmt: skip
 
     def __init__(
@@ -86,8 +90,13 @@ class LaneWorker:
         release: Callable[[tuple[int, list[MessageExt]]], None] | None = None,
         pacer: KeyPacer | None = None,
         key_of: KeyOf | None = None,
+        lane: Lane | None = None,
     ) -> None:
         self.index = index
+        #: The lane this worker drains: it shows the call in progress and
+        #: what the task holds (``_lanes``: read by the call watch, changed
+        #: by a stealer).  A lane of its own when none is given (tests).
+        self.lane = lane if lane is not None else Lane(index, _nothing)
         self._group = group
         #: The checks before every call: shutdown, fence, ``max_rate``.
         self.gate = gate
@@ -160,6 +169,9 @@ class LaneWorker:
         self._counters.busy[self.index] = True
         if self.metrics is not None and stamps:
             self.metrics.waited(stamps)
+        lane = self.lane
+        lane.hand = taken[0]  # what a stealer may move, while the task is in a call
+        lane.seg = None  # due keys run first, outside any segment
         return taken
 
     def stop(self) -> None:
@@ -212,22 +224,23 @@ class LaneWorker:
         if j:
             self._complete(pq, msgs[:j])
         if exc is None and (result is None or result is _SUCCESS):
-            return self._slow_steps(pq, msgs[j:])  # fenced before msgs[j]
+            return self._slow_steps(pq, msgs, j)  # fenced before msgs[j]
         self.fail(pq, [msgs[j]], exc, result)
-        rest = msgs[j + 1 :]
-        return self._slow_steps(pq, rest) if rest else no_steps()
+        return self._slow_steps(pq, msgs, j + 1) if j + 1 < len(msgs) else no_steps()
 
     def _pace_key(self, msg: MessageExt) -> str | None:
         """The key ``key_min_interval`` paces (``None``: a keyless message,
         not paced)."""
         return (msg.keys if self._key_of is None else self._key_of(msg)) or None
 
-    def _slow_steps(self, pq: ProcessQueue, msgs: list[MessageExt]) -> Steps:
-        """Yield the chunks (up to ``batch_size``) of a segment to process:
-        a message of a parked key queues up behind it instead, and one whose
-        key started less than ``key_min_interval`` ago is held for it.
-        Failed chunks are parked, sent back or dead-lettered; the rest is
-        completed at the end, at once."""
+    def _slow_steps(self, pq: ProcessQueue, msgs: list[MessageExt], start: int = 0) -> Steps:
+        """Yield the chunks (up to ``batch_size``) of a segment to process,
+        from ``msgs[start]`` on: a message of a parked key queues up behind
+        it instead, and one whose key started less than ``key_min_interval``
+        ago is held for it.  Failed chunks are parked, sent back or
+        dead-lettered; the rest is completed at the end, at once.  ``msgs``
+        is the segment itself, not a copy: while a call runs, a stealer may
+        cut what follows it (and complete ``done`` so far, emptying it)."""
         size = self._size
         parked = self._keys
         waiting = self.parked  # its dict: a plain truth test per message
@@ -237,7 +250,13 @@ class LaneWorker:
         chunk: list[MessageExt] = []
         keys: list[Hashable] = []  # pacing: the keys of the chunk
         last = len(msgs) - 1
-        for i, m in enumerate(msgs):
+        lane = self.lane
+        lane.seg = msgs
+        lane.done = done
+        for i in range(start, len(msgs)):
+            if i >= len(msgs):  # a stealer cut the segment during the last call
+                break
+            m = msgs[i]
             if waiting and parked.queue_behind(pq, m):
                 pass
             elif pacer is None:

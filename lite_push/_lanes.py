@@ -10,6 +10,17 @@ drains it, so they never run concurrently and run in arrival order.
 thread never waits on a lane.  When a put leaves a lane above its capacity the
 pull thread pauses the queues that fed it; the lane's task wakes the pull
 thread when it has taken the backlog, and the queues resume.
+
+A lane also shows what its task is doing, for the threads that watch it
+(``_call_watch``) and move work off it (``_lane_steal``): ``call`` is the
+listener call in progress (its messages and when it started, on the
+consumer's clock), ``hand`` what the task took and ``seg`` the segment it
+is in.  The task writes ``call`` before each call and clears it after; a
+stealer that wants to change what the task holds sets ``moving`` first and
+then checks that ``call`` is still the same call: the task, which clears
+``call`` before it reads ``moving``, then waits for the stealer in
+:meth:`Lane.settle` before it goes on (each attribute access is atomic
+under the GIL, so one of the two sees the other's write).
 """
 
 from __future__ import annotations
@@ -23,10 +34,13 @@ from ._process_queue import ProcessQueue
 from ._timer import LaneWork
 from ._types import MessageExt
 
-__all__ = ["AsyncLane", "Lane", "LoopWaker", "Segment", "put_all"]
+__all__ = ["AsyncLane", "Call", "Lane", "LoopWaker", "Segment", "put_all"]
 
 #: The messages of one queue routed to one lane by one poll.
 Segment = tuple[ProcessQueue, list[MessageExt]]
+#: A listener call in progress: its messages, and when it started (the
+#: consumer's clock).
+Call = tuple[list[MessageExt], float]
 
 #: What a take hands back as the due keys when none is due (shared, never
 #: appended to: one list less per take).
@@ -46,7 +60,7 @@ class Lane:
 
     __slots__ = (
         "index", "depth", "blocked", "taken", "_lock", "_signal", "_waiting", "_segments", "_due", "_closed", "_wake",
-        "_stamps",
+        "_stamps", "call", "seg", "done", "hand", "moving", "cut", "stolen_for",
     )  # fmt: skip
 
     def __init__(self, index: int, wake: Callable[[], None]) -> None:
@@ -71,6 +85,26 @@ class Lane:
         self._stamps: list[tuple[float, int]] | None = None
         #: The stamps of what the last take took (read by the lane's task).
         self.taken: list[tuple[float, int]] = []
+        #: The listener call in progress: ``(messages, started)`` on the
+        #: consumer's clock; ``None`` between calls (the task writes it).
+        self.call: Call | None = None
+        #: The segment's messages the task is going through (``None``: not
+        #: in a segment; due keys run before the take's segments).
+        self.seg: list[MessageExt] | None = None
+        #: The slow path's finished messages of ``seg`` not yet completed
+        #: (``None`` on the hot path, where everything before the call
+        #: finished).
+        self.done: list[MessageExt] | None = None
+        #: The segments of the task's last take (it goes through them in order).
+        self.hand: list[Segment] = []
+        #: A stealer changed, or is changing, what the task holds: the task
+        #: calls :meth:`settle` after its call.
+        self.moving = False
+        #: Messages a stealer took off the front of ``seg`` (finished on the
+        #: hot path, so it completed them), for :meth:`settle`.
+        self.cut = 0
+        #: The call whose held work was already moved (``_lane_steal``).
+        self.stolen_for: Call | None = None
 
     def stamp(self) -> None:
         """Record when each put happened (for the lane-wait metric)."""
@@ -87,6 +121,36 @@ class Lane:
         it, and if so mark it ``blocked`` (its task wakes the pull thread
         once it took the backlog).  Raises RuntimeError once closed."""
         return bool(put_all([self], [segments], [count], capacity))
+
+    def settle(self) -> int:
+        """(the lane's task, after a call, when ``moving`` is set) Wait for
+        the stealer to finish; return how many messages it took off the
+        front of ``seg`` (the task's index into ``seg`` moves back by that
+        many)."""
+        with self._lock:
+            cut = self.cut
+            self.cut = 0
+            self.moving = False
+            self.stolen_for = None
+        return cut
+
+    def while_held(self, call: Call, change: Callable[[list[Segment]], list[Segment]]) -> bool:
+        """(a stealer) If the task is still in ``call``, hold it there (it
+        waits in :meth:`settle` when the call returns) and, under the lane's
+        lock, replace what is queued with ``change(queued)``; ``change`` may
+        also change ``hand``, ``seg``, ``done`` and ``cut``.  Return whether
+        the task was held."""
+        with self._lock:
+            if self.call is not call:
+                return False
+            if not self.moving:
+                self.moving = True
+                if self.call is not call:  # it returned meanwhile: it settles, or goes on unheld
+                    self.moving = False
+                    return False
+            segments = self._segments = change(self._segments)
+            self.depth = sum([len(ms) for _, ms in segments])
+            return True
 
     def put_due(self, keys: list[LaneWork]) -> None:
         """Hand the task parked keys whose retry is due, or ``PURGE`` (pull thread)."""

@@ -39,6 +39,7 @@ from ._dispatch import Dispatcher
 from ._errors import SourceClosedError
 from ._failure_sender import FailureSender
 from ._flow_control import FlowControl
+from ._lane_steal import LaneStealer
 from ._process_queue import ProcessQueue
 from ._rate_limit import KeyPacer
 from ._shared import Episode, FailureLatch, QueueCounters
@@ -82,6 +83,7 @@ class PullLoop:
         stopping: threading.Event,
         pacer: KeyPacer | None = None,
         renews_locks: bool = False,
+        stealer: LaneStealer | None = None,
     ) -> None:
         self._config = config
         self._source = source
@@ -102,6 +104,8 @@ class PullLoop:
         self._pacer = pacer
         #: QUEUE_ORDERLY: renew the broker locks every ``lock_renew_interval``.
         self._renews_locks = renews_locks
+        #: Moves keys off lanes stuck in a listener call (``None``: never).
+        self._stealer = stealer
         #: Whether a gap between a queue's batches is offsets the source's tag
         #: filter passed over (counted as filtered).  A source that balances
         #: by message leaves gaps that other members took: not counted.
@@ -138,6 +142,8 @@ class PullLoop:
                     continue
                 self._poll_episode.ok(cfg.group)
                 assignment.renew_fences()
+                if self._stealer is not None and self._stealer.pending:
+                    self._stealer.run()  # keys waiting behind a stuck call move to other lanes
                 if batches:
                     self._gather(batches)
                 now = clock.monotonic()

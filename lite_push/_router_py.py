@@ -44,6 +44,13 @@ Two jobs, kept apart:
   of ``(load, lane)``, not by the heap's shape, so the compiled twin gives
   the same placements for the same sequence of routes and releases.
 
+  A *stalled* lane (:meth:`KeyRouter.stall`: its task is stuck in a
+  listener call, see ``_lane_steal``) gets no new key: its entries are
+  dropped from the heap like those of a lane past the limit, and pushed
+  again by :meth:`KeyRouter.unstall`.  Keys with work on it stay.  When
+  every lane under the limit is stalled, the least-loaded of them is taken
+  all the same (a scan: no lane is better).
+
   ``placement="hash"``: a fixed lane, ``mixed_hash(key) % lanes``, where
   :func:`mixed_hash` is MurmurHash3's 32-bit finaliser over Java's hash (its
   low bits are well mixed, unlike ``hashCode``'s for sequential ids).
@@ -128,8 +135,8 @@ class KeyRouter:
     """
 
     __slots__ = (
-        "_cache", "_fixed", "_heap", "_key_of", "_limit", "_live", "_loads", "_table", "lanes", "max_segment",
-        "placement",
+        "_cache", "_fixed", "_heap", "_key_of", "_limit", "_live", "_loads", "_stalled", "_table", "lanes",
+        "max_segment", "placement",
     )  # fmt: skip
 
     def __init__(
@@ -156,6 +163,7 @@ class KeyRouter:
         self._loads = [0] * lanes
         self._heap = [(0, i) for i in range(lanes)]  # sorted, so already a heap
         self._limit = lanes
+        self._stalled: set[int] = set()
         # Fixed placements: key -> lane.
         self._cache: dict[str, int] = {}
 
@@ -174,7 +182,33 @@ class KeyRouter:
         self._limit = v
         if v > old and not self._fixed:
             for i in range(old, v):  # their entries may have been dropped meanwhile
-                self._push(self._loads[i], i)
+                if i not in self._stalled:
+                    self._push(self._loads[i], i)
+
+    def stall(self, lane: int) -> None:
+        """Load placement: place no new key on ``lane`` until
+        :meth:`unstall` (keys with work there stay).  ``IndexError`` out of
+        range; fixed placements ignore it."""
+        self._check_lane(lane)
+        if not self._fixed:
+            self._stalled.add(lane)
+
+    def unstall(self, lane: int) -> None:
+        """``lane`` takes new keys again."""
+        self._check_lane(lane)
+        if not self._fixed and lane in self._stalled:
+            self._stalled.discard(lane)
+            if lane < self._limit:
+                self._push(self._loads[lane], lane)
+
+    @property
+    def stalled(self) -> frozenset[int]:
+        """The lanes that take no new key (see :meth:`stall`)."""
+        return frozenset(self._stalled)
+
+    def _check_lane(self, lane: int) -> None:
+        if not 0 <= lane < self.lanes:
+            raise IndexError(f"lane {lane} out of range for {self.lanes} lanes")
 
     @property
     def tracks_load(self) -> bool:
@@ -333,10 +367,11 @@ class KeyRouter:
         heap = self._heap
         loads = self._loads
         limit = self._limit
-        while True:
+        stalled = self._stalled
+        while heap:
             load, lane = heap[0]
             now = loads[lane]
-            if lane >= limit:  # past the limit: its entries go; re-pushed when the limit grows
+            if lane >= limit or lane in stalled:  # its entries go; re-pushed when the limit grows / unstalled
                 heapq.heappop(heap)
             elif load == now:
                 return lane
@@ -344,3 +379,5 @@ class KeyRouter:
                 heapq.heapreplace(heap, (now, lane))
             else:
                 heapq.heappop(heap)
+        # Every lane under the limit is stalled: the least-loaded of them.
+        return min(range(limit), key=lambda i: (loads[i], i))

@@ -67,8 +67,8 @@ class Counters:
     ``stats()`` and the metrics collector without a lock."""
 
     __slots__ = (
-        "busy", "consumed", "dead_lettered", "lock_failed", "lock_ok", "paced", "parked", "queues", "rebalances",
-        "retried", "sent_back",
+        "busy", "consumed", "dead_lettered", "lock_failed", "lock_ok", "moved", "paced", "parked", "queues",
+        "rebalances", "retried", "sent_back", "steals",
     )  # fmt: skip
 
     def __init__(self, lanes: int) -> None:
@@ -84,6 +84,8 @@ class Counters:
         self.rebalances = 0
         self.lock_ok = 0
         self.lock_failed = 0
+        self.steals = 0  # times messages were moved off a lane stuck in a call
+        self.moved = 0  # messages moved so
         self.queues: defaultdict[MessageQueue, QueueCounters] = defaultdict(QueueCounters)
 
 

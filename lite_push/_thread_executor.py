@@ -32,9 +32,11 @@ _FATAL = (KeyboardInterrupt, SystemExit)
 
 def _drive(steps: Steps, listener: SyncListener, worker: LaneWorker) -> None:
     """Call the listener for each list of messages ``steps`` yields and
-    send it the outcome."""
+    send it the outcome (each call shown in ``lane.call`` while it runs)."""
     lm = worker.metrics
     gate = worker.gate
+    lane = worker.lane
+    mono = worker.monotonic
     try:
         chunk = next(steps)
         while True:
@@ -47,12 +49,16 @@ def _drive(steps: Steps, listener: SyncListener, worker: LaneWorker) -> None:
                 chunk = steps.send((None, None))
                 continue
             t0 = clock()
+            lane.call = (chunk, mono())
             try:
                 outcome: Outcome = (None, listener(chunk))
             except _FATAL:
                 raise
             except BaseException as e:  # any other error of the listener is a failed attempt
                 outcome = (e, None)
+            lane.call = None
+            if lane.moving:  # a stealer moved what came after this call
+                lane.settle()
             if lm is not None:
                 lm.call(t0, len(chunk))
             chunk = steps.send(outcome)
@@ -79,23 +85,32 @@ def run_lane(lane: Lane, worker: LaneWorker, listener: SyncListener) -> None:
                 if steps is not None:
                     _drive(steps, listener, worker)
                     continue
-                # The hot path: one listener call per message, inline.
+                # The hot path: one listener call per message, inline,
+                # each shown in lane.call while it runs.
                 t0 = clock() if lm is not None else 0.0
                 j = 0
                 exc: BaseException | None = None
                 result: object = None
-                try:
-                    for msg in msgs:
-                        if mono() >= pq.owned_until:  # fenced: not certain the queue is ours
-                            break
-                        result = listener([msg])
-                        if result is not None and result is not success:
-                            break
-                        j += 1
-                except _FATAL:
-                    raise
-                except BaseException as e:  # any other error of the listener is a failed attempt
-                    exc = e
+                lane.seg = msgs
+                lane.done = None
+                for msg in msgs:
+                    now = mono()
+                    if now >= pq.owned_until:  # fenced: not certain the queue is ours
+                        break
+                    call = [msg]
+                    lane.call = (call, now)
+                    try:
+                        result = listener(call)
+                    except _FATAL:
+                        raise
+                    except BaseException as e:  # any other error of the listener is a failed attempt
+                        exc = e
+                    lane.call = None
+                    if lane.moving:  # a stealer took what came before and after this call
+                        j -= lane.settle()
+                    if exc is not None or (result is not None and result is not success):
+                        break
+                    j += 1
                 if j == len(msgs):  # all succeeded (outside the try: a lane bug is not a listener failure)
                     worker.completed(pq, msgs, t0)
                     continue

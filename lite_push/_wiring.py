@@ -5,8 +5,8 @@ outbox, the counters, the abort event, the failure policy, the router's
 released deque), then each part in the order they need each other, so
 nothing is wired after construction:
 
-    lanes' workers (CallGate, ParkedKeys)  Committer  FailureSender
-    Dispatcher  Assignment  FlowControl  PullLoop
+    lanes' workers (CallGate, ParkedKeys)  LaneStealer  CallWatch
+    Committer  FailureSender  Dispatcher  Assignment  FlowControl  PullLoop
 
 ``ConsumerCore`` owns the result (:class:`Parts`) and runs its life cycle.
 """
@@ -24,6 +24,7 @@ from typing import Any
 from ._assignment import AppHook, Assignment
 from ._async_executor import AsyncExecutor
 from ._call_gate import CallGate
+from ._call_watch import CallWatch
 from ._clock import Clock
 from ._committer import Committer
 from ._config import ConsumeMode, ConsumerConfig
@@ -31,6 +32,7 @@ from ._dispatch import Dispatcher
 from ._failure_sender import FailureSender
 from ._failures import FailurePolicy, Outbox
 from ._flow_control import FlowControl
+from ._lane_steal import LaneStealer
 from ._lane_worker import LaneWorker
 from ._lanemetrics import LaneMetrics
 from ._lanes import Lane
@@ -81,6 +83,8 @@ class Parts:
     pull: PullLoop
     #: What ``stats()`` and the metrics read.
     readings: Readings
+    #: Watches the lanes' listener calls (``None``: the baseline).
+    watch: CallWatch | None
 
 
 def build_parts(
@@ -142,6 +146,21 @@ def build_parts(
             for lane in lanes
         ]
     )  # fmt: skip
+    stealer: LaneStealer | None = None
+    if router is not None and released is not None and config.steals:
+        stealer = LaneStealer(
+            lanes, router, released, [w.parked for _, w in workers], counters, group=config.group,
+            capacity=config.lane_capacity, flush=executor.flush, wake=source.wakeup, key_of=key_of,
+        )  # fmt: skip
+    watch = (
+        None
+        if orderly is not None
+        else CallWatch(
+            config.group, lanes, clock.monotonic, steal_after=config.steal_after if stealer is not None else None,
+            slow_call_warning=config.slow_call_warning, request=None if stealer is None else stealer.request,
+            key_of=key_of,
+        )
+    )  # fmt: skip
     committer = Committer(source, owned, config.group)
     sender = FailureSender(
         source, outbox, timer, counters, group=config.group, suspend_ms=config.suspend_ms,
@@ -159,11 +178,11 @@ def build_parts(
     pull = PullLoop(
         config, source, clock, owned, assignment=assignment, dispatcher=dispatcher, flow=flow, committer=committer,
         sender=sender, timer=timer, queue_counters=counters.queues, latch=latch, stopping=stopping, pacer=pacer,
-        renews_locks=orderly is not None,
+        renews_locks=orderly is not None, stealer=stealer,
     )  # fmt: skip
     readings = Readings(config, source, counters, owned, lanes, timer, latch, limiter, lane_metrics, lane_limit)
     return Parts(
-        latch, abort, owned, app_pauses, orderly, workers, committer, sender, assignment, pull, readings
+        latch, abort, owned, app_pauses, orderly, workers, committer, sender, assignment, pull, readings, watch
     )  # fmt: skip
 
 
@@ -193,5 +212,5 @@ def _lane_worker(
     return LaneWorker(
         i, group=config.group, gate=gate, parked=parked, policy=policy, outbox=outbox, counters=counters, latch=latch,
         batch_size=config.batch_size, metrics=None if lane_metrics is None else lane_metrics[i],
-        release=None if released is None else released.append, pacer=pacer, key_of=key_of,
+        release=None if released is None else released.append, pacer=pacer, key_of=key_of, lane=lane,
     )  # fmt: skip
