@@ -25,6 +25,8 @@ Layout (one concern per module; underscored modules are implementation;
 * ``_admission``       asyncio: how many lanes may be in listener calls at once
 * ``_rate_limit``      ``max_rate`` (the consumer's RateLimiter) and ``key_min_interval`` (KeyPacer)
 * ``_watchdog``        the event-loop block watchdog
+* ``_call_watch``      the lanes' calls in progress: slow-call warnings, stuck calls named
+* ``_lane_steal``      moving keys off a lane stuck in a call (``steal_after``)
 * ``_process_queue``   per-queue in-flight state (RocketMQ's ProcessQueue)
 * ``_failures``        the failure policy (one classification), the lanes' outbox
 * ``_timer``           the consumer's one timer and its kinds of timed work
@@ -62,6 +64,7 @@ and ``on_revoked`` (of type ``AppHook``).
 
 from ._assignment import AppHook
 from ._async_consumer import AsyncLitePushConsumer
+from ._call_watch import CallInProgress
 from ._clock import Clock, ManualClock, SystemClock
 from ._config import ConsumeMode, ConsumerConfig, KeyExtractor
 from ._consumer import LitePushConsumer
@@ -114,6 +117,7 @@ __all__ = [
     "AsyncListener",
     "AsyncLitePushConsumer",
     "Balance",
+    "CallInProgress",
     "Clock",
     "ConfigError",
     "ConsumeFromWhere",

@@ -65,7 +65,8 @@ class CallInProgress:
 
     def describe(self) -> str:
         """One line naming the call, for logs and status lines."""
-        return f"key {self.key!r} ({self.queue} offset {self.offset}) has run {self.seconds:.1f} s on lane {self.lane}"
+        where = f"{self.queue} offset {self.offset:,}"
+        return f"key {self.key!r} ({where}) has run {self.seconds:.1f} s on lane {self.lane}"
 
 
 def _named(lane: int, call: Call, now: float, key_of: KeyOf | None) -> CallInProgress:

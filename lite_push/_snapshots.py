@@ -14,12 +14,13 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ._call_watch import CallInProgress, CallWatch, longest_call
 from ._config import ConsumerConfig
 from ._lanemetrics import LaneMetrics
 from ._lanes import Lane
 from ._process_queue import ProcessQueue
 from ._rate_limit import RateLimiter
-from ._shared import Counters, FailureLatch
+from ._shared import Counters, FailureLatch, KeyOf
 from ._timer import RetryTimer
 from ._types import MessageQueue
 from .sources._base import PullSource
@@ -44,6 +45,12 @@ class Readings:
     lane_metrics: list[LaneMetrics] | None = None
     #: The asyncio executor's admission: lanes allowed in calls now.
     lane_limit: Callable[[], int | None] | None = None
+    #: Watches the lanes' calls (``None``: the baseline, which has no lanes).
+    watch: CallWatch | None = None
+    #: The consumer's clock (the calls' ages are on it).
+    monotonic: Callable[[], float] | None = None
+    #: The router's key of a message (``None``: ``message.keys``).
+    key_of: KeyOf | None = None
 
 _DEPTH = operator.attrgetter("depth")
 
@@ -98,6 +105,18 @@ class ConsumerStats:
     rate_limit_wait_seconds: float = 0.0
     #: ``key_min_interval``: times a key's message was held for it.
     key_interval_holds: int = 0
+    #: The listener call in progress that started first (its key, queue,
+    #: offset and how long it has run); ``None`` when no call runs.
+    longest_call: CallInProgress | None = None
+    #: Calls logged for running longer than ``slow_call_warning``.
+    slow_calls: int = 0
+    #: ``steal_after``: times other keys' messages were moved off a lane
+    #: stuck in a call, and how many messages moved.
+    steals: int = 0
+    stolen: int = 0
+    #: Seconds after which a call's lane is stolen from now (``"auto"``:
+    #: as learnt so far); ``None``: keys never move.
+    steal_after: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +163,11 @@ class ConsumerMetrics:
     max_rate: float | None = None
     rate_limited: tuple[int, float] = (0, 0.0)
     key_interval_holds: int = 0
+    #: How long the oldest call in progress has run (0.0: none).
+    oldest_call_seconds: float = 0.0
+    slow_calls: int = 0
+    steals: int = 0
+    stolen: int = 0
 
 
 def stats_of(rt: Readings, extra: tuple[int, int], polling: bool) -> ConsumerStats:
@@ -170,7 +194,18 @@ def stats_of(rt: Readings, extra: tuple[int, int], polling: bool) -> ConsumerSta
         rate_limit_delayed=delayed,
         rate_limit_wait_seconds=waited,
         key_interval_holds=sum(c.paced),
+        longest_call=_longest(rt),
+        slow_calls=0 if rt.watch is None else rt.watch.warnings,
+        steals=c.steals,
+        stolen=c.moved,
+        steal_after=None if rt.watch is None else rt.watch.threshold,
     )
+
+
+def _longest(rt: Readings) -> CallInProgress | None:
+    if rt.monotonic is None:
+        return None
+    return longest_call(rt.lanes, rt.monotonic(), rt.key_of)
 
 
 def _limited(rt: Readings) -> tuple[int, float]:
@@ -222,4 +257,8 @@ def metrics_of(rt: Readings, extra: tuple[int, int]) -> ConsumerMetrics:
         max_rate=rt.config.max_rate,
         rate_limited=_limited(rt),
         key_interval_holds=sum(c.paced),
+        oldest_call_seconds=0.0 if (call := _longest(rt)) is None else call.seconds,
+        slow_calls=0 if rt.watch is None else rt.watch.warnings,
+        steals=c.steals,
+        stolen=c.moved,
     )

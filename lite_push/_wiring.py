@@ -180,7 +180,10 @@ def build_parts(
         sender=sender, timer=timer, queue_counters=counters.queues, latch=latch, stopping=stopping, pacer=pacer,
         renews_locks=orderly is not None, stealer=stealer,
     )  # fmt: skip
-    readings = Readings(config, source, counters, owned, lanes, timer, latch, limiter, lane_metrics, lane_limit)
+    readings = Readings(
+        config, source, counters, owned, lanes, timer, latch, limiter, lane_metrics, lane_limit, watch,
+        clock.monotonic, key_of,
+    )  # fmt: skip
     return Parts(
         latch, abort, owned, app_pauses, orderly, workers, committer, sender, assignment, pull, readings, watch
     )  # fmt: skip

@@ -152,6 +152,33 @@ METRICS: Final[dict[str, tuple[str, tuple[str, ...], str]]] = {
         ("group",),
         "Lanes allowed in listener calls at once (asyncio admission)",
     ),
+    # -- slow calls (``_call_watch``, ``_lane_steal``) ---------------------------
+    #: How long the oldest listener call in progress has run (0: none);
+    #: ``stats().longest_call`` names its key, queue and offset.
+    "lite_push_oldest_call_seconds": (
+        "gauge",
+        ("group",),
+        "Seconds the oldest listener call in progress has run",
+    ),
+    #: Listener calls logged for running longer than ``slow_call_warning``.
+    "lite_push_slow_calls_total": (
+        "counter",
+        ("group",),
+        "Listener calls that ran longer than slow_call_warning",
+    ),
+    #: Times messages of other keys were moved off a lane stuck in a call
+    #: longer than ``steal_after``.
+    "lite_push_lane_steals_total": (
+        "counter",
+        ("group",),
+        "Times keys were moved off a lane stuck in a listener call",
+    ),
+    #: Messages so moved.
+    "lite_push_stolen_messages_total": (
+        "counter",
+        ("group",),
+        "Messages moved off a lane stuck in a listener call",
+    ),
     # -- rate limits ----------------------------------------------------------
     #: ``max_rate``: the limit, messages per second (only while one is set).
     "lite_push_rate_limit_messages_per_second": (

@@ -186,6 +186,10 @@ def add_samples(fams: dict[str, Any], snap: ConsumerMetrics) -> None:
     fams["lite_push_rate_limit_delayed_messages_total"].add_metric([g], snap.rate_limited[0])
     fams["lite_push_rate_limit_wait_seconds_total"].add_metric([g], snap.rate_limited[1])
     fams["lite_push_key_interval_holds_total"].add_metric([g], snap.key_interval_holds)
+    fams["lite_push_oldest_call_seconds"].add_metric([g], snap.oldest_call_seconds)
+    fams["lite_push_slow_calls_total"].add_metric([g], snap.slow_calls)
+    fams["lite_push_lane_steals_total"].add_metric([g], snap.steals)
+    fams["lite_push_stolen_messages_total"].add_metric([g], snap.stolen)
 
 
 def histogram_samples(

@@ -310,6 +310,20 @@ def test_values_convert_to_the_field_type(monkeypatch: pytest.MonkeyPatch) -> No
         environ={"LITE_PUSH_GROUP": "g", "LITE_PUSH_METRICS_PORT": "1"},
     )
     assert s.consumer_config().metrics_port is None
+    # steal_after: a number, a word, or none; slow_call_warning: a number or none
+    for raw, want in (("2.5", 2.5), ("auto", "auto"), ("none", None)):
+        got = load_settings(environ={"LITE_PUSH_GROUP": "g", "LITE_PUSH_STEAL_AFTER": raw}).consumer_config()
+        assert got.steal_after == want
+    with pytest.raises(ConfigError, match="slow_call_warning"):
+        load_settings(environ={"LITE_PUSH_GROUP": "g", "LITE_PUSH_SLOW_CALL_WARNING": "off"}).consumer_config()
+    assert (
+        load_settings(environ={"LITE_PUSH_GROUP": "g", "LITE_PUSH_SLOW_CALL_WARNING": "none"})
+        .consumer_config()
+        .slow_call_warning
+        is None
+    )
+    with pytest.raises(ConfigError, match="steal_after.*'soon'"):
+        load_settings(environ={"LITE_PUSH_GROUP": "g", "LITE_PUSH_STEAL_AFTER": "soon"}).consumer_config()
 
 
 @pytest.mark.parametrize(

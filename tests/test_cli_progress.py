@@ -83,3 +83,18 @@ def test_consume_prints_the_status_line_with_progress_on(tmp_path: Path) -> None
         assert proc.wait(30) == 0
     line = next(x for x in out.read_text().splitlines() if x.startswith("consumed 500 "))
     assert " lag 0 " in line and "in flight 0" in line and "paused 0 of 2 queues" in line
+
+
+def test_a_long_call_is_named_on_the_line() -> None:
+    from lite_push import CallInProgress
+
+    out = io.StringIO()
+    status = Status(out, _Ends({Q0: 100, Q1: 40}), interval=1.0, start=0.0)  # type: ignore[arg-type]
+    short = CallInProgress(2, "acct-1", Q0, 7, 1, 4.9)
+    assert status.tick(_stats(10, longest_call=short), now=1.0)
+    assert "longest call" not in out.getvalue()  # under SLOW_CALL: a call like any other
+    stuck = CallInProgress(3, "acct-7", Q1, 9120, 1, 73.44)
+    assert status.tick(_stats(20, longest_call=stuck), now=2.0)
+    assert out.getvalue().splitlines()[1].endswith(
+        "dead letters 2  longest call: key 'acct-7' (T@b#1 offset 9,120) has run 73.4 s on lane 3"
+    )

@@ -254,6 +254,8 @@ def _events(draw: st.DrawFn) -> tuple[int, str, bool, int, list[tuple[str, Any]]
     for _ in range(draw(st.integers(1, 30))):
         if draw(st.integers(0, 9)) == 0:  # the asyncio admission's limit moves
             events.append(("limit", draw(st.integers(-1, n + 2))))
+        elif draw(st.integers(0, 5)) == 0:  # a lane stuck in a call takes no new key, then does again
+            events.append((draw(st.sampled_from(["stall", "unstall"])), draw(st.integers(0, n - 1))))
         elif draw(st.booleans()):
             groups = [
                 (q, draw(st.lists(KEYS, max_size=30)), draw(st.integers(0, n - 1)))
@@ -280,6 +282,10 @@ def test_twins_place_keys_identically(case: tuple[int, str, bool, int, list[tupl
             for t in twins:
                 t.limit = arg
             assert twins[0].limit == twins[1].limit == min(n, max(1, arg))
+        elif kind in ("stall", "unstall"):
+            for t in twins:
+                getattr(t, kind)(arg)
+            assert twins[0].stalled == twins[1].stalled
         elif kind == "route":
             groups = []
             for q, keys, keyless in arg:
@@ -326,7 +332,7 @@ def test_twins_place_keys_identically(case: tuple[int, str, bool, int, list[tupl
     steps=st.lists(
         st.tuples(
             st.booleans(), st.lists(st.integers(0, 15), max_size=20), st.integers(0, 11), st.integers(0, 25),
-            st.integers(0, 13),
+            st.integers(0, 13), st.frozensets(st.integers(0, 11), max_size=12),
         ),
         max_size=40,
     ),
@@ -335,14 +341,20 @@ def test_load_placement_matches_its_definition(router: ModuleType, n: int, steps
     """Every key's unreleased messages are on one lane; a key with none goes
     to ``min((load, lane))`` over the loads at that moment (messages routed
     and not released, counting those routed earlier in the same call) of
-    the lanes under the limit."""
+    the lanes under the limit that are not stalled (all of them when every
+    one is stalled)."""
     r = router.KeyRouter(n)
     held: list[list[MessageExt]] = [[] for _ in range(n)]
     offset = 0
-    for is_route, keys, lane, count, limit in steps:
+    for is_route, keys, lane, count, limit, stalled in steps:
+        stalled = {i for i in stalled if i < n}
+        for i in range(n):
+            (r.stall if i in stalled else r.unstall)(i)
+        assert r.stalled == stalled
         if is_route:
             r.limit = limit
             under = min(n, max(1, limit))
+            open_ = [i for i in range(under) if i not in stalled] or list(range(under))
             msgs = [_msg(0, offset + i, f"k{k}") for i, k in enumerate(keys)]
             offset += len(msgs)
             loads = [len(h) for h in held]
@@ -350,7 +362,7 @@ def test_load_placement_matches_its_definition(router: ModuleType, n: int, steps
             want = {}
             for m in msgs:
                 if m.keys not in where:
-                    where[m.keys] = min(range(under), key=lambda i: (loads[i], i))
+                    where[m.keys] = min(open_, key=lambda i: (loads[i], i))
                 want[m.queue_offset] = where[m.keys]
                 loads[where[m.keys]] += 1
             segments, _ = r.route([("q", msgs, 0)])
@@ -367,3 +379,29 @@ def test_load_placement_matches_its_definition(router: ModuleType, n: int, steps
         for i, h in enumerate(held):
             for m in h:
                 assert r.lane_of_key(m.keys) == i
+
+
+def test_a_stalled_lane_gets_no_new_key_but_keeps_its_own(router: ModuleType) -> None:
+    r = router.KeyRouter(3)
+    segs, _ = r.route([("q", [_msg(0, 0, "a")], 0)])
+    assert r.lane_of_key("a") == 0
+    r.stall(0)
+    r.stall(0)  # twice is once
+    assert r.stalled == frozenset({0})
+    segs, _ = r.route([("q", [_msg(0, 1, "a"), _msg(0, 2, "b"), _msg(0, 3, "c")], 0)])
+    assert _lanes_of(segs) == {1: 0, 2: 1, 3: 2}  # "a" has work on lane 0 and stays; "b" and "c" avoid it
+    r.stall(1)
+    r.stall(2)
+    segs, _ = r.route([("q", [_msg(0, 4, "d")], 0)])
+    assert _lanes_of(segs) == {4: 1}  # every lane stalled: the least-loaded all the same (0 has 2, 1 and 2 have 1)
+    r.unstall(0)
+    r.unstall(0)
+    segs, _ = r.route([("q", [_msg(0, 5, "e")], 0)])
+    assert _lanes_of(segs) == {5: 0}  # the one lane not stalled, though the most loaded (2, 2, 1)
+    with pytest.raises(IndexError):
+        r.stall(3)
+    with pytest.raises(IndexError):
+        r.unstall(-1)
+    fixed = router.KeyRouter(3, "hash")
+    fixed.stall(1)
+    assert fixed.stalled == frozenset()  # fixed placements pin keys: nothing to avoid

@@ -6,7 +6,12 @@ terminal (``--progress on`` prints it anywhere, ``off`` never):
 The rate is over the last interval; the lag is the sum over owned queues of
 the source's end offset less the committed one (queues whose end the source
 cannot tell are left out); ``in flight`` the unfinished messages; ``paused``
-the queues flow control or the application holds back.
+the queues flow control or the application holds back.  A listener call
+that has run ``SLOW_CALL`` seconds or more is named at the end of the line
+(the oldest one: its key, queue, offset and age), since a stuck call does
+not make ``/healthz`` fail (the process is alive)::
+
+    ...  dead letters 0  longest call: key 'acct-7' (orders@embedded#2 offset 9,120) has run 73.4 s on lane 3
 """
 
 from __future__ import annotations
@@ -17,10 +22,12 @@ from typing import IO
 from .._snapshots import ConsumerStats
 from ..sources import PullSource
 
-__all__ = ["STATUS_INTERVAL", "Status"]
+__all__ = ["SLOW_CALL", "STATUS_INTERVAL", "Status"]
 
 #: Seconds between two status lines.
 STATUS_INTERVAL = 5.0
+#: A call that has run this many seconds is named on the status line.
+SLOW_CALL = 5.0
 
 
 class Status:
@@ -58,8 +65,12 @@ class Status:
             ends = {}
         lag = sum(max(0, end - stats.committed[q]) for q, end in ends.items() if q in stats.committed)
         owned = len(stats.in_flight)
-        return (
+        line = (
             f"consumed {stats.consumed:,} (+{rate:,.0f}/s)  lag {lag:,}  "
             f"in flight {sum(stats.in_flight.values()):,}  paused {len(stats.paused)} of {owned} queues  "
             f"dead letters {stats.dead_lettered:,}"
         )
+        call = stats.longest_call
+        if call is not None and call.seconds >= SLOW_CALL:
+            line += f"  longest call: {call.describe()}"
+        return line

@@ -126,6 +126,9 @@ class _FieldType:
 
     base: type
     optional: bool
+    #: A number that may also be a word (``steal_after="auto"``): text that
+    #: is not a number is passed on, for ConsumerConfig to check.
+    word: bool = False
 
 
 def _settable(tp: object) -> _FieldType | None:
@@ -135,6 +138,8 @@ def _settable(tp: object) -> _FieldType | None:
     origin = typing.get_origin(tp)
     if origin is typing.Union or origin is types.UnionType:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if set(args) == {float, str}:  # a number or a word
+            return _FieldType(float, type(None) in typing.get_args(tp), word=True)
         if len(args) != 1 or len(typing.get_args(tp)) != 2:
             return None
         optional = True
@@ -206,7 +211,8 @@ def _convert(name: str, ft: _FieldType, value: object, origin: str) -> object:
             try:
                 return float(text)
             except ValueError:
-                pass
+                if ft.word:
+                    return text  # ConsumerConfig says which words it takes
         raise ConfigError(name, f"{origin}: must be a number, got {value!r}")
     if isinstance(value, str):  # base is str
         return value
