@@ -46,9 +46,9 @@ def test_two_processes_balanced_by_message_pass_the_checks() -> None:
     on Redis: nothing lost, keys in order, no key in both processes at once."""
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / "bench_processes.py"), "--procs", "2", "--repeat", "1",
-         "--messages", "3000", "--lanes", "32", "--check", "--balance", "message"],
+         "--messages", "6000", "--lanes", "2", "--check", "--balance", "message"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     checks = [line for line in done.stdout.splitlines() if line.strip().startswith("check:")]
-    assert len(checks) == 1 and "check: ok: 3,000 deliveries by 2 processes" in checks[0], done.stdout
+    assert len(checks) == 1 and "check: ok: 6,000 deliveries by 2 processes" in checks[0], done.stdout
