@@ -6,7 +6,9 @@ in flight; the committed offset map's finished offsets dropped), keep
 polling without waiting while more is ready (up to ``DISPATCH_BUDGET``; the
 very first dispatch goes out with the first poll),
 **route** what was gathered to the lanes with one put per lane
-(``_dispatch``), then fire the timer's due work (``_timer``: parked keys
+(``_dispatch``; after each poll, and so before it routes what the poll
+returned, the lanes are handed the keys the application paused or resumed
+since: ``_key_pauses``), then fire the timer's due work (``_timer``: parked keys
 back to their lanes, local retries, held send-backs; and trim the memory
 of ``key_min_interval``), store handed-off failures (``_failure_sender``),
 apply flow control (``_flow_control``), commit every ``commit_interval``
@@ -39,6 +41,7 @@ from ._dispatch import Dispatcher
 from ._errors import SourceClosedError
 from ._failure_sender import FailureSender
 from ._flow_control import FlowControl
+from ._key_pauses import KeyPauseSync
 from ._process_queue import ProcessQueue
 from ._rate_limit import KeyPacer
 from ._shared import Episode, FailureLatch, QueueCounters
@@ -82,6 +85,7 @@ class PullLoop:
         stopping: threading.Event,
         pacer: KeyPacer | None = None,
         renews_locks: bool = False,
+        key_pauses: KeyPauseSync | None = None,
     ) -> None:
         self._config = config
         self._source = source
@@ -102,6 +106,9 @@ class PullLoop:
         self._pacer = pacer
         #: QUEUE_ORDERLY: renew the broker locks every ``lock_renew_interval``.
         self._renews_locks = renews_locks
+        #: Hands the lanes the keys the application paused or resumed
+        #: (``None``: QUEUE_ORDERLY, which has no lanes).
+        self._key_pauses = key_pauses
         #: Whether a gap between a queue's batches is offsets the source's tag
         #: filter passed over (counted as filtered).  A source that balances
         #: by message leaves gaps that other members took: not counted.
@@ -138,6 +145,8 @@ class PullLoop:
                     continue
                 self._poll_episode.ok(cfg.group)
                 assignment.renew_fences()
+                if self._key_pauses is not None:  # after each poll: the lanes hold a key paused before it returned
+                    self._key_pauses.apply()
                 if batches:
                     self._gather(batches)
                 now = clock.monotonic()
@@ -190,6 +199,8 @@ class PullLoop:
             if not more:
                 break
             self._assignment.renew_fences()  # the poll may have assigned queues
+            if self._key_pauses is not None:
+                self._key_pauses.apply()
             total += self._track(more)
         self._dispatcher.route_pending()
         self._dispatched = True

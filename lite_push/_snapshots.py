@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ._config import ConsumerConfig
+from ._key_pauses import KeyPauses
 from ._lanemetrics import LaneMetrics
 from ._lanes import Lane
 from ._process_queue import ProcessQueue
@@ -44,6 +45,8 @@ class Readings:
     lane_metrics: list[LaneMetrics] | None = None
     #: The asyncio executor's admission: lanes allowed in calls now.
     lane_limit: Callable[[], int | None] | None = None
+    #: The keys the application paused.
+    key_pauses: KeyPauses | None = None
 
 _DEPTH = operator.attrgetter("depth")
 
@@ -71,7 +74,9 @@ class ConsumerStats:
     #: Messages sent back to the retry topic (CONCURRENTLY).
     sent_back: int = 0
     #: Messages of parked keys waiting for a retry (KEY_ORDERLY), the
-    #: failed head of each key included.
+    #: failed head of each key included, or for their key's interval
+    #: (``key_min_interval``), or for the application to resume their key
+    #: (``paused_key_messages``).
     parked: int = 0
     #: When the earliest retry on the consumer's timer is due (the
     #: consumer clock's ``monotonic()``): a parked key, or a local retry;
@@ -98,6 +103,12 @@ class ConsumerStats:
     rate_limit_wait_seconds: float = 0.0
     #: ``key_min_interval``: times a key's message was held for it.
     key_interval_holds: int = 0
+    #: The keys the application paused (``pause_keys``), as
+    #: ``paused_keys()`` says.
+    paused_keys: frozenset[str] = frozenset()
+    #: Messages waiting for the application to resume their key (counted in
+    #: ``parked`` too, and in their queue's ``in_flight``).
+    paused_key_messages: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +155,9 @@ class ConsumerMetrics:
     max_rate: float | None = None
     rate_limited: tuple[int, float] = (0, 0.0)
     key_interval_holds: int = 0
+    #: Keys the application paused, and the messages waiting for them.
+    paused_keys: int = 0
+    paused_key_messages: int = 0
 
 
 def stats_of(rt: Readings, extra: tuple[int, int], polling: bool) -> ConsumerStats:
@@ -170,7 +184,13 @@ def stats_of(rt: Readings, extra: tuple[int, int], polling: bool) -> ConsumerSta
         rate_limit_delayed=delayed,
         rate_limit_wait_seconds=waited,
         key_interval_holds=sum(c.paced),
+        paused_keys=_paused_keys(rt),
+        paused_key_messages=sum(c.key_paused),
     )
+
+
+def _paused_keys(rt: Readings) -> frozenset[str]:
+    return frozenset() if rt.key_pauses is None else rt.key_pauses.keys
 
 
 def _limited(rt: Readings) -> tuple[int, float]:
@@ -222,4 +242,6 @@ def metrics_of(rt: Readings, extra: tuple[int, int]) -> ConsumerMetrics:
         max_rate=rt.config.max_rate,
         rate_limited=_limited(rt),
         key_interval_holds=sum(c.paced),
+        paused_keys=len(_paused_keys(rt)),
+        paused_key_messages=sum(c.key_paused),
     )
