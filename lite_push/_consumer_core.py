@@ -254,27 +254,18 @@ class ConsumerCore:
         of non-empty ``str`` (the key messages are routed by); ``TypeError``
         / ``ValueError`` otherwise.  QUEUE_ORDERLY has no keys to hold:
         :class:`~lite_push.LitePushError`."""
-        self._check_key_mode("pause_keys")
         self._key_pauses.pause(keys)
         self._source.wakeup()
 
     def resume_keys(self, keys: Iterable[str]) -> None:
         """Undo :meth:`pause_keys` (any thread): what waited for each key
         runs, in order, one message per call; keys not paused are ignored."""
-        self._check_key_mode("resume_keys")
         self._key_pauses.resume(keys)
         self._source.wakeup()
 
     def paused_keys(self) -> frozenset[str]:
         """The keys :meth:`pause_keys` holds now."""
         return self._key_pauses.keys
-
-    def _check_key_mode(self, what: str) -> None:
-        if self.config.mode is ConsumeMode.QUEUE_ORDERLY:
-            raise LitePushError(
-                f"{what}() is not available in QUEUE_ORDERLY mode (the baseline serialises whole queues, "
-                "not keys): use pause(queues), or ConsumeMode.KEY_ORDERLY"
-            )
 
     @property
     def name(self) -> str:

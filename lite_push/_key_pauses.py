@@ -42,6 +42,7 @@ import threading
 from collections.abc import Hashable, Iterable
 
 from ._dispatch import Dispatcher
+from ._errors import LitePushError
 from ._steps import Steps
 from ._timer import KeyRetrier, LaneWork
 
@@ -79,19 +80,30 @@ def _named(keys: frozenset[str]) -> str:
 
 
 class KeyPauses:
-    """The keys the application paused (see the module docstring)."""
+    """The keys the application paused (see the module docstring).
+    ``lanes``: whether the consumer has lanes to hold keys in (QUEUE_ORDERLY,
+    the baseline, has none: pausing keys raises :class:`LitePushError`)."""
 
-    __slots__ = ("_group", "_lock", "keys")
+    __slots__ = ("_group", "_lanes", "_lock", "keys")
 
-    def __init__(self, group: str) -> None:
+    def __init__(self, group: str, *, lanes: bool = True) -> None:
         self._group = group
+        self._lanes = lanes
         #: Makes concurrent pauses and resumes of the application's threads add up.
         self._lock = threading.Lock()
         #: Paused now: replaced whole, read without the lock.
         self.keys: frozenset[str] = frozenset()
 
+    def _check(self, what: str) -> None:
+        if not self._lanes:
+            raise LitePushError(
+                f"{what}() is not available in QUEUE_ORDERLY mode (the baseline serialises whole queues, "
+                "not keys): use pause(queues), or ConsumeMode.KEY_ORDERLY"
+            )
+
     def pause(self, keys: Iterable[str]) -> None:
         """Add ``keys`` (checked: :func:`checked_keys`) to the paused set."""
+        self._check("pause_keys")
         add = checked_keys(keys)
         with self._lock:
             new = add - self.keys
@@ -102,6 +114,7 @@ class KeyPauses:
     def resume(self, keys: Iterable[str]) -> None:
         """Remove ``keys`` (checked) from the paused set; keys not paused
         are ignored."""
+        self._check("resume_keys")
         drop = checked_keys(keys)
         with self._lock:
             gone = drop & self.keys

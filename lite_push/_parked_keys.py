@@ -61,6 +61,13 @@ PAUSE_MARK = _PauseMark()
 Item = tuple[ProcessQueue, MessageExt]
 
 
+def _parked_of(changed: frozenset[Hashable], keys: dict[Hashable, Parked]) -> list[Hashable]:
+    """The keys of ``changed`` that have a park in ``keys``."""
+    if len(changed) <= len(keys):
+        return [k for k in changed if k in keys]
+    return [k for k in keys if k in changed]
+
+
 class ParkedKeys:
     """The parked keys of lane ``index`` (see the module docstring)."""
 
@@ -157,21 +164,21 @@ class ParkedKeys:
         paused, ``removed`` resumed since the lane last heard.  Existing
         parks of ``added`` keys are held too; ``removed`` keys' parks are let
         go.  Return ``(key, gen)`` of each resumed key to run now (its park
-        has no timer entry to come), for :meth:`take`, in ``removed``'s
-        order."""
+        has no timer entry to come), for :meth:`take`.  It costs the smaller
+        of the change and the lane's parks."""
         self._paused = paused
         keys = self.keys
         waiting = self._counters.key_paused
         i = self._index
-        for key in added if len(added) <= len(keys) else [k for k in keys if k in added]:
-            p = keys.get(key)
-            if p is not None and not p.paused:
+        for key in _parked_of(added, keys):
+            p = keys[key]
+            if not p.paused:
                 p.paused = True
                 waiting[i] += len(p.items)
         run: list[tuple[Hashable, int]] = []
-        for key in removed:
-            p = keys.get(key)
-            if p is not None and p.paused:
+        for key in _parked_of(removed, keys):
+            p = keys[key]
+            if p.paused:
                 p.paused = False
                 waiting[i] -= len(p.items)
                 if not p.pending:

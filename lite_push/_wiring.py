@@ -116,7 +116,7 @@ def build_parts(
     timer = RetryTimer(source.wakeup)  # the pull thread may be waiting past a new earliest entry
     outbox = Outbox(source.wakeup)
     app_pauses = AppPauses()
-    key_pauses = KeyPauses(config.group)
+    key_pauses = KeyPauses(config.group, lanes=config.mode is not ConsumeMode.QUEUE_ORDERLY)
     limiter = None if config.max_rate is None else RateLimiter(config.max_rate, clock.monotonic)
     pacer = KeyPacer(config.key_min_interval) if config.key_min_interval > 0 else None
     generations = itertools.count(1)  # of parks, shared by the lanes (next() is atomic)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -24,16 +25,21 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
 from lite_push import (
+    Balance,
     ConsumeFromWhere,
     ConsumeMode,
     ConsumerConfig,
     EmbeddedBroker,
+    LitePushConsumer,
     LitePushError,
     ManualClock,
     MessageExt,
+    MessageQueue,
 )
 from lite_push._offset_map import decode
 from lite_push._router import lane_of
+from lite_push.sources.redis import RedisBroker
+from lite_push.sources.redis_server import RedisServer
 
 pytestmark = pytest.mark.usefixtures("executor")
 
@@ -456,6 +462,63 @@ def test_stats_and_metrics_show_the_paused_keys_and_their_waiting_messages(broke
         wait_for(lambda: watch.count() == 10, 30, "P's 6")
         wait_for(lambda: sample("lite_push_paused_key_messages") == 0, 10, "the gauge back at 0")
         assert sample("lite_push_paused_keys") == 0 and c.stats().paused_keys == frozenset()
+
+
+# -- a group balanced by message (Redis) --------------------------------------------------------
+
+
+def test_on_a_group_balanced_by_message_a_paused_key_stays_with_its_member(redis_server: RedisServer) -> None:
+    """Balance.MESSAGE: a key with unacknowledged messages stays with its
+    member, and a paused key's waiting messages are unacknowledged, so no
+    other member runs the key while it is paused; the other keys go on (in
+    the other member), and after the resume the key runs in offset order."""
+    if EX.name != "thread":
+        pytest.skip("the members' lanes are threads; the executors are covered above")
+    broker = RedisBroker(
+        redis_server.url, namespace=f"pk-{uuid.uuid4().hex[:10]}", session_timeout=3.0, heartbeat_interval=0.3
+    )
+    lock = threading.Lock()
+    calls: list[tuple[str, str | None, int]] = []  # member, key, offset: in start order
+
+    def member(name: str) -> LitePushConsumer:
+        def listener(msgs: list[MessageExt]) -> None:
+            with lock:
+                calls.extend((name, m.keys, m.queue_offset) for m in msgs)
+
+        c = LitePushConsumer(
+            ConsumerConfig(group="g", lanes=2, poll_timeout=0.02, commit_interval=0.05, revoke_timeout=1.0),
+            source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET, balance=Balance.MESSAGE),
+            listener=listener,
+        )
+        c.subscribe("T")
+        return c
+
+    def ran(key: str | None = None, by: str | None = None) -> list[int]:
+        with lock:
+            return [o for n, k, o in calls if (key is None or k == key) and (by is None or n == by)]
+
+    broker.create_topic("T", 1)
+    q = MessageQueue("T", broker.namespace, 0)
+    a, b = member("a"), member("b")
+    try:
+        a.pause_keys(["P"])
+        a.start()
+        broker.send_batch("T", [{"body": b"x", "keys": "P"} for _ in range(3)])
+        wait_for(lambda: a.stats().paused_key_messages == 3, 20, lambda: f"P held by a: {a.stats()}")
+        b.start()  # b joins: it may receive any message of the queue, but not P's: a holds P
+        broker.send_batch("T", [{"body": b"x", "keys": "P" if i % 4 == 0 else f"k{i}"} for i in range(80)])
+        wait_for(lambda: len(ran()) == 60, 30, lambda: f"the other keys' 60: {len(ran())}")
+        assert ran("P") == [] and ran(by="b")  # b ran other keys, and no P
+        a.resume_keys(["P"])
+        wait_for(lambda: len(ran("P")) == 23, 30, lambda: f"P's 23: {ran('P')}")
+        assert ran("P") == sorted(ran("P")) and len(set(ran())) == 83
+        for c in (a, b):
+            c.shutdown(5)
+        assert getattr(broker.committed("g", q), "offset", None) == 83
+    finally:
+        for c in (a, b):
+            c.shutdown(5)
+        broker.close()
 
 
 # -- random pauses and resumes ---------------------------------------------------------------
