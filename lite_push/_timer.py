@@ -19,8 +19,9 @@ pull thread dispatches without asking what a token is:
 A lane receives :class:`LaneWork`: a due key, or :data:`PURGE` (skip the
 parked messages of revoked queues), which is not timed: assignment hands it
 to every lane at a revoke; or a change of the keys the application paused
-(``_key_pauses.KeyPauseChange``), handed to every lane by the pull thread.  Each runs itself against the lane's
-:class:`KeyRetrier` (:meth:`LaneWork.steps`).
+(``_key_pauses.KeyPauseChange``), handed to every lane by the pull thread.
+Each runs itself against the lane's :class:`KeyRetrier`
+(:meth:`LaneWork.steps`).
 """
 
 from __future__ import annotations
