@@ -20,7 +20,9 @@ Layout (one concern per module; underscored modules are implementation;
 * ``_lane_worker``     what a lane does: consume, park, retry (written once)
 * ``_steps``           how a lane worker tells its executor which calls to make
 * ``_call_gate``       a lane's checks before each call: shutdown, fence, ``max_rate``
-* ``_parked_keys``     a lane's keys parked on the timer (retries, ``key_min_interval``)
+* ``_parked_keys``     a lane's keys parked on the timer (retries, ``key_min_interval``),
+                       or by the application (``pause_keys``)
+* ``_key_pauses``      the keys the application paused, handed to every lane by the pull thread
 * ``_thread_executor`` / ``_async_executor``  lanes driven by threads / coroutines
 * ``_admission``       asyncio: how many lanes may be in listener calls at once
 * ``_rate_limit``      ``max_rate`` (the consumer's RateLimiter) and ``key_min_interval`` (KeyPacer)

@@ -171,6 +171,7 @@ class ConsumerCore:
         self._abort = parts.abort
         self._owned = parts.owned
         self._app_pauses = parts.app_pauses
+        self._key_pauses = parts.key_pauses
         self._orderly = parts.orderly
         self._lane_workers = parts.workers
         self._committer = parts.committer
@@ -235,6 +236,37 @@ class ConsumerCore:
     def paused_by_app(self) -> frozenset[MessageQueue]:
         """The queues :meth:`pause` holds now."""
         return self._app_pauses.queues
+
+    def pause_keys(self, keys: Iterable[str]) -> None:
+        """Hold the messages of these keys until :meth:`resume_keys` (any
+        thread; before ``start()`` too), while the lanes go on with other
+        keys.  KEY_ORDERLY: they wait in offset order on the key's lane; in
+        CONCURRENTLY they wait too, on whichever lanes they reach.  Every
+        message of a key stored after this returns waits; one polled before
+        may still run if its lane took it before the pause reached the lane
+        (the pull thread hands it to every lane at once), and a call already
+        running finishes.  Waiting messages are unfinished:
+        their queue's commit stays below them, the other keys' finished
+        offsets above are committed in the offset map, and flow control
+        counts them (a key that keeps piling up pauses its queue at the
+        source).  The pause belongs to this consumer: not stored, not known
+        to a queue's next owner; a revoke or a shutdown leaves the waiting
+        messages uncommitted, to be delivered again.  ``keys``: an iterable
+        of non-empty ``str`` (the key messages are routed by); ``TypeError``
+        / ``ValueError`` otherwise.  QUEUE_ORDERLY has no keys to hold:
+        :class:`~lite_push.LitePushError`."""
+        self._key_pauses.pause(keys)
+        self._source.wakeup()
+
+    def resume_keys(self, keys: Iterable[str]) -> None:
+        """Undo :meth:`pause_keys` (any thread): what waited for each key
+        runs, in order, one message per call; keys not paused are ignored."""
+        self._key_pauses.resume(keys)
+        self._source.wakeup()
+
+    def paused_keys(self) -> frozenset[str]:
+        """The keys :meth:`pause_keys` holds now."""
+        return self._key_pauses.keys
 
     @property
     def name(self) -> str:

@@ -107,17 +107,27 @@ class FailurePolicy:
 class Parked:
     """A key waiting for its retry, in one lane: ``items`` are its messages
     in order, the head being the one to retry (already a copy with
-    ``reconsume_times`` incremented).  Owned by the lane's task."""
+    ``reconsume_times`` incremented).  Owned by the lane's task.
 
-    __slots__ = ("items", "gen", "reason", "exception")
+    A key the application paused (``consumer.pause_keys``) is a park too:
+    ``paused`` holds it whatever its timer says, and a park made for the
+    pause alone has no timer entry (``pending`` False)."""
 
-    def __init__(self, gen: int, reason: str, exception: str) -> None:
+    __slots__ = ("items", "gen", "reason", "exception", "paused", "pending")
+
+    def __init__(self, gen: int, reason: str, exception: str, *, paused: bool = False) -> None:
         self.items: list[tuple[ProcessQueue, MessageExt]] = []
         #: Matches the timer entry that will wake this park (stale entries
         #: of an earlier park of the same key are ignored).
         self.gen = gen
         self.reason = reason
         self.exception = exception
+        #: Held by the application until it resumes the key.
+        self.paused = paused
+        #: Whether a timer entry of this park is still to come (False: it
+        #: came while the key was paused, or the park has none): a resume
+        #: runs the key at once only then.
+        self.pending = not paused
 
 
 @dataclass(slots=True)

@@ -23,8 +23,10 @@ messages and is sent back ``(exception, result)`` of that call.
 * **Due keys** (:meth:`LaneWorker.due_steps`): the lane is handed
   :class:`~lite_push._timer.LaneWork`, each of which runs itself: a due
   key (:meth:`LaneWorker.retry_due`: its head is retried, then what queued
-  behind it, in order, until one fails again) or ``PURGE``
-  (:meth:`LaneWorker.purge`).
+  behind it, in order, until one fails again), ``PURGE``
+  (:meth:`LaneWorker.purge`) or a change of the keys the application
+  paused (:meth:`LaneWorker.apply_pauses`: a paused key is parked without
+  a timer entry; its resume runs it as a due key).
 * **Rate limits** (``_rate_limit``): with ``max_rate`` every call first
   reserves its start (``_call_gate``); with ``key_min_interval`` a message
   whose key started less than the interval ago is held on the timer like a
@@ -341,7 +343,8 @@ class LaneWorker:
         it, in order, until one fails again (then the key is parked again
         with what still waits behind it) or, with ``key_min_interval``,
         until the next one must wait for its interval (then the key is held
-        with the rest)."""
+        with the rest).  A failed message that is dead-lettered, or (a
+        resumed key in CONCURRENTLY) sent back, lets the rest go on."""
         parked = self._keys
         p = parked.take(key, gen)
         if p is None:
@@ -382,9 +385,11 @@ class LaneWorker:
                 "consumer %r: %s for %s offset %d (attempt %d)",
                 self._group, failure.reason, pq.queue, m.queue_offset, m.reconsume_times + 1,
             )  # fmt: skip
-            if policy.verdict(m, failure) is Verdict.DEAD_LETTER:
-                out.append(policy.dead_letter(pq, m, failure))
-                continue  # the key moves on
+            verdict = policy.verdict(m, failure)
+            if verdict is not Verdict.PARK:  # the key moves on
+                send = policy.dead_letter if verdict is Verdict.DEAD_LETTER else policy.send_back  # CONCURRENTLY
+                out.append(send(pq, m, failure))
+                continue
             again = (pq, replace(m, reconsume_times=m.reconsume_times + 1), failure)
             break
         parked.unparked(left)
@@ -399,6 +404,16 @@ class LaneWorker:
             parked.park(pq, retry, failure, items)
         elif held:  # held for the key's interval, with what waits behind
             parked.hold(items, key, held, 0)
+
+    def apply_pauses(
+        self, paused: frozenset[Hashable], added: frozenset[Hashable], removed: frozenset[Hashable]
+    ) -> Steps:
+        """The application paused ``added`` and resumed ``removed`` keys
+        (``paused``: all paused now): from now on this lane holds the paused
+        keys' messages; each resumed key with nothing else to wait for runs
+        what waited, as a due key does (:meth:`retry_due`)."""
+        for key, gen in self._keys.apply_pauses(paused, added, removed):
+            yield from self.retry_due(key, gen)
 
     def purge(self) -> None:
         """Skip the parked messages of revoked queues."""

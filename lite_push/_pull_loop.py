@@ -6,7 +6,9 @@ in flight; the committed offset map's finished offsets dropped), keep
 polling without waiting while more is ready (up to ``DISPATCH_BUDGET``; the
 very first dispatch goes out with the first poll),
 **route** what was gathered to the lanes with one put per lane
-(``_dispatch``), then fire the timer's due work (``_timer``: parked keys
+(``_dispatch``; after each poll, and so before it routes what the poll
+returned, the lanes are handed the keys the application paused or resumed
+since: ``_key_pauses``), then fire the timer's due work (``_timer``: parked keys
 back to their lanes, local retries, held send-backs; and trim the memory
 of ``key_min_interval``), store handed-off failures (``_failure_sender``),
 apply flow control (``_flow_control``), commit every ``commit_interval``
@@ -39,6 +41,7 @@ from ._dispatch import Dispatcher
 from ._errors import SourceClosedError
 from ._failure_sender import FailureSender
 from ._flow_control import FlowControl
+from ._key_pauses import KeyPauseSync
 from ._lane_steal import LaneStealer
 from ._process_queue import ProcessQueue
 from ._rate_limit import KeyPacer
@@ -84,6 +87,7 @@ class PullLoop:
         pacer: KeyPacer | None = None,
         renews_locks: bool = False,
         stealer: LaneStealer | None = None,
+        key_pauses: KeyPauseSync | None = None,
     ) -> None:
         self._config = config
         self._source = source
@@ -106,6 +110,9 @@ class PullLoop:
         self._renews_locks = renews_locks
         #: Moves keys off lanes stuck in a listener call (``None``: never).
         self._stealer = stealer
+        #: Hands the lanes the keys the application paused or resumed
+        #: (``None``: QUEUE_ORDERLY, which has no lanes).
+        self._key_pauses = key_pauses
         #: Whether a gap between a queue's batches is offsets the source's tag
         #: filter passed over (counted as filtered).  A source that balances
         #: by message leaves gaps that other members took: not counted.
@@ -142,6 +149,8 @@ class PullLoop:
                     continue
                 self._poll_episode.ok(cfg.group)
                 assignment.renew_fences()
+                if self._key_pauses is not None:  # after each poll: the lanes hold a key paused before it returned
+                    self._key_pauses.apply()
                 if self._stealer is not None and self._stealer.pending:
                     self._stealer.run()  # keys waiting behind a stuck call move to other lanes
                 if batches:
@@ -196,6 +205,8 @@ class PullLoop:
             if not more:
                 break
             self._assignment.renew_fences()  # the poll may have assigned queues
+            if self._key_pauses is not None:
+                self._key_pauses.apply()
             total += self._track(more)
         self._dispatcher.route_pending()
         self._dispatched = True

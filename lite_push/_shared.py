@@ -67,8 +67,8 @@ class Counters:
     ``stats()`` and the metrics collector without a lock."""
 
     __slots__ = (
-        "busy", "consumed", "dead_lettered", "lock_failed", "lock_ok", "moved", "paced", "parked", "queues",
-        "rebalances", "retried", "sent_back", "steals",
+        "busy", "consumed", "dead_lettered", "key_paused", "lock_failed", "lock_ok", "moved", "paced", "parked",
+        "queues", "rebalances", "retried", "sent_back", "steals",
     )  # fmt: skip
 
     def __init__(self, lanes: int) -> None:
@@ -77,6 +77,7 @@ class Counters:
         self.retried = [0] * lanes
         self.parked = [0] * lanes
         self.paced = [0] * lanes  # messages held for their key's minimum interval
+        self.key_paused = [0] * lanes  # parked messages of keys the application paused
         self.busy = [False] * lanes  # holding taken work
         # Written by the pull thread.
         self.dead_lettered = 0

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ._call_watch import CallInProgress, CallWatch, longest_call
 from ._config import ConsumerConfig
+from ._key_pauses import KeyPauses
 from ._lanemetrics import LaneMetrics
 from ._lanes import Lane
 from ._process_queue import ProcessQueue
@@ -45,6 +46,8 @@ class Readings:
     lane_metrics: list[LaneMetrics] | None = None
     #: The asyncio executor's admission: lanes allowed in calls now.
     lane_limit: Callable[[], int | None] | None = None
+    #: The keys the application paused.
+    key_pauses: KeyPauses | None = None
     #: Watches the lanes' calls (``None``: the baseline, which has no lanes).
     watch: CallWatch | None = None
     #: The consumer's clock (the calls' ages are on it).
@@ -78,7 +81,9 @@ class ConsumerStats:
     #: Messages sent back to the retry topic (CONCURRENTLY).
     sent_back: int = 0
     #: Messages of parked keys waiting for a retry (KEY_ORDERLY), the
-    #: failed head of each key included.
+    #: failed head of each key included, or for their key's interval
+    #: (``key_min_interval``), or for the application to resume their key
+    #: (``paused_key_messages``).
     parked: int = 0
     #: When the earliest retry on the consumer's timer is due (the
     #: consumer clock's ``monotonic()``): a parked key, or a local retry;
@@ -105,6 +110,12 @@ class ConsumerStats:
     rate_limit_wait_seconds: float = 0.0
     #: ``key_min_interval``: times a key's message was held for it.
     key_interval_holds: int = 0
+    #: The keys the application paused (``pause_keys``), as
+    #: ``paused_keys()`` says.
+    paused_keys: frozenset[str] = frozenset()
+    #: Messages waiting for the application to resume their key (counted in
+    #: ``parked`` too, and in their queue's ``in_flight``).
+    paused_key_messages: int = 0
     #: The listener call in progress that started first (its key, queue,
     #: offset and how long it has run); ``None`` when no call runs.
     longest_call: CallInProgress | None = None
@@ -163,6 +174,9 @@ class ConsumerMetrics:
     max_rate: float | None = None
     rate_limited: tuple[int, float] = (0, 0.0)
     key_interval_holds: int = 0
+    #: Keys the application paused, and the messages waiting for them.
+    paused_keys: int = 0
+    paused_key_messages: int = 0
     #: How long the oldest call in progress has run (0.0: none).
     oldest_call_seconds: float = 0.0
     slow_calls: int = 0
@@ -194,12 +208,18 @@ def stats_of(rt: Readings, extra: tuple[int, int], polling: bool) -> ConsumerSta
         rate_limit_delayed=delayed,
         rate_limit_wait_seconds=waited,
         key_interval_holds=sum(c.paced),
+        paused_keys=_paused_keys(rt),
+        paused_key_messages=sum(c.key_paused),
         longest_call=_longest(rt),
         slow_calls=0 if rt.watch is None else rt.watch.warnings,
         steals=c.steals,
         stolen=c.moved,
         steal_after=None if rt.watch is None else rt.watch.threshold,
     )
+
+
+def _paused_keys(rt: Readings) -> frozenset[str]:
+    return frozenset() if rt.key_pauses is None else rt.key_pauses.keys
 
 
 def _longest(rt: Readings) -> CallInProgress | None:
@@ -257,6 +277,8 @@ def metrics_of(rt: Readings, extra: tuple[int, int]) -> ConsumerMetrics:
         max_rate=rt.config.max_rate,
         rate_limited=_limited(rt),
         key_interval_holds=sum(c.paced),
+        paused_keys=len(_paused_keys(rt)),
+        paused_key_messages=sum(c.key_paused),
         oldest_call_seconds=0.0 if (call := _longest(rt)) is None else call.seconds,
         slow_calls=0 if rt.watch is None else rt.watch.warnings,
         steals=c.steals,

@@ -18,8 +18,10 @@ pull thread dispatches without asking what a token is:
 
 A lane receives :class:`LaneWork`: a due key, or :data:`PURGE` (skip the
 parked messages of revoked queues), which is not timed: assignment hands it
-to every lane at a revoke.  Each runs itself against the lane's
-:class:`KeyRetrier` (:meth:`LaneWork.steps`).
+to every lane at a revoke; or a change of the keys the application paused
+(``_key_pauses.KeyPauseChange``), handed to every lane by the pull thread.
+Each runs itself against the lane's :class:`KeyRetrier`
+(:meth:`LaneWork.steps`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,12 @@ class KeyRetrier(Protocol):
 
     def purge(self) -> None:
         """Skip the parked messages of revoked queues."""
+
+    def apply_pauses(
+        self, paused: frozenset[Hashable], added: frozenset[Hashable], removed: frozenset[Hashable]
+    ) -> Steps:
+        """The keys the application paused changed (``_key_pauses``): the
+        calls that run what waited for the resumed ones."""
 
 
 class LaneWork(ABC):

@@ -2,8 +2,8 @@
 
 What several parts share is made first (the owned queues, the timer, the
 outbox, the counters, the abort event, the failure policy, the router's
-released deque), then each part in the order they need each other, so
-nothing is wired after construction:
+released deque, the application's paused queues and keys), then each part
+in the order they need each other, so nothing is wired after construction:
 
     lanes' workers (CallGate, ParkedKeys)  LaneStealer  CallWatch
     Committer  FailureSender  Dispatcher  Assignment  FlowControl  PullLoop
@@ -32,6 +32,7 @@ from ._dispatch import Dispatcher
 from ._failure_sender import FailureSender
 from ._failures import FailurePolicy, Outbox
 from ._flow_control import FlowControl
+from ._key_pauses import KeyPauses, KeyPauseSync
 from ._lane_steal import LaneStealer
 from ._lane_worker import LaneWorker
 from ._lanemetrics import LaneMetrics
@@ -72,6 +73,8 @@ class Parts:
     #: Owned queues: assignment writes, the other parts read.
     owned: dict[MessageQueue, ProcessQueue]
     app_pauses: AppPauses
+    #: The keys the application paused (``pause_keys``).
+    key_pauses: KeyPauses
     #: QUEUE_ORDERLY's consume pool (``None`` in the other modes).
     orderly: QueueOrderlyService | None
     #: Each lane with its worker (none: the baseline runs its own pool).
@@ -117,6 +120,7 @@ def build_parts(
     timer = RetryTimer(source.wakeup)  # the pull thread may be waiting past a new earliest entry
     outbox = Outbox(source.wakeup)
     app_pauses = AppPauses()
+    key_pauses = KeyPauses(config.group, lanes=config.mode is not ConsumeMode.QUEUE_ORDERLY)
     limiter = None if config.max_rate is None else RateLimiter(config.max_rate, clock.monotonic)
     pacer = KeyPacer(config.key_min_interval) if config.key_min_interval > 0 else None
     generations = itertools.count(1)  # of parks, shared by the lanes (next() is atomic)
@@ -179,13 +183,15 @@ def build_parts(
         config, source, clock, owned, assignment=assignment, dispatcher=dispatcher, flow=flow, committer=committer,
         sender=sender, timer=timer, queue_counters=counters.queues, latch=latch, stopping=stopping, pacer=pacer,
         renews_locks=orderly is not None, stealer=stealer,
+        key_pauses=None if orderly is not None else KeyPauseSync(key_pauses, dispatcher, len(lanes)),
     )  # fmt: skip
     readings = Readings(
-        config, source, counters, owned, lanes, timer, latch, limiter, lane_metrics, lane_limit, watch,
+        config, source, counters, owned, lanes, timer, latch, limiter, lane_metrics, lane_limit, key_pauses, watch,
         clock.monotonic, key_of,
     )  # fmt: skip
     return Parts(
-        latch, abort, owned, app_pauses, orderly, workers, committer, sender, assignment, pull, readings, watch
+        latch, abort, owned, app_pauses, key_pauses, orderly, workers, committer, sender, assignment, pull, readings,
+        watch,
     )  # fmt: skip
 
 

@@ -109,11 +109,26 @@ METRICS: Final[dict[str, tuple[str, tuple[str, ...], str]]] = {
         ("group",),
         "Messages sent back to the retry topic",
     ),
-    #: Messages whose key is parked for a retry right now (KEY_ORDERLY).
+    #: Messages whose key is parked right now: for a retry (KEY_ORDERLY),
+    #: for its ``key_min_interval``, or paused by the application.
     "lite_push_parked_messages": (
         "gauge",
         ("group",),
-        "Messages waiting for a parked key's retry",
+        "Messages waiting behind a parked key (a retry, key_min_interval, a paused key)",
+    ),
+    #: Keys the application paused (``consumer.pause_keys``) and has not
+    #: resumed.
+    "lite_push_paused_keys": (
+        "gauge",
+        ("group",),
+        "Keys the application paused",
+    ),
+    #: Messages waiting for the application to resume their key (counted
+    #: in ``lite_push_parked_messages`` too).
+    "lite_push_paused_key_messages": (
+        "gauge",
+        ("group",),
+        "Messages waiting for a key the application paused",
     ),
     #: Time in the listener per message (a segment's listener time over its
     #: messages: one observation per segment, weighted by its message count).

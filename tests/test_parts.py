@@ -38,6 +38,7 @@ from lite_push._errors import NonRetryableError
 from lite_push._failure_sender import FailureSender
 from lite_push._failures import FailurePolicy, Outbox, SendItem, Verdict
 from lite_push._flow_control import FlowControl, low_water
+from lite_push._key_pauses import KeyPauseChange, KeyPauses, KeyPauseSync
 from lite_push._lane_worker import LaneWorker
 from lite_push._lanes import Lane
 from lite_push._offset_map import decode
@@ -317,6 +318,101 @@ def test_a_lane_worker_purges_a_revoked_queues_parked_messages() -> None:
     assert worker.parked
     pq.drop()
     assert _run(worker.due_steps([PURGE]), lambda chunk: None) == [] and not worker.parked
+
+
+def test_a_lane_worker_holds_a_paused_key_while_its_other_keys_run_and_its_resume_runs_it_in_order() -> None:
+    clock = ManualClock()
+    handed: list[SendItem] = []
+    outbox = Outbox(lambda: handed.extend(outbox.take()))
+    worker = _worker(ConsumeMode.KEY_ORDERLY, clock, RetryTimer(lambda: None), outbox)
+    counters = worker._counters  # the worker's own
+    pq = _pq()
+    paused = frozenset({"a"})
+    assert _run(worker.due_steps([KeyPauseChange(paused, paused, frozenset())]), lambda chunk: None) == []
+    assert worker.parked  # PAUSE_MARK: every segment goes the slow way, though "a" has no message here yet
+    assert worker.segment_steps(pq, []) is not None
+    msgs = _tracked(pq, [_msg(0, "a"), _msg(1, "b"), _msg(2, "a"), _msg(3, "c")])
+    steps = worker.segment_steps(pq, msgs)
+    assert steps is not None and _run(steps, lambda chunk: None) == [1, 3]
+    assert counters.parked == [2] and counters.key_paused == [2] and pq.commit_point()[0] == 0
+    resume = KeyPauseChange(frozenset(), frozenset(), paused)
+    assert _run(worker.due_steps([resume]), lambda chunk: None) == [0, 2]  # in order, one per call
+    assert not worker.parked and counters.parked == [0] and counters.key_paused == [0]
+    assert pq.commit_point()[0] == 4 and not handed
+
+
+def test_a_resumed_key_in_concurrently_sends_a_failure_back_and_goes_on() -> None:
+    clock = ManualClock()
+    handed: list[SendItem] = []
+    outbox = Outbox(lambda: handed.extend(outbox.take()))
+    worker = _worker(ConsumeMode.CONCURRENTLY, clock, RetryTimer(lambda: None), outbox)
+    pq = _pq()
+    paused = frozenset({"a"})
+    _run(worker.due_steps([KeyPauseChange(paused, paused, frozenset())]), lambda chunk: None)
+    steps = worker.segment_steps(pq, _tracked(pq, [_msg(0, "a"), _msg(1, "a"), _msg(2, "a")]))
+    assert steps is not None and _run(steps, lambda chunk: None) == []
+    resume = [KeyPauseChange(frozenset(), frozenset(), paused)]
+    fail_first = lambda chunk: ConsumeResult.RETRY_LATER if chunk[0].queue_offset == 0 else None  # noqa: E731
+    assert _run(worker.due_steps(resume), fail_first) == [0, 1, 2]  # not parked: sent back, the rest goes on
+    assert [(it.message.queue_offset, it.dead_letter) for it in handed] == [(0, False)] and not worker.parked
+
+
+def test_parked_keys_hold_a_retry_of_a_paused_key_until_its_resume() -> None:
+    clock = ManualClock()
+    timer = RetryTimer(lambda: None)
+    counters = Counters(1)
+    keys = ParkedKeys(0, timer, itertools.count(1), counters, monotonic=clock.monotonic, suspend=0.5)
+    pq, gone = _pq(), _pq(MQ1)
+    failure = FailurePolicy(True, 3, 1).classify(ValueError("x"), None)
+    keys.park(pq, _msg(0, "a"), failure)  # a retry, on the timer
+    assert keys.apply_pauses(frozenset({"a", "b"}), frozenset({"a", "b"}), frozenset()) == []
+    assert counters.key_paused == [1]  # the retry's head now waits for the application too
+    assert keys.queue_behind(gone, _msg(0, "b", MQ1)) and counters.key_paused == [2]  # "b" parked on its first
+    (due,) = timer.fire(clock.monotonic() + 0.5).per_lane[0]
+    assert isinstance(due, DueKey) and keys.take("a", due.gen) is None  # due, but paused: it stays
+    gone.drop()
+    assert [m.keys for _, m in keys.purge()] == ["b"] and "b" in keys.keys  # purged, still paused
+    assert counters.key_paused == [1] and counters.parked == [1]
+    (run,) = keys.apply_pauses(frozenset({"b"}), frozenset(), frozenset({"a"}))
+    assert run[0] == "a" and keys.take(*run) is not None  # its timer came: the resume runs it at once
+    assert keys.apply_pauses(frozenset(), frozenset(), frozenset({"b"})) == [("b", keys.keys["b"].gen)]
+    keys.take("b", keys.keys["b"].gen)
+    assert not keys.keys and counters.key_paused == [0]
+
+
+def test_the_key_pause_sync_hands_every_lane_each_change_once() -> None:
+    lanes = [Lane(i, lambda: None) for i in range(3)]
+    flushes: list[int] = []
+    dispatcher = Dispatcher(lanes, {}, lane_capacity=100, flush=lambda: flushes.append(1))
+    pauses = KeyPauses("g")
+    sync = KeyPauseSync(pauses, dispatcher, len(lanes))
+
+    def handed() -> list[tuple[frozenset[object], frozenset[object], frozenset[object]]]:
+        out = []
+        for lane in lanes:
+            taken = lane.take()  # something is queued: it does not block
+            assert taken is not None
+            (work,) = taken[1]
+            assert isinstance(work, KeyPauseChange)
+            out.append((work.paused, work.added, work.removed))
+        return out
+
+    sync.apply()
+    assert not flushes and all(lane.depth == 0 for lane in lanes)  # nothing paused: nothing handed
+    pauses.pause(["a", "b"])
+    pauses.resume(["b"])
+    pauses.pause(["c"])
+    sync.apply()
+    sync.apply()  # unchanged since: nothing more
+    assert handed() == [({"a", "c"}, {"a", "c"}, frozenset())] * 3 and flushes == [1]
+    pauses.resume(["a", "c"])
+    pauses.pause(["a"])
+    pauses.resume(["a"])  # a pause and a resume it never saw cancel out
+    sync.apply()
+    assert handed() == [(frozenset(), frozenset(), {"a", "c"})] * 3 and flushes == [1, 1]
+    with pytest.raises(TypeError, match="keys: "):
+        pauses.pause("a")
+    assert pauses.keys == frozenset()
 
 
 # -- the dispatcher ------------------------------------------------------------------------

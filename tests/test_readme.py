@@ -71,6 +71,7 @@ def test_every_readme_python_example_runs() -> None:
     # block 3: the hooks were called (a one-member group owns every queue)
     assigned = "assigned " + str([f"ORDER@embedded#{i}" for i in range(4)])
     assert assigned in out, out[-3000:]
+    assert "paused keys: ['account-7'] 0" in out, out[-3000:]  # a new group starts at the end: none waits
     # block 4: the rate-limited consumer consumed everything, and both limits acted
     assert "paced consumed 1000 | waited for max_rate: True | held for their key's interval: True" in out, out[-3000:]
     # block 5 (a source of one's own) defines a test module: run below
