@@ -86,7 +86,7 @@ class Counters:
         self.lock_ok = 0
         self.lock_failed = 0
         self.steals = 0  # times messages were moved off a lane stuck in a call
-        self.moved = 0  # messages moved so
+        self.moved = 0  # messages so moved
         self.queues: defaultdict[MessageQueue, QueueCounters] = defaultdict(QueueCounters)
 
 
