@@ -15,8 +15,9 @@ default).  One message of key ``hung`` is sent; its listener call blocks
 executor) until the end of the run: a downstream that stopped answering
 for that account.  Once that call has started, ``--messages`` messages
 (2,000) of ``--keys`` other keys (100: ``k0`` .. ``k99``, in turn) are sent
-one ``send`` at a time; each of their calls sleeps ``--sleep`` seconds
-(1 ms; ``asyncio.sleep`` for the asyncio executor).
+one ``send`` at a time; the listener sleeps ``--sleep`` seconds for each
+of them (1 ms; ``asyncio.sleep`` for the asyncio executor).  The
+consumer's ``batch_size`` is ``--batch-size`` (1: a call per message).
 
 Measured: the seconds from the first of those sends to the end of the last
 of their calls, capped at ``--cap`` (15 s), and how many of them had run by
@@ -176,7 +177,7 @@ def run_once(spec: dict[str, Any]) -> dict[str, Any]:
     broker.create_topic(TOPIC, queue_count=QUEUES)
     config = ConsumerConfig(
         group=GROUP, mode=ConsumeMode.KEY_ORDERLY, lanes=spec["lanes"], executor=spec["executor"],
-        steal_after=spec["steal_after"], commit_interval=0.2,
+        steal_after=spec["steal_after"], batch_size=spec.get("batch_size", 1), commit_interval=0.2,
     )  # fmt: skip
     consumer = LitePushConsumer(
         config,
@@ -338,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--messages", type=int, default=2000, help="messages of the other keys (default 2000)")
     ap.add_argument("--keys", type=int, default=100, help="how many other keys (default 100)")
     ap.add_argument("--sleep", type=float, default=0.001, help="seconds each other call sleeps (default 0.001)")
+    ap.add_argument("--batch-size", type=int, default=1, help="the consumer's batch_size (default 1)")
     ap.add_argument("--cap", type=float, default=15.0, help="longest wait for the other keys, seconds (default 15)")
     ap.add_argument("--json", type=Path, default=None, help="write every run's numbers here")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # a child run: its spec as JSON
@@ -360,13 +362,14 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--steal-after must be > 0 seconds, got {args.steal_after}")
         values["fixed"] = args.steal_after
         settings.append("fixed")
-    if min(lanes) < 1 or args.repeat < 1 or args.messages < 1 or args.keys < 1 or args.cap <= 0:
-        ap.error("--lanes, --repeat, --messages and --keys must be >= 1, --cap > 0")
+    if min(lanes) < 1 or min(args.repeat, args.messages, args.keys, args.batch_size) < 1 or args.cap <= 0:
+        ap.error("--lanes, --repeat, --messages, --keys and --batch-size must be >= 1, --cap > 0")
 
     print(
         f"hung key: embedded broker, topic of {QUEUES} queues, KEY_ORDERLY, lane_placement load, "
-        f"{args.executor} executor; {args.messages:,} messages of {args.keys} other keys, {args.sleep * 1e3:g} ms "
-        f"per call; cap {args.cap:g} s; {args.repeat} run(s) each; {os.cpu_count()} CPUs",
+        f"{args.executor} executor, batch_size {args.batch_size}; {args.messages:,} messages of {args.keys} other "
+        f"keys, {args.sleep * 1e3:g} ms per message; cap {args.cap:g} s; {args.repeat} run(s) each; "
+        f"{os.cpu_count()} CPUs",
         flush=True,
     )
     results: list[dict[str, Any]] = []
@@ -377,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
                 spec = {
                     "rep": rep, "lanes": n, "setting": name, "steal_after": values[name], "executor": args.executor,
                     "messages": args.messages, "keys": args.keys, "sleep": args.sleep, "cap": args.cap,
+                    "batch_size": args.batch_size,
                 }  # fmt: skip
                 r = run_child(spec)
                 results.append(r)
