@@ -345,3 +345,50 @@ def test_placement_sim_cli_prints_a_table(capsys: Any) -> None:
     assert main(["--workloads", "io5", "--lanes", "4,128", "--policies", "least-loaded,java"]) == 0
     out = capsys.readouterr().out
     assert "| io5 | 4 |" in out and "| io5 | 128 |" in out and "least-loaded | java |" in out
+
+
+# -- bench_hung_key (issue 29) -------------------------------------------------------------
+
+
+def test_hung_key_checks_find_loss_duplicates_inversions_and_overlaps() -> None:
+    from bench_hung_key import Deliveries
+
+    good = Deliveries()
+    for seq, key in enumerate(["hung", "a", "b", "a"]):
+        good.begin(key, seq)
+        good.end(key, seq)
+    assert good.problems(4) == [] and good.others == 3
+    bad = Deliveries()
+    bad.begin("a", 3)  # a's later message first, and still running when its earlier one starts
+    bad.begin("a", 1)
+    bad.end("a", 1)
+    bad.end("a", 3)
+    bad.begin("b", 2)
+    bad.begin("c", 2)  # seq 2 twice; seq 0 never
+    problems = "; ".join(bad.problems(4))
+    assert "1 message(s) never ran" in problems and "1 message(s) ran more than once" in problems
+    assert "1 per-key order inversion(s)" in problems and "1 call(s) of a key while another" in problems
+
+
+def test_hung_key_bench_runs_before_and_after(tmp_path: Path) -> None:
+    import subprocess
+
+    out = tmp_path / "runs.json"
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_hung_key.py"), "--lanes", "2", "--messages", "200", "--cap", "3",
+         "--repeat", "1", "--json", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "check: ok: in all 2 runs each of the 201 messages ran exactly once" in done.stdout
+    rows = {line.split("|")[2].strip(): line for line in done.stdout.splitlines() if line.startswith("| 2 |")}
+    assert set(rows) == {"before", "after", "after / before"}, done.stdout
+    runs = json.loads(out.read_text())["runs"]
+    assert [(r["setting"], r["steal_after"]) for r in runs] == [("before", None), ("after", "auto")]
+    for r in runs:
+        assert r["problems"] == [] and r["ran_once"] == 201 and r["lanes"] == 2
+        assert 0 < r["seconds"] <= 3 and r["ran_by_cap"] <= 200 and r["capped"] == (r["ran_by_cap"] < 200)
+        # the child imported this checkout's package
+        assert Path(r["lite_push"]) == BENCHMARKS.parent / "lite_push"
+    # with keys moving, every other key ran before the cap
+    assert not runs[1]["capped"] and runs[1]["ran_by_cap"] == 200
