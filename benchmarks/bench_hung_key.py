@@ -23,7 +23,7 @@ Measured: the seconds from the first of those sends to the end of the last
 of their calls, capped at ``--cap`` (15 s), and how many of them had run by
 then; how long the hung call had run at that moment; the consumer's
 ``stats()`` fields about moved keys where the consumer has them
-(``steals``, ``moved``, ``longest_call``: read with ``getattr``, shown as
+(``steals``, ``stolen``, ``longest_call``: read with ``getattr``, shown as
 ``-`` when absent).  Then the hung call is released, every message must run
 (60 s at most), the consumer shuts down, and the run is checked: every
 message (the hung one included) ran exactly once, each key's messages ran
@@ -72,7 +72,7 @@ HUNG = "hung"
 #: The settings: name -> ``steal_after`` (``fixed`` takes ``--steal-after``).
 SETTINGS: dict[str, float | str | None] = {"before": None, "after": "auto"}
 #: The ``stats()`` fields about moved keys, read if the consumer has them.
-STATS_FIELDS = ("steals", "moved", "longest_call")
+STATS_FIELDS = ("steals", "stolen", "longest_call")
 #: The 2 s target of the issue.
 TARGET = 2.0
 
@@ -287,7 +287,7 @@ def _field(rs: list[dict[str, Any]], name: str) -> str:
 def table(results: list[dict[str, Any]], lanes: list[int], settings: list[str], messages: int) -> str:
     lines = [
         f"| lanes | setting | steal_after | runs: s until all {messages:,} ran (capped: how many ran) | median s "
-        "| every run done | < 2 s | hung call had run (median s) | steals | moved | longest_call |",
+        "| every run done | < 2 s | hung call had run (median s) | steals | stolen | longest_call |",
         "|---:|---|---|---|---:|---|---|---:|---|---|---|",
     ]
     for n in lanes:
@@ -307,7 +307,7 @@ def table(results: list[dict[str, Any]], lanes: list[int], settings: list[str], 
                 f"| {'≥' if any(r['capped'] for r in ok) and med >= ok[0]['cap'] else ''}{_s(med)} "
                 f"| {'yes' if all_done else 'no'} | {'yes' if met else 'no'} "
                 f"| {_s(statistics.median(r['hung_call_age'] for r in ok))} | {_field(rs, 'steals')} "
-                f"| {_field(rs, 'moved')} | {_field(rs, 'longest_call')} |"
+                f"| {_field(rs, 'stolen')} | {_field(rs, 'longest_call')} |"
             )
         if "before" in medians:
             for name in settings:
@@ -389,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
                     + (
                         f"{_run_cell(r)} s, hung call {r['hung_call_age']:.2f} s, "
                         f"steals {r.get('steals') if r.get('steals') is not None else '-'}, "
-                        f"moved {r.get('moved') if r.get('moved') is not None else '-'}, ran once {r['ran_once']:,}"
+                        f"stolen {r.get('stolen') if r.get('stolen') is not None else '-'}, ran once {r['ran_once']:,}"
                         if "seconds" in r
                         else "no numbers"
                     )
