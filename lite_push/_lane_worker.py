@@ -25,6 +25,11 @@ messages and is sent back ``(exception, result)`` of that call.
   key (:meth:`LaneWorker.retry_due`: its head is retried, then what queued
   behind it, in order, until one fails again) or ``PURGE``
   (:meth:`LaneWorker.purge`).
+* **Held keys** (``dead_letter_order="key"``, ``_held_keys``): while
+  some key is held, segments go the slow way, and a message of a held key
+  is dead-lettered behind it instead of running (collected per lane and
+  handed off with the lane's next hand-off, or before it takes or waits
+  for more work; the router keeps the key on this lane until then).
 * **Rate limits** (``_rate_limit``): with ``max_rate`` every call first
   reserves its start (``_call_gate``); with ``key_min_interval`` a message
   whose key started less than the interval ago is held on the timer like a
@@ -45,6 +50,7 @@ from dataclasses import replace
 
 from ._call_gate import CallGate
 from ._failures import Failure, FailurePolicy, Outbox, SendItem, Verdict
+from ._held_keys import NOTHING_HELD, HeldKeys
 from ._lanemetrics import LaneMetrics
 from ._lanes import Segment
 from ._parked_keys import ParkedKeys
@@ -66,8 +72,8 @@ class LaneWorker:
     """The lane logic of lane ``index`` (see the module docstring)."""
 
     __slots__ = (
-        "_counters", "_group", "_key_of", "_keys", "_latch", "_outbox", "_pacer", "_policy", "_release", "_size",
-        "aborted", "gate", "hot", "index", "metrics", "monotonic", "parked",
+        "_counters", "_group", "_held_out", "_key_of", "_keys", "_latch", "_outbox", "_pacer", "_policy", "_release",
+        "_size", "aborted", "gate", "held", "hot", "index", "metrics", "monotonic", "parked",
     )  # fmt: skip
 
     def __init__(
@@ -86,6 +92,7 @@ class LaneWorker:
         release: Callable[[tuple[int, list[MessageExt]]], None] | None = None,
         pacer: KeyPacer | None = None,
         key_of: KeyOf | None = None,
+        held: HeldKeys | None = None,
     ) -> None:
         self.index = index
         self._group = group
@@ -121,6 +128,11 @@ class LaneWorker:
         self.hot = batch_size == 1 and gate.limiter is None and pacer is None
         #: Whether the shutdown deadline passed (lanes skip what is left).
         self.aborted = gate.aborted
+        #: The consumer's held keys (``dead_letter_order="key"``): while
+        #: ``held.keys`` is empty, nothing here looks further.
+        self.held = NOTHING_HELD if held is None else held
+        # Dead letters of held keys' messages, handed off in a batch.
+        self._held_out: list[SendItem] = []
 
     def _done_with(self, msgs: list[MessageExt]) -> None:
         """This lane will not touch ``msgs`` again (completed, handed off
@@ -139,13 +151,27 @@ class LaneWorker:
         self._done_with(msgs)
 
     def _hand_off(self, out: list[SendItem]) -> None:
+        if self._held_out:  # held keys' dead letters came first: they go first
+            out = self._held_out + out
+            self._held_out = []
         self._outbox.put(out)
         self._done_with([item.message for item in out])
+
+    def _hold_behind(self, pq: ProcessQueue, m: MessageExt, out: list[SendItem] | None = None) -> bool:
+        """If ``m``'s key is held in its queue, ``m`` goes to the dead-letter
+        queue behind it (into ``out``, else the lane's batch): say so."""
+        item = self._policy.behind(pq, m)
+        if item is None:
+            return False
+        (self._held_out if out is None else out).append(item)
+        return True
 
     # -- taking work -----------------------------------------------------------------
 
     def idle(self) -> None:
         """The task is about to wait for work."""
+        if self._held_out:
+            self._hand_off([])
         self._counters.busy[self.index] = False
 
     def busy(self) -> None:
@@ -157,6 +183,8 @@ class LaneWorker:
     ) -> tuple[list[Segment], list[LaneWork]]:
         """The task took ``taken`` from the lane (``stamps``: when it was
         put, for the lane-wait metric)."""
+        if self._held_out:
+            self._hand_off([])
         self._counters.busy[self.index] = True
         if self.metrics is not None and stamps:
             self.metrics.waited(stamps)
@@ -166,7 +194,8 @@ class LaneWorker:
         """The task stops: parked messages stay unfinished (uncommitted;
         the offset map keeps what finished above them)."""
         self._counters.busy[self.index] = False
-        items = self._keys.clear()
+        items = self._keys.clear() + [(it.pq, it.message) for it in self._held_out]
+        self._held_out = []
         for pq, ms in per_queue(items).items():
             pq.skip(ms)
         self._done_with([m for _, m in items])
@@ -187,7 +216,7 @@ class LaneWorker:
         if pq.dropped or self.aborted():
             self._skip(pq, msgs)
             return no_steps()
-        if self.parked or not self.hot:
+        if self.parked or not self.hot or self.held.keys:
             return self._slow_steps(pq, msgs)
         return None
 
@@ -233,12 +262,15 @@ class LaneWorker:
         waiting = self.parked  # its dict: a plain truth test per message
         pacer = self._pacer
         gate = self.gate
+        held = self.held
         done: list[MessageExt] = []
         chunk: list[MessageExt] = []
         keys: list[Hashable] = []  # pacing: the keys of the chunk
         last = len(msgs) - 1
         for i, m in enumerate(msgs):
             if waiting and parked.queue_behind(pq, m):
+                pass
+            elif held.keys and self._hold_behind(pq, m):
                 pass
             elif pacer is None:
                 chunk.append(m)
@@ -298,6 +330,8 @@ class LaneWorker:
             # An earlier message of its key (same chunk) parked it: wait behind.
             if policy.keyed and self.parked and parked.queue_behind(pq, m):
                 continue
+            if self.held.keys and self._hold_behind(pq, m, out):
+                continue  # its key is held (an earlier message of the chunk was dead-lettered)
             verdict = policy.verdict(m, failure)
             if verdict is Verdict.DEAD_LETTER:
                 out.append(policy.dead_letter(pq, m, failure))
@@ -339,6 +373,10 @@ class LaneWorker:
         while items:
             pq, m = items[0]
             live = not (pq.dropped or gate.aborted())
+            if live and self.held.keys and self._hold_behind(pq, m, out):
+                items.pop(0)  # an earlier message of the key was dead-lettered: the rest follows it
+                left += 1
+                continue
             pace = self._pace_key(m) if pacer is not None and live else None
             if pace is not None and pacer is not None:
                 held = pacer.due(pace, self.monotonic())

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ._config import ConsumerConfig
+from ._held_keys import HeldKeys
 from ._lanemetrics import LaneMetrics
 from ._lanes import Lane
 from ._process_queue import ProcessQueue
@@ -44,6 +45,8 @@ class Readings:
     lane_metrics: list[LaneMetrics] | None = None
     #: The asyncio executor's admission: lanes allowed in calls now.
     lane_limit: Callable[[], int | None] | None = None
+    #: The keys held behind their dead letters (``dead_letter_order="key"``).
+    held: HeldKeys | None = None
 
 _DEPTH = operator.attrgetter("depth")
 
@@ -98,6 +101,13 @@ class ConsumerStats:
     rate_limit_wait_seconds: float = 0.0
     #: ``key_min_interval``: times a key's message was held for it.
     key_interval_holds: int = 0
+    #: ``dead_letter_order="key"``: keys held behind their dead letters now
+    #: (in the owned queues), the first of them by name (at most 20,
+    #: sorted), and the messages this consumer dead-lettered behind a held
+    #: key (counted in ``dead_lettered`` too).
+    held_keys: int = 0
+    held_key_names: tuple[str, ...] = ()
+    held_behind: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +154,10 @@ class ConsumerMetrics:
     max_rate: float | None = None
     rate_limited: tuple[int, float] = (0, 0.0)
     key_interval_holds: int = 0
+    #: ``dead_letter_order="key"``: keys held now, and messages dead-lettered
+    #: behind a held key.
+    held_keys: int = 0
+    held_behind: int = 0
 
 
 def stats_of(rt: Readings, extra: tuple[int, int], polling: bool) -> ConsumerStats:
@@ -152,6 +166,7 @@ def stats_of(rt: Readings, extra: tuple[int, int], polling: bool) -> ConsumerSta
     pqs = list(rt.owned.items())
     snaps = {q: pq.snapshot() for q, pq in pqs}
     delayed, waited = _limited(rt)
+    held, names = (0, ()) if rt.held is None else rt.held.shown()
     return ConsumerStats(
         consumed=sum(c.consumed) + extra[0],
         retried=sum(c.retried) + extra[1],
@@ -170,6 +185,9 @@ def stats_of(rt: Readings, extra: tuple[int, int], polling: bool) -> ConsumerSta
         rate_limit_delayed=delayed,
         rate_limit_wait_seconds=waited,
         key_interval_holds=sum(c.paced),
+        held_keys=held,
+        held_key_names=names,
+        held_behind=c.held_behind,
     )
 
 
@@ -222,4 +240,6 @@ def metrics_of(rt: Readings, extra: tuple[int, int]) -> ConsumerMetrics:
         max_rate=rt.config.max_rate,
         rate_limited=_limited(rt),
         key_interval_holds=sum(c.paced),
+        held_keys=0 if rt.held is None else len(rt.held.keys),
+        held_behind=c.held_behind,
     )
