@@ -295,21 +295,28 @@ def dead_letters(reader: DeadLetterReader, group: str, start: int = 0, stop: int
 
 @dataclass(frozen=True, slots=True)
 class HeldKey:
-    """A key held behind its dead letters: how many it has not yet released
-    (``letters``, the first one included), where the first came from
-    (``topic/queue_id/offset``) and where the first and the last are in the
-    dead-letter topic."""
+    """A key held behind its dead letters: those it has not yet released,
+    in order, by their dead-letter topic offsets and their origins
+    (``topic/queue_id/offset``, where each message was first stored)."""
 
     key: str
-    letters: int
-    first_origin: str
-    first_dlq_offset: int
-    last_dlq_offset: int
+    offsets: tuple[int, ...]
+    origins: tuple[str, ...]
+
+    @property
+    def letters(self) -> int:
+        """Held dead letters, the first one included."""
+        return len(self.offsets)
 
     @property
     def behind(self) -> int:
         """Dead letters held behind the first."""
-        return self.letters - 1
+        return len(self.offsets) - 1
+
+    @property
+    def first_origin(self) -> str:
+        """Where the first held message was first stored."""
+        return self.origins[0]
 
 
 def held_keys(reader: DeadLetterReader, group: str) -> list[HeldKey]:
@@ -319,10 +326,10 @@ def held_keys(reader: DeadLetterReader, group: str) -> list[HeldKey]:
     log = HeldLog()
     log.read(reader, group)
     out = [
-        HeldKey(key, len(letters), letters[0].origin, letters[0].dlq_offset, letters[-1].dlq_offset)
+        HeldKey(key, tuple(x.dlq_offset for x in letters), tuple(x.origin for x in letters))
         for key, letters in log.open.items()
     ]
-    return sorted(out, key=lambda h: h.first_dlq_offset)
+    return sorted(out, key=lambda h: h.offsets[0])
 
 
 #: Copies stored per ``send_batch`` call by :func:`resend_key`.

@@ -187,3 +187,140 @@ def test_message_order_is_the_default_and_unchanged(broker):
     (d,) = _letters(broker)
     assert (d.message.body, d.held_key, d.held_behind) == (b"K-0", None, None)
     assert held_keys(broker, "g") == []
+
+
+def _hold_k(broker: Any, listener: Listener, n: int = 12, **cfg: Any) -> None:
+    """Run group g over T (1 queue, ``n`` messages, K every 4th) until K's
+    first message is dead-lettered and its later ones held behind it."""
+    cfg.setdefault("lanes", 2)
+    with _consumer(broker.pull_consumer("g", consume_from=FIRST), listener, max_reconsume_times=0, **cfg) as c:
+        wait_for(lambda: c.stats().dead_lettered == (n + 3) // 4, 30, lambda: f"{c.stats()}")
+        wait_for(lambda: listener.count() == n - (n + 3) // 4, 30, "the other keys")
+
+
+def test_a_held_key_stays_held_after_a_restart_on_a_durable_broker(tmp_path):
+    with EmbeddedBroker(tmp_path) as broker:
+        broker.create_topic("T", 1)
+        _orders(broker, 12)
+        _hold_k(broker, Listener(fail=lambda m: m.body == b"K-0"))
+    with EmbeddedBroker(tmp_path) as broker:  # a new process, in effect
+        _orders(broker, 6, start=12)  # K-12, K-16 among them
+        listener = Listener()  # K's messages would now succeed: they must not run
+        with _consumer(broker.pull_consumer("g", consume_from=FIRST), listener, lanes=2) as c:
+            wait_for(lambda: listener.count() == 4, 30, "the other keys")
+            wait_for(lambda: c.stats().held_behind == 2, 30, lambda: f"{c.stats()}")
+            assert (c.stats().held_keys, c.stats().held_key_names) == (1, ("K",))
+        assert listener.bodies("K") == []
+        assert _held_bodies(broker, "K") == [b"K-0", b"K-4", b"K-8", b"K-12", b"K-16"]
+        assert broker.committed("g", broker.queues("T")[0]).offset == 18
+
+
+def test_resend_key_runs_the_held_messages_in_order_then_releases_the_key(broker):
+    broker.create_topic("T", 1)
+    _orders(broker, 12)
+    broken = {"K": True}
+    listener = Listener(fail=lambda m: broken["K"] and m.body == b"K-0")
+    with _consumer(broker.pull_consumer("g", consume_from=FIRST), listener, lanes=2, max_reconsume_times=0) as c:
+        wait_for(lambda: c.stats().dead_lettered == 3 and listener.count() == 9, 30, "K held")
+        broken["K"] = False  # the cause is fixed
+        results = resend_key(broker, "g", "K")
+        assert [(r.queue.queue_id, r.offset) for r in results] == [(0, 12), (0, 13), (0, 14)]
+        _orders(broker, 4, keys=("K",), start=20)  # K's later messages: after the copies
+        wait_for(lambda: len(listener.bodies("K")) == 7, 30, lambda: f"{listener.bodies('K')}")
+        st = c.stats()
+        assert (st.held_keys, st.held_key_names, st.dead_lettered) == (0, (), 3)
+    assert listener.bodies("K") == [b"K-0", b"K-4", b"K-8", b"K-20", b"K-21", b"K-22", b"K-23"]
+    assert held_keys(broker, "g") == []
+    copies = broker.messages(broker.queues("T")[0], 12, 15)
+    assert [(m.body, m.keys, m.properties) for m in copies] == [
+        (b"K-%d" % i, "K", {RESENT_OF: f"T/0/{i}"}) for i in (0, 4, 8)
+    ]
+    (dlq,) = broker.queues(dlq_topic("g"))
+    release = broker.messages(dlq, 3)[0]
+    assert release.body == b"" and release.properties[RELEASED_KEY] == "K"
+    assert [d.message.queue_offset for d in dead_letters(broker, "g")] == [0, 1, 2]  # the release is no dead letter
+    assert resend_key(broker, "g", "K") == []  # nothing held any more
+
+
+def test_a_message_that_came_between_the_read_and_the_copies_keeps_the_key_held(broker):
+    broker.create_topic("T", 1)
+    _orders(broker, 8)
+    listener = Listener(fail=lambda m: m.body == b"K-0" and m.reconsume_times == 0 and RESENT_OF not in m.properties)
+
+    class Racing:
+        """The broker, with a message of K produced just before the copies."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(broker, name)
+
+        def send_batch(self, topic: str, items: Any) -> Any:
+            broker.send("T", b"K-late", keys="K", queue_id=0)
+            return broker.send_batch(topic, items)
+
+    with _consumer(broker.pull_consumer("g", consume_from=FIRST), listener, lanes=2, max_reconsume_times=0) as c:
+        wait_for(lambda: c.stats().dead_lettered == 2 and listener.count() == 6, 30, "K held")
+        resend_key(Racing(), "g", "K")
+        wait_for(lambda: listener.bodies("K") == [b"K-0", b"K-4"], 30, lambda: f"{listener.bodies('K')}")
+        wait_for(lambda: c.stats().dead_lettered == 3, 30, "K-late held behind")
+        assert c.stats().held_key_names == ("K",)
+        [held] = held_keys(broker, "g")
+        assert (held.key, held.origins) == ("K", ("T/0/8",))  # K-late, at offset 8
+        _orders(broker, 2, keys=("K",), start=30)
+        wait_for(lambda: c.stats().dead_lettered == 5, 30, "K's later messages held behind K-late")
+        resend_key(broker, "g", "K")
+        wait_for(lambda: len(listener.bodies("K")) == 5, 30, lambda: f"{listener.bodies('K')}")
+        assert c.stats().held_keys == 0
+    assert listener.bodies("K") == [b"K-0", b"K-4", b"K-late", b"K-30", b"K-31"]
+
+
+def test_copies_resent_while_the_group_was_down_run_before_anything_older_of_the_key(tmp_path):
+    """Restarted between the resend and its copies, a consumer holds the key
+    until its messages pass the last copy: one stored before the copies is
+    later than the held letters, so it waits behind them."""
+    with EmbeddedBroker(tmp_path) as broker:
+        broker.create_topic("T", 1)
+        _orders(broker, 8)
+        _hold_k(broker, Listener(fail=lambda m: m.body == b"K-0"), n=8)
+        broker.send("T", b"K-new", keys="K", queue_id=0)  # offset 8: before the copies
+        resend_key(broker, "g", "K")  # copies of K-0, K-4 at 9, 10
+        broker.send("T", b"K-newer", keys="K", queue_id=0)  # 11
+    with EmbeddedBroker(tmp_path) as broker:
+        listener = Listener()
+        with _consumer(broker.pull_consumer("g", consume_from=FIRST), listener, lanes=2) as c:
+            wait_for(lambda: len(listener.bodies("K")) == 2 and c.stats().dead_lettered == 2, 30, lambda: f"{c.stats()}")
+            assert c.stats().held_key_names == ("K",)
+            resend_key(broker, "g", "K")
+            wait_for(lambda: len(listener.bodies("K")) == 4, 30, lambda: f"{listener.bodies('K')}")
+            assert c.stats().held_keys == 0
+        assert listener.bodies("K") == [b"K-0", b"K-4", b"K-new", b"K-newer"]
+
+
+def test_copies_consumed_before_a_restart_leave_the_key_free(tmp_path):
+    with EmbeddedBroker(tmp_path) as broker:
+        broker.create_topic("T", 1)
+        _orders(broker, 8)
+        listener = Listener(fail=lambda m: m.body == b"K-0" and RESENT_OF not in m.properties)
+        with _consumer(broker.pull_consumer("g", consume_from=FIRST), listener, lanes=2, max_reconsume_times=0) as c:
+            wait_for(lambda: c.stats().dead_lettered == 2 and listener.count() == 6, 30, "K held")
+            resend_key(broker, "g", "K")
+            wait_for(lambda: listener.bodies("K") == [b"K-0", b"K-4"], 30, "the copies")
+    with EmbeddedBroker(tmp_path) as broker:
+        broker.send("T", b"K-next", keys="K", queue_id=0)
+        listener = Listener()
+        with _consumer(broker.pull_consumer("g", consume_from=FIRST), listener, lanes=2) as c:
+            wait_for(lambda: listener.bodies("K") == [b"K-next"], 30, lambda: f"{listener.bodies('K')}")
+            assert c.stats().held_keys == 0
+
+
+def test_a_new_member_of_the_group_reads_the_held_keys_of_the_queues_it_gains(broker):
+    """A queue that moves to another member (here: the first member left)
+    stays held there: the new owner reads the held keys back when it gains it."""
+    broker.create_topic("T", 1)
+    _orders(broker, 8)
+    _hold_k(broker, Listener(fail=lambda m: m.body == b"K-0"), n=8)
+    _orders(broker, 4, start=8)
+    listener = Listener()
+    with _consumer(broker.pull_consumer("g", consume_from=FIRST), listener, lanes=2) as c:
+        wait_for(lambda: listener.count() == 3 and c.stats().held_behind == 1, 30, lambda: f"{c.stats()}")
+    assert listener.bodies("K") == []
+    assert _held_bodies(broker, "K") == [b"K-0", b"K-4", b"K-8"]
