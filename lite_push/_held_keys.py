@@ -10,13 +10,17 @@ first (:data:`~lite_push.sources._base.HELD_BEHIND`); other keys, and ``K``
 in other queues, run as usual.  Offsets are per queue, so order is too.
 
 ``lite_push.dlq.resend_key`` releases ``K``: it sends ``K``'s open held
-letters back to their queues in offset order, each copy naming the letter
-it copies (:data:`~lite_push.sources._base.RESENT_OF`), then writes a
-release record.  A copy of a held key always runs; once every held letter
-of ``K`` in ``q`` has come back as a copy, ``K`` is released there and its
-later messages run.  A message of ``K`` that arrived between the tool's
-read and the copies is held behind (it is later than the letters), so
-``K`` stays held until it is resent too.
+letters back to their queue in ``K``'s order, each copy naming the place
+it stands for (:data:`~lite_push.sources._base.RESENT_OF`), then writes a
+release record.  The hold is the ordered places of ``K``'s open letters in
+``q`` (``_held_log`` says what a place is): a copy of the first place runs
+(and takes it off); once none is left, ``K`` is released in ``q`` and its
+later messages run.  Anything else of ``K`` waits behind: a message that
+arrived between the tool's read and the copies (it is later than the
+letters), and a copy of a later place while an earlier one failed again
+(that copy was dead-lettered again, keeping its place at the front), each
+dead-lettered with its place, so ``K`` stays held until they are resent
+too.  A copy of a place before the first (one resent twice) runs.
 
 **Surviving a restart or a rebalance.**  The dead-letter topic is the
 record (``_held_log``).  When the consumer gains queues it reads what the
@@ -37,13 +41,15 @@ else runs only for messages of held keys (one lock each).
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Collection, Mapping
 from dataclasses import replace
 
-from ._held_log import HeldLog, QueueId, origin_of
+from ._held_log import HeldLog, QueueId, logical_origin
 from ._process_queue import ProcessQueue
 from ._shared import KeyOf
 from ._types import MessageExt, MessageQueue
@@ -58,18 +64,39 @@ HELD_KEYS_SHOWN = 20
 
 
 class QueueHold:
-    """One key held in one queue: the origins of its held letters not yet
-    seen resent, in order, and (read back after a release) the offset of
-    the last copy still to come."""
+    """One key held in one queue: the offsets (logical origins) of its open
+    held letters there, in order, and (read back after a release) the
+    offset of the last copy still to come."""
 
-    __slots__ = ("awaiting", "pending")
+    __slots__ = ("_members", "_order", "awaiting")
 
     def __init__(self) -> None:
-        self.pending: dict[str, None] = {}
+        self._order: deque[int] = deque()  # ascending; taken from the front
+        self._members: set[int] = set()
         self.awaiting: int | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.pending) or self.awaiting is not None
+        return bool(self._order) or self.awaiting is not None
+
+    @property
+    def first(self) -> int | None:
+        """The first held place's offset (``None``: none)."""
+        return self._order[0] if self._order else None
+
+    def add(self, offset: int) -> None:
+        """Hold the place at ``offset`` (in order; once)."""
+        if offset in self._members:
+            return
+        self._members.add(offset)
+        order = self._order
+        if not order or offset > order[-1]:
+            order.append(offset)  # the usual case: later than all
+        else:
+            order.insert(bisect.bisect(order, offset), offset)
+
+    def take_first(self) -> None:
+        """The first held place came back (its copy runs)."""
+        self._members.discard(self._order.popleft())
 
 
 #: Key -> queue -> its hold there.
@@ -123,13 +150,14 @@ class HeldKeys:
 
     def letter(self, pq: ProcessQueue, msg: MessageExt) -> MessageExt:
         """``msg`` failed for good and goes to the dead-letter topic: its key
-        is held in its queue from now on.  Returns the dead letter to store
-        (``msg`` marked with :data:`HELD_KEY`; a keyless one as it is: it
-        holds nothing)."""
+        is held in its queue from now on, at ``msg``'s place.  Returns the
+        dead letter to store (``msg`` marked with :data:`HELD_KEY`; a keyless
+        one as it is: it holds nothing)."""
         key = self._key(msg)
         if key is None:
             return msg
         queue = (pq.queue.topic, pq.queue.queue_id)
+        place = logical_origin(msg)
         with self._lock:
             per = self.keys.get(key)
             hold = None if per is None else per.get(queue)
@@ -137,15 +165,15 @@ class HeldKeys:
                 keys = dict(self.keys)
                 hold = self._hold(keys, key, queue)
                 self.keys = keys
-            hold.pending[origin_of(msg)] = None
+            hold.add(place[2])
         return replace(msg, properties={**msg.properties, HELD_KEY: key})
 
     def behind(self, pq: ProcessQueue, msg: MessageExt) -> tuple[MessageExt, str] | None:
         """If ``msg``'s key is held in its queue and ``msg`` must wait behind
         it: the dead letter to store instead of running it (marked with
         :data:`HELD_KEY` and :data:`HELD_BEHIND`) and the reason.  ``None``:
-        run it (its key is not held there, it is a resent copy, or it is the
-        last thing its key waited for)."""
+        run it (its key is not held there, it is the copy of the first held
+        place, or it is the last thing its key waited for)."""
         key = self._key(msg)
         if key is None or key not in self.keys:
             return None
@@ -157,14 +185,17 @@ class HeldKeys:
                 return None
             if hold.awaiting is not None and msg.queue_offset >= hold.awaiting:
                 hold.awaiting = None  # the resent copies are behind us
-            copy_of = msg.properties.get(RESENT_OF)
-            if copy_of is not None:
-                hold.pending.pop(copy_of, None)
+            first = hold.first
+            place = logical_origin(msg)
+            copy = RESENT_OF in msg.properties and place[:2] == queue
+            if copy and (first is None or place[2] <= first):
+                if place[2] == first:
+                    hold.take_first()  # it comes back, in its turn
             elif hold:
-                first = next(iter(hold.pending), None) or f"{queue[0]}/{queue[1]}/{hold.awaiting} (resent)"
-                hold.pending[origin_of(msg)] = None
-                marked = replace(msg, properties={**msg.properties, HELD_KEY: key, HELD_BEHIND: first})
-                return marked, f"key {key!r} is held behind the dead letter of {first}"
+                hold.add(place[2])
+                ahead = f"{queue[0]}/{queue[1]}/{hold.first}"
+                marked = replace(msg, properties={**msg.properties, HELD_KEY: key, HELD_BEHIND: ahead})
+                return marked, f"key {key!r} is held behind the dead letter of {ahead}"
             if not hold:
                 self._release(key, queue)
                 logger.info("consumer %r: key %r released in %s", self._group, key, pq.queue)
@@ -200,9 +231,9 @@ class HeldKeys:
         with self._lock:
             keys = dict(self.keys)
             for key, letters in log.open.items():
-                for x in letters:
+                for x in sorted(letters.values(), key=lambda x: x.place):
                     if x.queue in at:
-                        self._hold(keys, key, x.queue).pending[x.origin] = None
+                        self._hold(keys, key, x.queue).add(x.place[2])
             for key, copies in log.copies.items():
                 for queue, last in copies.items():
                     if queue in at and at[queue] <= last:

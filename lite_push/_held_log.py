@@ -18,11 +18,19 @@ else is stored.  Read in offset order, its records are folded here
 * anything else (plain dead letters, messages sent there by hand) holds
   nothing.
 
-So a key is held while it has open letters.  What the fold keeps is small:
-each open letter's offset, origin and queue (and, for the one key a tool
-asks for, the letter itself), and per key the last copy's offset per queue.
-Reading is paged; its time grows with the topic's length, its memory with
-the open letters.
+So a key is held while it has open letters.  Their order is not the
+topic's: each letter stands for a place in its key's queue, its *logical
+origin* (:func:`logical_origin`: where the message was first stored; for a
+resent copy that was dead-lettered again, the letter it copied,
+:data:`~lite_push.sources._base.RESENT_OF`), and a key's letters go back in
+the order of those places.  A copy that fails for good after a later
+message of its key was held behind it thus keeps its place ahead of it.
+Two open letters of one place (a copy resent twice) count once, the later.
+
+What the fold keeps is small: each open letter's offset, key and logical
+origin (and, for the one key a tool asks for, the letter itself), and per
+key the last copy's offset per queue.  Reading is paged; its time grows
+with the topic's length, its memory with the open letters.
 """
 
 from __future__ import annotations
@@ -41,12 +49,13 @@ from .sources._base import (
     ORIGIN_TOPIC,
     RELEASED_KEY,
     RELEASED_THROUGH,
+    RESENT_OF,
     RESENT_TO,
     DeadLetterReader,
     dlq_topic,
 )
 
-__all__ = ["READ_PAGE", "HeldLetter", "HeldLog", "QueueId", "origin_of"]
+__all__ = ["READ_PAGE", "HeldLetter", "HeldLog", "Place", "QueueId", "logical_origin", "place_text"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,38 +65,56 @@ READ_PAGE = 1000
 #: A queue as the held keys name it: ``(topic, queue_id)``.
 QueueId = tuple[str, int]
 
+#: A place in a queue: ``(topic, queue_id, offset)``.
+Place = tuple[str, int, int]
 
-def origin_of(message: MessageExt) -> str:
-    """Where ``message`` was first stored, as ``topic/queue_id/offset``: its
-    origin properties when it has them (a retry or dead-letter copy), else
-    its own place.  A dead letter's origin and the message it was made of
-    agree (``origin_properties``)."""
+
+def place_text(place: Place) -> str:
+    """``topic/queue_id/offset``."""
+    return f"{place[0]}/{place[1]}/{place[2]}"
+
+
+def _parse_place(text: str) -> Place:
+    topic, qid, offset = text.rsplit("/", 2)
+    return topic, int(qid), int(offset)
+
+
+def logical_origin(message: MessageExt) -> Place:
+    """The place ``message`` (or the dead letter made of it) stands for in
+    its key's order: the dead letter a resent copy copies
+    (:data:`RESENT_OF`), else where the message was first stored (its
+    origin properties, as ``origin_properties`` sets them, else its own
+    place).  ``ValueError`` when that bookkeeping is malformed."""
     props = message.properties
+    copied = props.get(RESENT_OF)
+    if copied is not None:
+        return _parse_place(copied)
     topic = props.get(ORIGIN_TOPIC)
     if topic is None:
-        return f"{message.topic}/{message.queue_id}/{message.queue_offset}"
-    return f"{topic}/{props.get(ORIGIN_QUEUE_ID)}/{props.get(ORIGIN_OFFSET)}"
-
-
-def _origin_queue(message: MessageExt) -> QueueId:
-    props = message.properties
-    topic = props.get(ORIGIN_TOPIC)
-    if topic is None:
-        return message.topic, message.queue_id
-    return topic, int(props.get(ORIGIN_QUEUE_ID, ""))
+        return message.topic, message.queue_id, message.queue_offset
+    return topic, int(props.get(ORIGIN_QUEUE_ID, "")), int(props.get(ORIGIN_OFFSET, ""))
 
 
 @dataclass(frozen=True, slots=True)
 class HeldLetter:
     """An open held letter: where it is in the dead-letter topic, the key it
-    holds, the queue it came from and its origin; ``message`` only for the
-    key a tool asked to keep (:class:`HeldLog` ``keep``)."""
+    holds and its logical origin; ``message`` only for the key a tool asked
+    to keep (:class:`HeldLog` ``keep``)."""
 
     dlq_offset: int
     key: str
-    queue: QueueId
-    origin: str
+    place: Place
     message: MessageExt | None = None
+
+    @property
+    def queue(self) -> QueueId:
+        """The queue of its key it holds."""
+        return self.place[0], self.place[1]
+
+    @property
+    def origin(self) -> str:
+        """Its logical origin as text, ``topic/queue_id/offset``."""
+        return place_text(self.place)
 
 
 class HeldLog:
@@ -99,8 +126,8 @@ class HeldLog:
     __slots__ = ("copies", "keep", "next_offset", "open")
 
     def __init__(self, keep: str | None = None) -> None:
-        #: Key -> its open letters, in offset order.
-        self.open: dict[str, list[HeldLetter]] = {}
+        #: Key -> its open letters by logical origin (in the order read).
+        self.open: dict[str, dict[Place, HeldLetter]] = {}
         #: Key -> per queue, the offset of the last copy a release sent there.
         self.copies: dict[str, dict[QueueId, int]] = {}
         #: The dead-letter topic offset to read next.
@@ -115,9 +142,10 @@ class HeldLog:
             try:
                 key = props.get(HELD_KEY)
                 if key is not None:
-                    kept = m if key == self.keep else None
-                    letter = HeldLetter(m.queue_offset, key, _origin_queue(m), origin_of(m), kept)
-                    self.open.setdefault(key, []).append(letter)
+                    place = logical_origin(m)
+                    letters = self.open.setdefault(key, {})
+                    letters.pop(place, None)  # a place held twice counts once, the later letter
+                    letters[place] = HeldLetter(m.queue_offset, key, place, m if key == self.keep else None)
                 elif (released := props.get(RELEASED_KEY)) is not None:
                     self._release(released, int(props[RELEASED_THROUGH]), json.loads(props.get(RESENT_TO) or "[]"))
             except (KeyError, ValueError, TypeError) as e:
@@ -127,7 +155,7 @@ class HeldLog:
     def _release(self, key: str, through: int, resent_to: list[list[object]]) -> None:
         letters = self.open.get(key)
         if letters is not None:
-            rest = [x for x in letters if x.dlq_offset > through]
+            rest = {p: x for p, x in letters.items() if x.dlq_offset > through}
             if rest:
                 self.open[key] = rest
             else:
@@ -137,6 +165,11 @@ class HeldLog:
             if not isinstance(topic, str) or type(qid) is not int or type(offset) is not int:
                 raise ValueError(f"{RESENT_TO}: not [topic, queue_id, offset]: {[topic, qid, offset]!r}")
             copies[(topic, qid)] = max(offset, copies.get((topic, qid), -1))
+
+    def letters(self, key: str) -> list[HeldLetter]:
+        """``key``'s open letters in its order: by queue, then by logical
+        origin."""
+        return sorted(self.open.get(key, {}).values(), key=lambda x: x.place)
 
     def read(self, reader: DeadLetterReader, group: str, page: int = READ_PAGE) -> int:
         """Read and fold what ``group``'s dead-letter topic holds from

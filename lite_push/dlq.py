@@ -296,8 +296,9 @@ def dead_letters(reader: DeadLetterReader, group: str, start: int = 0, stop: int
 @dataclass(frozen=True, slots=True)
 class HeldKey:
     """A key held behind its dead letters: those it has not yet released,
-    in order, by their dead-letter topic offsets and their origins
-    (``topic/queue_id/offset``, where each message was first stored)."""
+    in the key's order, by their dead-letter topic offsets and their
+    logical origins (``topic/queue_id/offset``: where each message was
+    first stored)."""
 
     key: str
     offsets: tuple[int, ...]
@@ -325,11 +326,11 @@ def held_keys(reader: DeadLetterReader, group: str) -> list[HeldKey]:
     Reads the whole topic (joins no group, commits nothing)."""
     log = HeldLog()
     log.read(reader, group)
-    out = [
-        HeldKey(key, tuple(x.dlq_offset for x in letters), tuple(x.origin for x in letters))
-        for key, letters in log.open.items()
-    ]
-    return sorted(out, key=lambda h: h.offsets[0])
+    out = []
+    for key in log.open:
+        letters = log.letters(key)
+        out.append(HeldKey(key, tuple(x.dlq_offset for x in letters), tuple(x.origin for x in letters)))
+    return sorted(out, key=lambda h: min(h.offsets))
 
 
 #: Copies stored per ``send_batch`` call by :func:`resend_key`.
@@ -344,11 +345,11 @@ def _copy(m: MessageExt, origin: str, queue_id: int) -> dict[str, Any]:
 
 def resend_key(broker: DeadLetterBroker, group: str, key: str) -> list[SendResult]:
     """Release held ``key`` of ``group``: send its held dead letters back,
-    in dead-letter order (its queue's offset order), each to the queue it
-    came from as a new message (body, keys, tags and
-    :func:`user_properties`, plus :data:`~lite_push.sources._base.RESENT_OF`
-    naming the dead letter), then write a release record for ``key`` into
-    the dead-letter topic.  The consumer runs the copies, and once it has
+    in the key's order (by the place each stands for in its queue: see
+    :class:`HeldKey`), each to the queue it came from as a new message
+    (body, keys, tags and :func:`user_properties`, plus
+    :data:`~lite_push.sources._base.RESENT_OF` naming its place), then
+    write a release record for ``key`` into the dead-letter topic.  The consumer runs the copies, and once it has
     met them all the key's later messages run again.  Returns where the
     copies went (empty when ``key`` holds nothing).
 
@@ -358,7 +359,7 @@ def resend_key(broker: DeadLetterBroker, group: str, key: str) -> list[SendResul
     release record, it can be run again (copies sent twice run twice)."""
     log = HeldLog(keep=key)
     log.read(broker, group)
-    letters = log.open.get(key, [])
+    letters = log.letters(key)
     results: list[SendResult] = []
     last: dict[QueueId, int] = {}
     for topic, run in itertools.groupby(letters, key=lambda x: x.queue[0]):
@@ -372,12 +373,12 @@ def resend_key(broker: DeadLetterBroker, group: str, key: str) -> list[SendResul
     release = {
         RELEASED_KEY: key,
         DLQ_GROUP: group,
-        RELEASED_THROUGH: str(letters[-1].dlq_offset),
+        RELEASED_THROUGH: str(max(x.dlq_offset for x in letters)),
         RESENT_TO: json.dumps([[t, q, off] for (t, q), off in sorted(last.items())]),
     }
     broker.send(dlq_topic(group), b"", properties=release)
     logger.info(
         "group %r: key %r released: %d dead letter(s) resent, up to %s offset %d",
-        group, key, len(letters), dlq_topic(group), letters[-1].dlq_offset,
+        group, key, len(letters), dlq_topic(group), max(x.dlq_offset for x in letters),
     )  # fmt: skip
     return results

@@ -17,9 +17,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from executors import EX
 from helpers import PollCounter, wait_for, wait_until
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from lite_push import (
     ConfigError,
@@ -29,6 +32,7 @@ from lite_push import (
     EmbeddedBroker,
     ManualClock,
     MessageExt,
+    MessageModel,
     held_keys,
     resend_key,
 )
@@ -53,10 +57,10 @@ class Listener:
 
     def __call__(self, msgs: list[MessageExt]) -> None:
         with self.lock:
-            for m in msgs:
-                if m.keys in self.active and m.keys is not None:
-                    self.overlaps.append(m.keys)
-                self.active.add(m.keys)
+            for key in {m.keys for m in msgs}:
+                if key in self.active and key is not None:
+                    self.overlaps.append(key)
+                self.active.add(key)
         try:
             for m in msgs:
                 bad = self.fail(m)
@@ -181,6 +185,7 @@ def test_message_order_is_the_default_and_unchanged(broker):
     assert ConsumerConfig(group="g").dead_letter_order == "message"
     with consumer:
         wait_for(lambda: listener.count() == 11, 30, "the others and K's later messages")
+        wait_for(lambda: consumer.stats().dead_lettered == 1, 30, "K-0 stored in the DLQ")
         st = consumer.stats()
         assert (st.dead_lettered, st.held_keys, st.held_behind) == (1, 0, 0)
     assert listener.bodies("K") == [b"K-4", b"K-8"]  # the key moved on
@@ -189,13 +194,15 @@ def test_message_order_is_the_default_and_unchanged(broker):
     assert held_keys(broker, "g") == []
 
 
-def _hold_k(broker: Any, listener: Listener, n: int = 12, **cfg: Any) -> None:
-    """Run group g over T (1 queue, ``n`` messages, K every 4th) until K's
-    first message is dead-lettered and its later ones held behind it."""
+def _hold_k(broker: Any, listener: Listener, n: int = 12, held: int = 1, **cfg: Any) -> None:
+    """Run group g over T (1 queue, ``n`` messages, a key every 4th) until
+    the first message of each of ``held`` keys is dead-lettered and their
+    later ones held behind it."""
     cfg.setdefault("lanes", 2)
+    dead = held * ((n + 3) // 4)
     with _consumer(broker.pull_consumer("g", consume_from=FIRST), listener, max_reconsume_times=0, **cfg) as c:
-        wait_for(lambda: c.stats().dead_lettered == (n + 3) // 4, 30, lambda: f"{c.stats()}")
-        wait_for(lambda: listener.count() == n - (n + 3) // 4, 30, "the other keys")
+        wait_for(lambda: c.stats().dead_lettered == dead, 30, lambda: f"{c.stats()}")
+        wait_for(lambda: listener.count() == n - dead, 30, "the other keys")
 
 
 def test_a_held_key_stays_held_after_a_restart_on_a_durable_broker(tmp_path):
@@ -324,3 +331,214 @@ def test_a_new_member_of_the_group_reads_the_held_keys_of_the_queues_it_gains(br
         wait_for(lambda: listener.count() == 3 and c.stats().held_behind == 1, 30, lambda: f"{c.stats()}")
     assert listener.bodies("K") == []
     assert _held_bodies(broker, "K") == [b"K-0", b"K-4", b"K-8"]
+
+
+# -- the command line ---------------------------------------------------------------
+
+
+def test_the_command_line_lists_held_keys_and_releases_one(tmp_path, capsys):
+    from lite_push import cli
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = cli.main(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    with EmbeddedBroker(tmp_path) as broker:
+        broker.create_topic("T", 1)
+        _orders(broker, 12, keys=("K", "a", "J", "b"))
+        _hold_k(broker, Listener(fail=lambda m: m.body in (b"K-0", b"J-2")), held=2)
+        held = {h.key: h for h in held_keys(broker, "g")}  # K's and J's letters may interleave
+    k, j = held["K"], held["J"]
+    assert (k.origins, j.origins) == (("T/0/0", "T/0/4", "T/0/8"), ("T/0/2", "T/0/6", "T/0/10"))
+    source = ("--source", f"embedded:{tmp_path}", "--group", "g")
+    code, out, err = run("dlq", "list", *source, "--held")
+    assert code == 0, err
+    expected = {
+        h.key: f"key={h.key} letters=3 behind=2 first={h.origins[0]} offsets={','.join(map(str, h.offsets))}"
+        for h in (k, j)
+    }
+    assert sorted(out.splitlines()) == sorted(expected.values())
+    code, out, _ = run("dlq", "list", *source, "--held", "--json")
+    docs = {d["key"]: d for d in map(orjson.loads, out.splitlines())}
+    assert docs["K"] == {"key": "K", "letters": 3, "behind": 2, "offsets": list(k.offsets), "origins": list(k.origins)}
+    code, out, _ = run("dlq", "list", *source)
+    lines = sorted(out.splitlines(), key=lambda line: int(line.split()[0].removeprefix("offset=")))
+    assert len(lines) == 6
+    for o in k.offsets:
+        assert lines[o].endswith(" held_key=K" if o == k.offsets[0] else " held_key=K held_behind=T/0/0"), lines[o]
+
+    # an offset held behind a key is refused: its key goes back whole
+    code, out, err = run("dlq", "resend", *source, "--offset", str(j.offsets[1]))
+    assert code == 2 and out == "" and "use --key J" in err
+    code, out, err = run("dlq", "resend", *source, "--key", "nobody")
+    assert code == 2 and "'nobody' holds no dead letters in %DLQ%g" in err
+    code, out, err = run("dlq", "resend", *source, "--key", "K")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert [line.split(" -> ")[0] for line in lines[:3]] == [
+        f"resent offset={o} origin={origin}" for o, origin in zip(k.offsets, k.origins, strict=True)
+    ]
+    assert [line.split(" -> ")[1].split()[0] for line in lines[:3]] == ["T/0/12", "T/0/13", "T/0/14"]
+    assert lines[3:] == ["released key=K letters=3"]
+    code, out, _ = run("dlq", "list", *source, "--held")
+    assert out == expected["J"] + "\n"
+    code, out, _ = run("dlq", "resend", *source, "--all", "--progress", "off")
+    assert code == 0 and out.splitlines()[-1] == "released key=J letters=3"
+    # K's letters, released, are plain dead letters now (--all resends every one, as ever), then J's by key
+    assert [line.split(" -> ")[0] for line in out.splitlines()[:3]] == [
+        f"resent offset={o} origin={origin}" for o, origin in zip(k.offsets, k.origins, strict=True)
+    ]
+    assert len(out.splitlines()) == 7
+    code, out, _ = run("dlq", "list", *source, "--held")
+    assert out == ""
+    with EmbeddedBroker(tmp_path) as broker:
+        copies = broker.messages(broker.queues("T")[0], 12)
+        assert [(m.body, m.properties[RESENT_OF]) for m in copies[:3]] == [
+            (b"K-0", "T/0/0"), (b"K-4", "T/0/4"), (b"K-8", "T/0/8"),
+        ]  # fmt: skip
+        assert [(m.body, m.properties.get(RESENT_OF)) for m in copies[3:]] == [
+            (b"K-0", None), (b"K-4", None), (b"K-8", None),
+            (b"J-2", "T/0/2"), (b"J-6", "T/0/6"), (b"J-10", "T/0/10"),
+        ]  # fmt: skip
+
+
+# -- settings, stats and metrics ---------------------------------------------------
+
+
+def test_bad_settings_are_config_errors_naming_dead_letter_order(broker, tmp_path):
+    with pytest.raises(ConfigError, match="dead_letter_order.*'message', 'key'.*'keys'"):
+        ConsumerConfig(group="g", dead_letter_order="keys")
+    for mode in (ConsumeMode.CONCURRENTLY, ConsumeMode.QUEUE_ORDERLY):
+        with pytest.raises(ConfigError, match=f"dead_letter_order.*only KEY_ORDERLY.*{mode.name}"):
+            ConsumerConfig(group="g", mode=mode, dead_letter_order="key")
+    broker.create_topic("T", 1)
+
+    class Blind(type(broker.pull_consumer("other"))):  # type: ignore[misc]
+        """A source that cannot read its dead-letter topic back."""
+
+        def dead_letter_reader(self) -> None:
+            return None
+
+    with pytest.raises(ConfigError, match="dead_letter_order.*cannot read its dead-letter topic back"):
+        EX.consumer(ConsumerConfig(group="g", dead_letter_order="key"), source=Blind(broker, "g"), listener=print)
+    broadcasting = broker.pull_consumer("g", message_model=MessageModel.BROADCASTING, offset_file=tmp_path / "o.json")
+    with pytest.raises(ConfigError, match="dead_letter_order.*BROADCASTING"):
+        EX.consumer(ConsumerConfig(group="g", dead_letter_order="key"), source=broadcasting, listener=print)
+    broadcasting.close()
+
+
+def test_stats_and_metrics_show_the_held_keys(broker):
+    broker.create_topic("T", 1)
+    keys = tuple(f"k{i:02d}" for i in range(25)) + ("ok",)
+    _orders(broker, 26 * 3, keys=keys)
+    listener = Listener(fail=lambda m: m.keys != "ok" and int(m.body.split(b"-")[1]) < 26)
+    registry = CollectorRegistry()
+    consumer = EX.consumer(
+        ConsumerConfig(group="g", dead_letter_order="key", max_reconsume_times=0, lanes=4, poll_timeout=0.02),
+        source=broker.pull_consumer("g", consume_from=FIRST), listener=listener, registry=registry,
+    )  # fmt: skip
+    consumer.subscribe("T")
+    samples: dict[str, float] = {}
+    with consumer:
+        wait_for(lambda: consumer.stats().dead_lettered == 75, 30, lambda: f"{consumer.stats()}")
+        st = consumer.stats()
+        for family in text_string_to_metric_families(generate_latest(registry).decode()):
+            for sample in family.samples:
+                samples[sample.name] = sample.value
+    assert (st.held_keys, st.held_behind) == (25, 50)
+    assert st.held_key_names == keys[:20]  # the first 20, sorted
+    assert listener.bodies("ok") == [b"ok-25", b"ok-51", b"ok-77"]
+    assert samples["lite_push_held_keys"] == 25
+    assert samples["lite_push_held_messages_total"] == 50
+
+
+# -- under real concurrency -----------------------------------------------------------
+
+
+def _settled(consumer: Any, broker: Any) -> bool:
+    """Every message of T was finished (run, or stored in the dead-letter
+    topic) and committed."""
+    committed = consumer.stats().committed
+    return all(committed.get(q) == broker.max_offset(q) for q in broker.queues("T"))
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_every_key_runs_then_is_held_in_offset_order_under_concurrency(broker, batch_size):
+    """Many keys on 4 queues and 8 lanes, random failures (some retried,
+    some dead-lettered at once), copies resent while more messages arrive
+    and some copies failing again: for every key, what the listener ran
+    followed by its held dead letters is the key's messages in order, each
+    once.  At the end, with failures off and every held key released, every
+    message ran exactly once, in order."""
+    import zlib
+
+    broker.create_topic("T", 4)
+    keys = [f"k{i}" for i in range(60)]
+    rng = random.Random(7)
+    sent: dict[str, list[int]] = defaultdict(list)  # key -> its message numbers, in order
+    counter = iter(range(1_000_000))
+    lock = threading.Lock()
+
+    def produce(n: int) -> None:
+        items = []
+        with lock:
+            for _ in range(n):
+                i, key = next(counter), rng.choice(keys)
+                sent[key].append(i)
+                items.append({"body": f"{key}|{i}".encode(), "keys": key})
+        broker.send_batch("T", items)
+
+    failing = {"on": True}
+
+    def fail(m: MessageExt) -> bool:
+        if not failing["on"]:
+            return False
+        copy = RESENT_OF in m.properties
+        roll = zlib.crc32(m.body + b"|%d|%d" % (m.reconsume_times, copy)) % 100
+        return roll < (25 if copy else 4)  # a retry fails again as often
+
+    listener = Listener(fail=fail)
+    produce(1500)
+    consumer = _consumer(
+        broker.pull_consumer("g", consume_from=FIRST), listener, lanes=8, batch_size=batch_size,
+        max_reconsume_times=1, suspend_ms=1,
+    )  # fmt: skip
+
+    def number(body: bytes) -> int:
+        return int(body.split(b"|")[1])
+
+    def check(final: bool) -> None:
+        letters: dict[str, list[int]] = defaultdict(list)
+        for h in held_keys(broker, "g"):
+            (dlq,) = broker.queues(dlq_topic("g"))
+            letters[h.key] = [number(broker.messages(dlq, o, o + 1)[0].body) for o in h.offsets]
+        for key in keys:
+            ran = [number(b) for b in listener.bodies(key)]
+            assert ran + letters[key] == sent[key], (key, ran, letters[key])
+            if final:
+                assert letters[key] == []
+
+    with consumer:
+        wait_for(lambda: _settled(consumer, broker), 60, lambda: f"{consumer.stats()}")
+        assert consumer.stats().held_keys > 0
+        check(final=False)
+        # more messages arrive while held keys are released (some copies fail again)
+        producer = threading.Thread(target=lambda: [produce(50) for _ in range(10)])
+        producer.start()
+        for h in held_keys(broker, "g"):
+            resend_key(broker, "g", h.key)
+        producer.join()
+        wait_for(lambda: _settled(consumer, broker), 60, lambda: f"{consumer.stats()}")
+        check(final=False)
+        failing["on"] = False
+        for _ in range(10):  # each round may leave keys held by messages that raced the copies
+            held = held_keys(broker, "g")
+            if not held:
+                break
+            for h in held:
+                resend_key(broker, "g", h.key)
+            wait_for(lambda: _settled(consumer, broker), 60, lambda: f"{consumer.stats()}")
+        assert consumer.stats().held_keys == 0
+        check(final=True)
+    assert listener.overlaps == []

@@ -51,7 +51,7 @@ def _held_line(h: HeldKey) -> str:
     """One line of ``dlq list --held``."""
     return (
         f"key={one_line(h.key)} letters={h.letters} behind={h.behind} first={h.first_origin} "
-        f"first_offset={h.offsets[0]} last_offset={h.offsets[-1]}"
+        f"offsets={','.join(map(str, h.offsets))}"
     )
 
 
