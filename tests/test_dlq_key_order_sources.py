@@ -56,8 +56,9 @@ def _send(broker: Any, start: int, n: int) -> None:
     """``n`` messages to T's queue 0 (K every 4th, bodies ``key-i``) and as
     many of key x to queue 1."""
     keys = ("K", "a", "b", "c")
-    items = [{"body": f"{keys[i % 4]}-{i}".encode(), "keys": keys[i % 4], "queue_id": 0} for i in range(start, start + n)]
-    items += [{"body": b"x-%d" % i, "keys": "x", "queue_id": 1} for i in range(start, start + n)]
+    span = range(start, start + n)
+    items = [{"body": f"{keys[i % 4]}-{i}".encode(), "keys": keys[i % 4], "queue_id": 0} for i in span]
+    items += [{"body": b"x-%d" % i, "keys": "x", "queue_id": 1} for i in span]
     broker.send_batch("T", items)
 
 
