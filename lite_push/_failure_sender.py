@@ -8,9 +8,7 @@ message is its offset completed, so a commit never passes a message that is
 neither processed nor stored elsewhere:
 
 * a dead letter the source refuses is tried again every
-  ``SEND_RETRY_INTERVAL`` (its offset stays unfinished meanwhile); with
-  ``dead_letter_order="key"`` the dead letters handed off after it wait
-  with it, so the dead-letter topic keeps their order;
+  ``SEND_RETRY_INTERVAL`` (its offset stays unfinished meanwhile);
 * a send-back that fails is retried here, on the consumer's timer, as a
   local retry after ``suspend_ms``;
 * a BROADCASTING member, and one balanced by message (whose unacknowledged
@@ -50,8 +48,7 @@ class FailureSender:
     """Dead letters and send-backs, stored by the pull thread."""
 
     __slots__ = (
-        "_broadcasting", "_counters", "_group", "_in_order", "_outbox", "_source", "_suspend", "_timer", "_unsent",
-        "_unsent_at",
+        "_broadcasting", "_counters", "_group", "_outbox", "_source", "_suspend", "_timer", "_unsent", "_unsent_at",
     )  # fmt: skip
 
     def __init__(
@@ -64,7 +61,6 @@ class FailureSender:
         group: str,
         suspend_ms: int,
         broadcasting: bool = False,
-        in_order: bool = False,
     ) -> None:
         self._source = source
         #: What the lanes handed off.
@@ -79,9 +75,6 @@ class FailureSender:
         #: BROADCASTING: no retry topic; a send-back waits its delay on the
         #: timer and runs again here.
         self._broadcasting = broadcasting
-        #: ``dead_letter_order="key"``: no dead letter is stored before one
-        #: handed off earlier (the refused ones wait, and so do the later).
-        self._in_order = in_order
         # Dead letters the source refused, tried again every SEND_RETRY_INTERVAL.
         self._unsent: list[SendItem] = []
         self._unsent_at = 0.0
@@ -104,9 +97,6 @@ class FailureSender:
         stored: list[tuple[ProcessQueue, MessageExt]] = []
         dead = [it for it in live if it.dead_letter]
         back = [it for it in live if not it.dead_letter]
-        if dead and self._in_order and self._unsent:  # after the refused ones, not before
-            self._unsent += dead
-            dead = []
         if back and (self._broadcasting or not self._source.delayed_delivery):
             # Wait the delay level's time on the timer, the offsets unfinished
             # meanwhile: BROADCASTING has no retry topic (the message runs

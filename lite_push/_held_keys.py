@@ -35,8 +35,9 @@ at a time) and by the pull thread when queues come and go.
 
 **Cost.**  :attr:`HeldKeys.keys` is replaced whole under the lock, never
 changed in place, so lanes read it without one: while no key is held it is
-empty and a lane's only cost is one truth test per segment.  Everything
-else runs only for messages of held keys (one lock each).
+empty and a lane's only cost is one truth test per segment.  While some key
+is held, segments go the slow way and each message costs a look-up of its
+key; a message of a held key takes the lock once.
 """
 
 from __future__ import annotations

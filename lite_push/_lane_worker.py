@@ -151,7 +151,7 @@ class LaneWorker:
         self._done_with(msgs)
 
     def _hand_off(self, out: list[SendItem]) -> None:
-        if self._held_out:  # held keys' dead letters came first: they go first
+        if self._held_out:  # held keys' dead letters of this lane go with it
             out = self._held_out + out
             self._held_out = []
         self._outbox.put(out)

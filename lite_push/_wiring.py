@@ -2,8 +2,8 @@
 
 What several parts share is made first (the owned queues, the timer, the
 outbox, the counters, the abort event, the held keys, the failure policy,
-the router's released deque), then each part in the order they need each other, so
-nothing is wired after construction:
+the router's released deque), then each part in the order they need each
+other, so nothing is wired after construction:
 
     lanes' workers (CallGate, ParkedKeys)  Committer  FailureSender
     Dispatcher  Assignment  FlowControl  PullLoop
@@ -149,7 +149,7 @@ def build_parts(
     committer = Committer(source, owned, config.group)
     sender = FailureSender(
         source, outbox, timer, counters, group=config.group, suspend_ms=config.suspend_ms,
-        broadcasting=source.message_model is MessageModel.BROADCASTING or by_message, in_order=by_key,
+        broadcasting=source.message_model is MessageModel.BROADCASTING or by_message,
     )  # fmt: skip
     dispatcher = Dispatcher(
         lanes, owned, lane_capacity=config.lane_capacity, flush=executor.flush, router=router, released=released,

@@ -335,6 +335,47 @@ def test_a_new_member_of_the_group_reads_the_held_keys_of_the_queues_it_gains(br
     assert _held_bodies(broker, "K") == [b"K-0", b"K-4", b"K-8"]
 
 
+def test_a_queue_that_moves_to_another_member_stays_held_there(broker):
+    """Two members, a rebalance: the member that gains the held key's queue
+    holds it (it reads the dead-letter topic when it gains queues); the one
+    that gave it up forgets it."""
+    broker.create_topic("T", 2)
+    _orders(broker, 8)  # K held in queue 0
+    first = Listener(fail=lambda m: m.body == b"K-0")
+    a = _consumer(
+        broker.pull_consumer("g", consume_from=FIRST, client_id="m2"), first, lanes=2, max_reconsume_times=0
+    )  # fmt: skip
+    q0 = broker.queues("T")[0]
+    with a:
+        wait_for(lambda: a.stats().dead_lettered == 2 and first.count() == 6, 30, lambda: f"{a.stats()}")
+        second = Listener()
+        b = _consumer(broker.pull_consumer("g", consume_from=FIRST, client_id="m1"), second, lanes=2)
+        with b:  # m1 sorts first: it gains queue 0
+            wait_for(lambda: q0 in b.stats().committed and q0 not in a.stats().committed, 30, "queue 0 moved")
+            assert a.stats().held_keys == 0  # forgotten with the queue
+            _orders(broker, 4, start=8)  # K-8 among them, in queue 0
+            wait_for(lambda: second.count() == 3 and b.stats().held_behind == 1, 30, lambda: f"{b.stats()}")
+            assert b.stats().held_key_names == ("K",)
+    assert first.bodies("K") == [] and second.bodies("K") == []
+    assert _held_bodies(broker, "K") == [b"K-0", b"K-4", b"K-8"]
+
+
+def test_the_setting_comes_from_the_command_line_the_environment_or_the_file(tmp_path):
+    from lite_push.cli.parser import build_parser
+    from lite_push.cli.plan import _FLAGS
+    from lite_push.cli.settings import load_settings, settings_of
+
+    args = build_parser().parse_args(["consume", "--group", "g", "--dead-letter-order", "key"])
+    assert settings_of(args, _FLAGS).consumer_config().dead_letter_order == "key"
+    env = {"LITE_PUSH_GROUP": "g", "LITE_PUSH_DEAD_LETTER_ORDER": "key"}
+    assert load_settings(environ=env).consumer_config().dead_letter_order == "key"
+    path = tmp_path / "c.toml"
+    path.write_text('[consumer]\ngroup = "g"\ndead_letter_order = "key"\n')
+    assert load_settings(config_file=path).consumer_config().dead_letter_order == "key"
+    with pytest.raises(ConfigError, match="dead_letter_order"):
+        load_settings(environ={**env, "LITE_PUSH_DEAD_LETTER_ORDER": "sometimes"}).consumer_config()
+
+
 # -- the command line ---------------------------------------------------------------
 
 
