@@ -152,7 +152,14 @@ class HeldLog:
                 logger.warning("%s offset %d holds no key: malformed bookkeeping (%r)", m.topic, m.queue_offset, e)
             self.next_offset = m.queue_offset + 1
 
-    def _release(self, key: str, through: int, resent_to: list[list[object]]) -> None:
+    def _release(self, key: str, through: int, resent_to: object) -> None:
+        sent: list[tuple[QueueId, int]] = []
+        for entry in resent_to if isinstance(resent_to, list) else [resent_to]:
+            match entry:
+                case [str(topic), int(qid), int(offset)]:
+                    sent.append(((topic, qid), offset))
+                case _:
+                    raise ValueError(f"{RESENT_TO}: not [topic, queue_id, offset]: {entry!r}")
         letters = self.open.get(key)
         if letters is not None:
             rest = {p: x for p, x in letters.items() if x.dlq_offset > through}
@@ -161,10 +168,8 @@ class HeldLog:
             else:
                 del self.open[key]
         copies = self.copies.setdefault(key, {})
-        for topic, qid, offset in resent_to:
-            if not isinstance(topic, str) or type(qid) is not int or type(offset) is not int:
-                raise ValueError(f"{RESENT_TO}: not [topic, queue_id, offset]: {[topic, qid, offset]!r}")
-            copies[(topic, qid)] = max(offset, copies.get((topic, qid), -1))
+        for queue, offset in sent:
+            copies[queue] = max(offset, copies.get(queue, -1))
 
     def letters(self, key: str) -> list[HeldLetter]:
         """``key``'s open letters in its order: by queue, then by logical

@@ -611,8 +611,10 @@ def test_the_fold_orders_a_keys_letters_by_place_and_a_release_closes_what_it_co
         _letter(6, "K", 31, **{RESENT_OF: "T/0/14"}),  # and the next copy waited behind it
         _letter(7, "K", 32, **{RESENT_OF: "T/0/14"}),  # a place held twice counts once, the later letter
         MessageExt("%DLQ%g", 0, 8, b"", properties={RELEASED_KEY: "J", "lite_push.RELEASED_THROUGH": "x"}),
+        MessageExt("%DLQ%g", 0, 9, b"", properties={RELEASED_KEY: "J", "lite_push.RELEASED_THROUGH": "2",
+                                                    "lite_push.RESENT_TO": '[["T", "0", 5]]'}),
     ])  # fmt: skip
-    assert log.next_offset == 9
+    assert log.next_offset == 10
     assert [(x.origin, x.dlq_offset) for x in log.letters("K")] == [("T/0/10", 5), ("T/0/14", 7), ("T/0/20", 3)]
-    assert [x.origin for x in log.letters("J")] == ["T/0/11"]  # the malformed release closed nothing
+    assert [x.origin for x in log.letters("J")] == ["T/0/11"]  # the malformed releases closed nothing
     assert log.copies == {"K": {("T", 0): 31}}
