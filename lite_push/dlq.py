@@ -21,8 +21,8 @@ A group consumed with ``dead_letter_order="key"`` *holds* a key once one of
 its messages is dead-lettered: the key's later messages of that queue
 follow it into the dead-letter topic instead of running.  :func:`held_keys`
 says which keys are held; :func:`resend_key` sends a held key's dead
-letters back to their queues in offset order and releases it (the consumer
-runs the copies, then the key's later messages, in order)::
+letters back to their queues in the key's order and releases it (the
+consumer runs the copies, then the key's later messages, in order)::
 
     for held in held_keys(broker, "orders-consumer"):
         log.info("%s: %d messages held behind %s", held.key, held.behind, held.first_origin)
@@ -349,9 +349,10 @@ def resend_key(broker: DeadLetterBroker, group: str, key: str) -> list[SendResul
     :class:`HeldKey`), each to the queue it came from as a new message
     (body, keys, tags and :func:`user_properties`, plus
     :data:`~lite_push.sources._base.RESENT_OF` naming its place), then
-    write a release record for ``key`` into the dead-letter topic.  The consumer runs the copies, and once it has
-    met them all the key's later messages run again.  Returns where the
-    copies went (empty when ``key`` holds nothing).
+    write a release record for ``key`` into the dead-letter topic.  The
+    consumer runs the copies, and once it has met them all the key's later
+    messages run again.  Returns where the copies went (empty when ``key``
+    holds nothing).
 
     A message of ``key`` consumed between this read and the copies is held
     behind them (it came later): the key then stays held, with that
