@@ -100,22 +100,11 @@ class Sender(Protocol):
 
 
 @runtime_checkable
-class DeadLetterBroker(DeadLetterReader, Protocol):
-    """What :func:`resend_key` needs: a :class:`DeadLetterReader` that also
-    stores messages, in a queue of its choice (an
+class DeadLetterBroker(DeadLetterReader, Sender, Protocol):
+    """What :func:`resend_key` needs: a :class:`DeadLetterReader` and
+    :class:`Sender` that also stores messages in a queue of its choice (an
     :class:`~lite_push.sources.EmbeddedBroker`, a ``RedisBroker``, a
     ``KafkaBroker``)."""
-
-    def send(
-        self,
-        topic: str,
-        body: bytes,
-        keys: str | None = None,
-        tags: str | None = None,
-        properties: Mapping[str, str] | None = None,
-    ) -> SendResult:
-        """Store one message in ``topic``; return where it was stored."""
-        ...
 
     def send_batch(self, topic: str, items: Iterable[Any]) -> Sequence[SendResult]:
         """Store messages in ``topic`` in order; each item a mapping with

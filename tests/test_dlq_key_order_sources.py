@@ -100,15 +100,11 @@ def _the_core_case(broker: Any, member: Any, **cfg: Any) -> None:
 # -- Redis ------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[RedisServer]:
-    with RedisServer(appendonly=False) as s:
-        yield s
-
-
 @pytest.fixture
-def redis_broker(server: RedisServer) -> Iterator[RedisBroker]:
-    b = RedisBroker(server.url, namespace=f"k-{uuid.uuid4().hex[:12]}", session_timeout=5.0, heartbeat_interval=0.5)
+def redis_broker(redis_server: RedisServer) -> Iterator[RedisBroker]:
+    b = RedisBroker(
+        redis_server.url, namespace=f"k-{uuid.uuid4().hex[:12]}", session_timeout=5.0, heartbeat_interval=0.5
+    )
     yield b
     b.close()
 
