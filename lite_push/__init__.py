@@ -49,7 +49,9 @@ Layout (one concern per module; underscored modules are implementation;
 * ``metric_names``     every Prometheus metric's name, type, labels and help
 * ``metrics``          the metrics collector and the HTTP exporter
 * ``codec``            JSON bodies (orjson)
-* ``dlq``              reading dead letters and re-sending them
+* ``dlq``              reading dead letters and re-sending them (a held key's in order)
+* ``_held_keys``       ``dead_letter_order="key"``: keys held behind their dead letters
+* ``_held_log``        which keys a dead-letter topic holds (read back at a start or a rebalance)
 * ``cli/``             the ``lite-push`` command (parser, settings, sources, consume, dlq); ``demo``: the demo
 * ``sources/``         the source contract; ``embedded/``, ``redis/`` and ``kafka/``: the three sources
 * ``rebalance/``       queue allocation strategies
@@ -96,7 +98,7 @@ from ._types import (
     SendResult,
 )
 from ._version import __version__
-from .dlq import DeadLetter, dead_letters, resend
+from .dlq import DeadLetter, HeldKey, dead_letters, held_keys, resend, resend_key
 from .sources import (
     Balance,
     ConsumeFromWhere,
@@ -131,6 +133,7 @@ __all__ = [
     "DeadLetter",
     "EmbeddedBroker",
     "EmbeddedPullConsumer",
+    "HeldKey",
     "KeyExtractor",
     "Listener",
     "LitePushConsumer",
@@ -155,6 +158,8 @@ __all__ = [
     "__version__",
     "dead_letters",
     "dlq_topic",
+    "held_keys",
     "resend",
+    "resend_key",
     "retry_topic",
 ]

@@ -7,11 +7,14 @@ runs on the pull thread.
   with the offset map committed there (offsets an earlier owner finished
   above the committed one are skipped, not run again).  QUEUE_ORDERLY takes
   the broker lock of each (lock 1 of RocketMQ's three) before consuming it.
+  With ``dead_letter_order="key"`` the keys the dead-letter topic holds in
+  the new queues are read back first (``HeldKeys.gained``).
 * **Revoked**: stop routing the queue, let its in-flight work finish
   (bounded by ``revoke_timeout``), commit, and only then return, so the
   source releases the queue (and, in QUEUE_ORDERLY, its lock) to the next
   owner with the commit in place.  Parked messages and unsent failures of
-  the queue are left unfinished for the next owner.
+  the queue are left unfinished for the next owner, and its held keys are
+  forgotten (the next owner reads them back).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from ._config import ConsumeMode, ConsumerConfig
 from ._dispatch import Dispatcher
 from ._failure_sender import FailureSender
 from ._flow_control import low_water
+from ._held_keys import HeldKeys
 from ._offset_map import FinishedOffsets, OffsetMapError, decode
 from ._process_queue import ProcessQueue
 from ._queue_orderly import QueueOrderlyService
@@ -71,6 +75,7 @@ class Assignment(RebalanceListener):
         sender: FailureSender,
         orderly: QueueOrderlyService | None = None,
         hooks: tuple[AppHook | None, AppHook | None] = (None, None),
+        held: HeldKeys | None = None,
     ) -> None:
         self._config = config
         self._source = source
@@ -92,6 +97,8 @@ class Assignment(RebalanceListener):
         self._orderly = orderly
         #: The application's own ``on_assigned`` and ``on_revoked``.
         self._hooks = hooks
+        #: ``dead_letter_order="key"``: the keys held in the owned queues.
+        self._held = held
         self._lock_episode = Episode("lock")
 
     # -- the source's callbacks ------------------------------------------------------
@@ -111,6 +118,8 @@ class Assignment(RebalanceListener):
                 q, position, lane_of(str(q), n), low, source.wakeup, self._finished_map(q, position)
             )
             new.append(pq)
+        if self._held is not None:
+            self._held.gained({pq.queue: pq.last_committed for pq in new})
         if self._orderly is not None:
             for pq in new:
                 self._orderly.add_queue(pq)
@@ -158,6 +167,8 @@ class Assignment(RebalanceListener):
         self._committer.commit(pqs)
         for pq in pqs:
             del owned[pq.queue]
+        if self._held is not None and pqs:
+            self._held.revoked([pq.queue for pq in pqs])
         if self._orderly is not None:
             for pq in pqs:
                 self._orderly.remove_queue(pq)

@@ -146,7 +146,7 @@ async def run_async_lane(
 ) -> None:
     """A lane coroutine's body: ``_thread_executor.run_lane``, awaiting.
 
-    The hot path (a segment with no key parked in the lane, ``batch_size``
+    The hot path (a segment with no key parked in the lane nor held, ``batch_size``
     1, its queue neither dropped nor the shutdown deadline passed) is inlined
     here, and so is the choice of it: with a thousand lanes most segments
     hold one or two messages, so every call per segment shows in the cost
@@ -158,6 +158,7 @@ async def run_async_lane(
     success = _SUCCESS
     take = lane.take_nowait
     parked = worker.parked
+    held_keys = worker.held  # dead_letter_order="key": its keys are replaced whole, read per segment
     hot = worker.hot
     aborted = worker.aborted
     held = -1.0  # since when this lane holds an admission slot (-1: none)
@@ -188,7 +189,7 @@ async def run_async_lane(
             if due:
                 await _adrive(worker.due_steps(due), listener, worker)
             for pq, msgs in segments:
-                if parked or not hot or pq.dropped or aborted():
+                if parked or not hot or held_keys.keys or pq.dropped or aborted():
                     steps = worker.segment_steps(pq, msgs)
                     if steps is not None:
                         await _adrive(steps, listener, worker)

@@ -26,6 +26,8 @@ MIB = 1024 * 1024
 EXECUTORS = ("thread", "asyncio")
 #: The values of :attr:`ConsumerConfig.lane_placement`.
 LANE_PLACEMENTS = ("load", "hash", "java")
+#: The values of :attr:`ConsumerConfig.dead_letter_order`.
+DEAD_LETTER_ORDERS = ("message", "key")
 
 
 class ConsumeMode(enum.Enum):
@@ -195,6 +197,15 @@ class ConsumerConfig:
     metrics_port: int | None = None
     #: Address the metrics exporter binds (loopback unless told otherwise).
     metrics_addr: str = "127.0.0.1"
+    #: What a dead letter does to its key.  ``"message"`` (default): the
+    #: key moves on, its later messages run.  ``"key"`` (KEY_ORDERLY only):
+    #: the key is held in its queue, and its later messages follow the dead
+    #: letter into ``%DLQ%<group>`` in offset order, each marked as held
+    #: behind it, until ``lite_push.dlq.resend_key`` (``lite-push dlq
+    #: resend --key``) sends them back in order; other keys run as usual.
+    #: Held keys survive a restart and a rebalance: the dead-letter topic
+    #: is their record.
+    dead_letter_order: str = "message"
 
     def __post_init__(self) -> None:
         if not isinstance(self.group, str) or not self.group.strip():
@@ -252,6 +263,17 @@ class ConsumerConfig:
                 f"paces the calls of one key, which only KEY_ORDERLY runs one at a time; mode is {self.mode.name}",
             )
         self._check_slow_calls()
+        if self.dead_letter_order not in DEAD_LETTER_ORDERS:
+            raise ConfigError(
+                "dead_letter_order",
+                f"must be one of {', '.join(map(repr, DEAD_LETTER_ORDERS))}, got {self.dead_letter_order!r}",
+            )
+        if self.dead_letter_order == "key" and self.mode is not ConsumeMode.KEY_ORDERLY:
+            raise ConfigError(
+                "dead_letter_order",
+                f"'key' keeps a key's order behind its dead letters, which only KEY_ORDERLY keeps; mode is "
+                f"{self.mode.name}",
+            )
         if self.metrics_port is not None:
             _check_int("metrics_port", self.metrics_port, 0, 65535)
         if not isinstance(self.metrics_addr, str) or not self.metrics_addr.strip():

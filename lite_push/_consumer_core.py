@@ -84,8 +84,9 @@ def _check_listener(config: ConsumerConfig, listener: object) -> None:
 
 def _check_source(config: ConsumerConfig, source: PullSource) -> None:
     """The consumer and its source agree: one group name, a revoke (plus
-    the fencing margin) fits inside the source's session, and a source that
-    balances by message holds keys by the key the consumer routes by."""
+    the fencing margin) fits inside the source's session, a source that
+    balances by message holds keys by the key the consumer routes by, and
+    held keys (``dead_letter_order="key"``) can be read back."""
     if source.group is not None and source.group != config.group:
         raise ConfigError(
             "group",
@@ -100,6 +101,16 @@ def _check_source(config: ConsumerConfig, source: PullSource) -> None:
             f"shorter than the source's session_timeout ({session:g} s): a revoke stops the member's "
             "heartbeats, and the group moves its queues once the session lapses",
         )
+    if config.dead_letter_order == "key":
+        why = None
+        if source.balance is Balance.MESSAGE:
+            why = "a source that balances by message (Balance.MESSAGE) moves keys between members at any time"
+        elif source.message_model is MessageModel.BROADCASTING:
+            why = "BROADCASTING members share the group's dead-letter topic while each reads every queue"
+        elif source.dead_letter_reader() is None:
+            why = f"the source ({type(source).__name__}) cannot read its dead-letter topic back (dead_letter_reader)"
+        if why is not None:
+            raise ConfigError("dead_letter_order", f"'key' is not available here: {why}")
     if config.key_extractor is not None and source.balance is Balance.MESSAGE:
         raise ConfigError(
             "key_extractor",

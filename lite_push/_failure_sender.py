@@ -147,6 +147,11 @@ class FailureSender:
             if err is None:
                 stored.append((it.pq, it.message))
                 self._counters.dead_lettered += 1
+                if it.behind:  # not a failure: its key is held (one line per held message would flood)
+                    self._counters.held_behind += 1
+                    logger.debug("consumer %r: %s offset %d held in the dead-letter queue: %s",
+                                 group, it.pq.queue, it.message.queue_offset, it.reason)  # fmt: skip
+                    continue
                 logger.warning(
                     "consumer %r: %s offset %d sent to the dead-letter queue after %d attempt(s): %s",
                     group, it.pq.queue, it.message.queue_offset, it.message.reconsume_times + 1, it.reason,

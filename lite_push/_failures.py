@@ -9,7 +9,11 @@
   :meth:`FailurePolicy.verdict` decides per message, by mode and attempt
   count: :attr:`Verdict.DEAD_LETTER`, :attr:`Verdict.PARK` (KEY_ORDERLY: the
   key waits ``suspend_ms``) or :attr:`Verdict.SEND_BACK` (CONCURRENTLY: the
-  retry topic, at a growing delay level).
+  retry topic, at a growing delay level).  With ``dead_letter_order="key"``
+  its :class:`~lite_push._held_keys.HeldKeys` marks each dead letter as
+  holding its key (:meth:`FailurePolicy.dead_letter`) and makes the dead
+  letter of a later message that must wait behind a held key
+  (:meth:`FailurePolicy.behind`).
 * :class:`Outbox` carries messages from the lanes to the pull thread, which is
   the only thread that stores them in the source: dead letters and
   send-backs go out in one source call per kind per loop, and a message's
@@ -26,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ._errors import NonRetryableError
+from ._held_keys import HeldKeys
 from ._process_queue import ProcessQueue
 from ._types import ConsumeResult, MessageExt
 
@@ -60,9 +65,11 @@ class Verdict(enum.Enum):
 class FailurePolicy:
     """The failure rules of one consumer (see the module docstring)."""
 
-    __slots__ = ("keyed", "max_reconsume_times", "retry_start_level")
+    __slots__ = ("held", "keyed", "max_reconsume_times", "retry_start_level")
 
-    def __init__(self, keyed: bool, max_reconsume_times: int, retry_start_level: int) -> None:
+    def __init__(
+        self, keyed: bool, max_reconsume_times: int, retry_start_level: int, held: HeldKeys | None = None
+    ) -> None:
         #: Whether a failure parks its key (KEY_ORDERLY, and the baseline's
         #: suspended queue) rather than sending the message back.
         self.keyed = keyed
@@ -70,6 +77,9 @@ class FailurePolicy:
         self.max_reconsume_times = max_reconsume_times
         #: The delay level of a first send-back.
         self.retry_start_level = retry_start_level
+        #: ``dead_letter_order="key"``: the keys dead letters hold (``None``:
+        #: a dead letter lets its key move on).
+        self.held = held
 
     @staticmethod
     def classify(exc: BaseException | None, result: object) -> Failure:
@@ -94,8 +104,19 @@ class FailurePolicy:
         return Verdict.PARK if self.keyed else Verdict.SEND_BACK
 
     def dead_letter(self, pq: ProcessQueue, message: MessageExt, failure: Failure) -> SendItem:
-        """The outbox item that stores ``message`` in the dead-letter queue."""
+        """The outbox item that stores ``message`` in the dead-letter queue
+        (with ``dead_letter_order="key"``, its key held from now on)."""
+        if self.held is not None:
+            message = self.held.letter(pq, message)
         return SendItem(pq, message, True, failure.reason, failure.exception)
+
+    def behind(self, pq: ProcessQueue, message: MessageExt) -> SendItem | None:
+        """``dead_letter_order="key"``: the outbox item that stores
+        ``message`` in the dead-letter queue because its key is held there
+        (it is not run), or ``None`` to run it."""
+        held = self.held
+        found = None if held is None else held.behind(pq, message)
+        return None if found is None else SendItem(pq, found[0], True, found[1], behind=True)
 
     def send_back(self, pq: ProcessQueue, message: MessageExt, failure: Failure) -> SendItem:
         """The outbox item that stores ``message`` back in the retry topic
@@ -142,6 +163,8 @@ class SendItem:
     reason: str
     exception: str = ""
     delay_level: int = 0
+    #: A dead letter stored because its key is held, not because it failed.
+    behind: bool = False
 
 
 class Outbox:

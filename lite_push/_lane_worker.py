@@ -27,6 +27,11 @@ messages and is sent back ``(exception, result)`` of that call.
   (:meth:`LaneWorker.purge`) or a change of the keys the application
   paused (:meth:`LaneWorker.apply_pauses`: a paused key is parked without
   a timer entry; its resume runs it as a due key).
+* **Held keys** (``dead_letter_order="key"``, ``_held_keys``): while
+  some key is held, segments go the slow way, and a message of a held key
+  is dead-lettered behind it instead of running (collected per lane and
+  handed off with the lane's next hand-off, or before it takes or waits
+  for more work; the router keeps the key on this lane until then).
 * **Rate limits** (``_rate_limit``): with ``max_rate`` every call first
   reserves its start (``_call_gate``); with ``key_min_interval`` a message
   whose key started less than the interval ago is held on the timer like a
@@ -47,6 +52,7 @@ from dataclasses import replace
 
 from ._call_gate import CallGate
 from ._failures import Failure, FailurePolicy, Outbox, SendItem, Verdict
+from ._held_keys import NOTHING_HELD, HeldKeys
 from ._lanemetrics import LaneMetrics
 from ._lanes import Lane, Segment
 from ._parked_keys import ParkedKeys
@@ -68,12 +74,14 @@ def _nothing() -> None:
     """A lane's wake-up that wakes nobody."""
 
 
-class LaneWorker:
-    """The lane logic of lane ``index`` (see the module docstring)."""
+class _LaneBase:
+    """What a lane worker holds, its bookkeeping (complete, skip, hand
+    off) and its side of taking work; :class:`LaneWorker` adds what it does
+    with the work."""
 
     __slots__ = (
-        "_counters", "_group", "_key_of", "_keys", "_latch", "_outbox", "_pacer", "_policy", "_release", "_size",
-        "aborted", "gate", "hot", "index", "lane", "metrics", "monotonic", "parked",
+        "_counters", "_group", "_held_out", "_key_of", "_keys", "_latch", "_outbox", "_pacer", "_policy", "_release",
+        "_size", "aborted", "gate", "held", "hot", "index", "lane", "metrics", "monotonic", "parked",
     )  # fmt: skip
 
     def __init__(
@@ -93,6 +101,7 @@ class LaneWorker:
         pacer: KeyPacer | None = None,
         key_of: KeyOf | None = None,
         lane: Lane | None = None,
+        held: HeldKeys | None = None,
     ) -> None:
         self.index = index
         #: The lane this worker drains: it shows the call in progress and
@@ -132,6 +141,11 @@ class LaneWorker:
         self.hot = batch_size == 1 and gate.limiter is None and pacer is None
         #: Whether the shutdown deadline passed (lanes skip what is left).
         self.aborted = gate.aborted
+        #: The consumer's held keys (``dead_letter_order="key"``): while
+        #: ``held.keys`` is empty, nothing here looks further.
+        self.held = NOTHING_HELD if held is None else held
+        # Dead letters of held keys' messages, handed off in a batch.
+        self._held_out: list[SendItem] = []
 
     def _done_with(self, msgs: list[MessageExt]) -> None:
         """This lane will not touch ``msgs`` again (completed, handed off
@@ -150,13 +164,27 @@ class LaneWorker:
         self._done_with(msgs)
 
     def _hand_off(self, out: list[SendItem]) -> None:
+        if self._held_out:  # held keys' dead letters of this lane go with it
+            out = self._held_out + out
+            self._held_out = []
         self._outbox.put(out)
         self._done_with([item.message for item in out])
+
+    def _hold_behind(self, pq: ProcessQueue, m: MessageExt, out: list[SendItem] | None = None) -> bool:
+        """If ``m``'s key is held in its queue, ``m`` goes to the dead-letter
+        queue behind it (into ``out``, else the lane's batch): say so."""
+        item = self._policy.behind(pq, m)
+        if item is None:
+            return False
+        (self._held_out if out is None else out).append(item)
+        return True
 
     # -- taking work -----------------------------------------------------------------
 
     def idle(self) -> None:
         """The task is about to wait for work."""
+        if self._held_out:
+            self._hand_off([])
         self._counters.busy[self.index] = False
 
     def busy(self) -> None:
@@ -168,6 +196,8 @@ class LaneWorker:
     ) -> tuple[list[Segment], list[LaneWork]]:
         """The task took ``taken`` from the lane (``stamps``: when it was
         put, for the lane-wait metric)."""
+        if self._held_out:
+            self._hand_off([])
         self._counters.busy[self.index] = True
         if self.metrics is not None and stamps:
             self.metrics.waited(stamps)
@@ -180,7 +210,8 @@ class LaneWorker:
         """The task stops: parked messages stay unfinished (uncommitted;
         the offset map keeps what finished above them)."""
         self._counters.busy[self.index] = False
-        items = self._keys.clear()
+        items = self._keys.clear() + [(it.pq, it.message) for it in self._held_out]
+        self._held_out = []
         for pq, ms in per_queue(items).items():
             pq.skip(ms)
         self._done_with([m for _, m in items])
@@ -190,6 +221,13 @@ class LaneWorker:
         handled): logged; its messages stay unfinished."""
         logger.error("consumer %r: lane %d failed; the consumer stops", self._group, self.index, exc_info=exc)
         self._latch.fail(exc)
+
+
+
+class LaneWorker(_LaneBase):
+    """The lane logic of lane ``index`` (see the module docstring)."""
+
+    __slots__ = ()
 
     # -- segments --------------------------------------------------------------------
 
@@ -201,7 +239,7 @@ class LaneWorker:
         if pq.dropped or self.aborted():
             self._skip(pq, msgs)
             return no_steps()
-        if self.parked or not self.hot:
+        if self.parked or not self.hot or self.held.keys:
             return self._slow_steps(pq, msgs)
         return None
 
@@ -248,6 +286,7 @@ class LaneWorker:
         waiting = self.parked  # its dict: a plain truth test per message
         pacer = self._pacer
         gate = self.gate
+        held = self.held
         done: list[MessageExt] = []
         chunk: list[MessageExt] = []
         keys: list[Hashable] = []  # pacing: the keys of the chunk
@@ -260,6 +299,8 @@ class LaneWorker:
                 break
             m = msgs[i]
             if waiting and parked.queue_behind(pq, m):
+                pass
+            elif held.keys and self._hold_behind(pq, m):
                 pass
             elif pacer is None:
                 chunk.append(m)
@@ -319,6 +360,8 @@ class LaneWorker:
             # An earlier message of its key (same chunk) parked it: wait behind.
             if policy.keyed and self.parked and parked.queue_behind(pq, m):
                 continue
+            if self.held.keys and self._hold_behind(pq, m, out):
+                continue  # its key is held (an earlier message of the chunk was dead-lettered)
             verdict = policy.verdict(m, failure)
             if verdict is Verdict.DEAD_LETTER:
                 out.append(policy.dead_letter(pq, m, failure))
@@ -361,6 +404,10 @@ class LaneWorker:
         while items:
             pq, m = items[0]
             live = not (pq.dropped or gate.aborted())
+            if live and self.held.keys and self._hold_behind(pq, m, out):
+                items.pop(0)  # an earlier message of the key was dead-lettered: the rest follows it
+                left += 1
+                continue
             pace = self._pace_key(m) if pacer is not None and live else None
             if pace is not None and pacer is not None:
                 held = pacer.due(pace, self.monotonic())

@@ -67,8 +67,8 @@ class Counters:
     ``stats()`` and the metrics collector without a lock."""
 
     __slots__ = (
-        "busy", "consumed", "dead_lettered", "key_paused", "lock_failed", "lock_ok", "moved", "paced", "parked",
-        "queues", "rebalances", "retried", "sent_back", "steals",
+        "busy", "consumed", "dead_lettered", "held_behind", "key_paused", "lock_failed", "lock_ok", "moved", "paced",
+        "parked", "queues", "rebalances", "retried", "sent_back", "steals",
     )  # fmt: skip
 
     def __init__(self, lanes: int) -> None:
@@ -81,6 +81,7 @@ class Counters:
         self.busy = [False] * lanes  # holding taken work
         # Written by the pull thread.
         self.dead_lettered = 0
+        self.held_behind = 0  # dead letters stored because their key was held (dead_letter_order="key")
         self.sent_back = 0
         self.rebalances = 0
         self.lock_ok = 0

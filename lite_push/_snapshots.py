@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ._call_watch import CallInProgress, CallWatch, longest_call
 from ._config import ConsumerConfig
+from ._held_keys import HeldKeys
 from ._key_pauses import KeyPauses
 from ._lanemetrics import LaneMetrics
 from ._lanes import Lane
@@ -54,6 +55,8 @@ class Readings:
     monotonic: Callable[[], float] | None = None
     #: The router's key of a message (``None``: ``message.keys``).
     key_of: KeyOf | None = None
+    #: The keys held behind their dead letters (``dead_letter_order="key"``).
+    held: HeldKeys | None = None
 
 _DEPTH = operator.attrgetter("depth")
 
@@ -128,6 +131,13 @@ class ConsumerStats:
     #: Seconds after which a call's lane is stolen from now (``"auto"``:
     #: as learnt so far); ``None``: keys never move.
     steal_after: float | None = None
+    #: ``dead_letter_order="key"``: keys held behind their dead letters now
+    #: (in the owned queues), the first of them by name (at most 20,
+    #: sorted), and the messages this consumer dead-lettered behind a held
+    #: key (counted in ``dead_lettered`` too).
+    held_keys: int = 0
+    held_key_names: tuple[str, ...] = ()
+    held_behind: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +192,10 @@ class ConsumerMetrics:
     slow_calls: int = 0
     steals: int = 0
     stolen: int = 0
+    #: ``dead_letter_order="key"``: keys held now, and messages dead-lettered
+    #: behind a held key.
+    held_keys: int = 0
+    held_behind: int = 0
 
 
 def stats_of(rt: Readings, extra: tuple[int, int], polling: bool) -> ConsumerStats:
@@ -190,6 +204,7 @@ def stats_of(rt: Readings, extra: tuple[int, int], polling: bool) -> ConsumerSta
     pqs = list(rt.owned.items())
     snaps = {q: pq.snapshot() for q, pq in pqs}
     delayed, waited = _limited(rt)
+    held, names = (0, ()) if rt.held is None else rt.held.shown()
     return ConsumerStats(
         consumed=sum(c.consumed) + extra[0],
         retried=sum(c.retried) + extra[1],
@@ -215,6 +230,9 @@ def stats_of(rt: Readings, extra: tuple[int, int], polling: bool) -> ConsumerSta
         steals=c.steals,
         stolen=c.moved,
         steal_after=None if rt.watch is None else rt.watch.threshold,
+        held_keys=held,
+        held_key_names=names,
+        held_behind=c.held_behind,
     )
 
 
@@ -283,4 +301,6 @@ def metrics_of(rt: Readings, extra: tuple[int, int]) -> ConsumerMetrics:
         slow_calls=0 if rt.watch is None else rt.watch.warnings,
         steals=c.steals,
         stolen=c.moved,
+        held_keys=0 if rt.held is None else len(rt.held.keys),
+        held_behind=c.held_behind,
     )

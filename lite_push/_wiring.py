@@ -1,9 +1,10 @@
 """Wiring: one consumer's parts, each built with the few collaborators it uses.
 
 What several parts share is made first (the owned queues, the timer, the
-outbox, the counters, the abort event, the failure policy, the router's
-released deque, the application's paused queues and keys), then each part
-in the order they need each other, so nothing is wired after construction:
+outbox, the counters, the abort event, the held keys, the failure policy,
+the router's released deque, the application's paused queues and keys),
+then each part in the order they need each other, so nothing is wired
+after construction:
 
     lanes' workers (CallGate, ParkedKeys)  LaneStealer  CallWatch
     Committer  FailureSender  Dispatcher  Assignment  FlowControl  PullLoop
@@ -32,6 +33,7 @@ from ._dispatch import Dispatcher
 from ._failure_sender import FailureSender
 from ._failures import FailurePolicy, Outbox
 from ._flow_control import FlowControl
+from ._held_keys import HeldKeys
 from ._key_pauses import KeyPauses, KeyPauseSync
 from ._lane_steal import LaneStealer
 from ._lane_worker import LaneWorker
@@ -124,9 +126,12 @@ def build_parts(
     limiter = None if config.max_rate is None else RateLimiter(config.max_rate, clock.monotonic)
     pacer = KeyPacer(config.key_min_interval) if config.key_min_interval > 0 else None
     generations = itertools.count(1)  # of parks, shared by the lanes (next() is atomic)
+    by_key = config.dead_letter_order == "key"
+    held = HeldKeys(config.group, key_of, source.dead_letter_reader() if by_key else None)
     policy = FailurePolicy(
-        config.mode is not ConsumeMode.CONCURRENTLY, config.max_reconsume_times, config.retry_start_level
-    )
+        config.mode is not ConsumeMode.CONCURRENTLY, config.max_reconsume_times, config.retry_start_level,
+        held if by_key else None,
+    )  # fmt: skip
     router: KeyRouter | None = None
     released: deque[tuple[int, list[MessageExt]]] | None = None
     if config.mode is ConsumeMode.KEY_ORDERLY:
@@ -146,7 +151,7 @@ def build_parts(
         if orderly is not None
         else [
             (lane, _lane_worker(lane, config, clock, abort, limiter, pacer, timer, counters, key_of, policy, outbox,
-                                latch, lane_metrics, released, generations))
+                                latch, lane_metrics, released, generations, held))
             for lane in lanes
         ]
     )  # fmt: skip
@@ -176,7 +181,7 @@ def build_parts(
     )  # fmt: skip
     assignment = Assignment(
         config, source, clock, owned, lanes=len(lanes), counters=counters, timer=timer, dispatcher=dispatcher,
-        committer=committer, sender=sender, orderly=orderly, hooks=hooks,
+        committer=committer, sender=sender, orderly=orderly, hooks=hooks, held=held if by_key else None,
     )  # fmt: skip
     flow = FlowControl(config, source, owned, lanes, counters.queues, app_pauses)
     pull = PullLoop(
@@ -187,7 +192,7 @@ def build_parts(
     )  # fmt: skip
     readings = Readings(
         config, source, counters, owned, lanes, timer, latch, limiter, lane_metrics, lane_limit, key_pauses, watch,
-        clock.monotonic, key_of,
+        clock.monotonic, key_of, held,
     )  # fmt: skip
     return Parts(
         latch, abort, owned, app_pauses, key_pauses, orderly, workers, committer, sender, assignment, pull, readings,
@@ -211,6 +216,7 @@ def _lane_worker(
     lane_metrics: list[LaneMetrics] | None,
     released: deque[tuple[int, list[MessageExt]]] | None,
     generations: Iterator[int],
+    held: HeldKeys,
 ) -> LaneWorker:
     """The worker of ``lane``, with its call gate and parked keys."""
     i = lane.index
@@ -221,5 +227,5 @@ def _lane_worker(
     return LaneWorker(
         i, group=config.group, gate=gate, parked=parked, policy=policy, outbox=outbox, counters=counters, latch=latch,
         batch_size=config.batch_size, metrics=None if lane_metrics is None else lane_metrics[i],
-        release=None if released is None else released.append, pacer=pacer, key_of=key_of, lane=lane,
+        release=None if released is None else released.append, pacer=pacer, key_of=key_of, lane=lane, held=held,
     )  # fmt: skip

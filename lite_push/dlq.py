@@ -16,40 +16,66 @@ once the cause is fixed, :func:`resend` it to its original topic::
 The dead-letter topic itself is append-only: resending does not remove the
 dead letter (track what was resent, e.g. by committing a group's offset on
 the DLQ topic).
+
+A group consumed with ``dead_letter_order="key"`` *holds* a key once one of
+its messages is dead-lettered: the key's later messages of that queue
+follow it into the dead-letter topic instead of running.  :func:`held_keys`
+says which keys are held; :func:`resend_key` sends a held key's dead
+letters back to their queues in the key's order and releases it (the
+consumer runs the copies, then the key's later messages, in order)::
+
+    for held in held_keys(broker, "orders-consumer"):
+        log.info("%s: %d messages held behind %s", held.key, held.behind, held.first_origin)
+    resend_key(broker, "orders-consumer", "account-42")
 """
 
 from __future__ import annotations
 
 import base64
+import itertools
+import json
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ._errors import UnknownTopicError
-from ._types import MessageExt, MessageQueue, SendResult
+from ._held_log import HeldLog, QueueId
+from ._types import MessageExt, SendResult
 from .sources._base import (
     BOOKKEEPING_PROPERTIES,
     DLQ_EXCEPTION,
     DLQ_GROUP,
     DLQ_REASON,
+    HELD_BEHIND,
+    HELD_KEY,
     ORIGIN_MESSAGE_ID,
     ORIGIN_OFFSET,
     ORIGIN_QUEUE_ID,
     ORIGIN_TOPIC,
     RECONSUME_TIME,
+    RELEASED_KEY,
+    RELEASED_THROUGH,
+    RESENT_OF,
+    RESENT_TO,
+    DeadLetterReader,
     dlq_topic,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 __all__ = [
+    "RESEND_BATCH",
     "DeadLetter",
+    "DeadLetterBroker",
     "DeadLetterReader",
+    "HeldKey",
     "Sender",
     "dead_letters",
+    "held_keys",
     "iter_dead_letters",
     "resend",
+    "resend_key",
     "user_properties",
 ]
 
@@ -74,17 +100,15 @@ class Sender(Protocol):
 
 
 @runtime_checkable
-class DeadLetterReader(Protocol):
-    """Anything whose stored messages can be read by offset range without
-    joining a consumer group (an :class:`~lite_push.sources.EmbeddedBroker`,
-    a ``RedisBroker``)."""
+class DeadLetterBroker(DeadLetterReader, Sender, Protocol):
+    """What :func:`resend_key` needs: a :class:`DeadLetterReader` and
+    :class:`Sender` that also stores messages in a queue of its choice (an
+    :class:`~lite_push.sources.EmbeddedBroker`, a ``RedisBroker``, a
+    ``KafkaBroker``)."""
 
-    def queues(self, topic: str) -> list[MessageQueue]:
-        """The queues of ``topic``; ``UnknownTopicError`` when it has none."""
-        ...
-
-    def messages(self, queue: MessageQueue, start: int = 0, stop: int | None = None) -> list[MessageExt]:
-        """The stored messages of ``queue`` at offsets ``[start, stop)``."""
+    def send_batch(self, topic: str, items: Iterable[Any]) -> Sequence[SendResult]:
+        """Store messages in ``topic`` in order; each item a mapping with
+        ``body``, ``keys``, ``tags``, ``properties`` and ``queue_id``."""
         ...
 
 
@@ -122,6 +146,11 @@ class DeadLetter:
     origin_msg_id: str
     #: How many times it had been consumed again when it was dead-lettered.
     reconsume_times: int
+    #: ``dead_letter_order="key"``: the key this dead letter holds (``None``:
+    #: it holds none), and, when it was stored because that key was held
+    #: already, the origin of the dead letter it waits behind.
+    held_key: str | None = None
+    held_behind: str | None = None
 
     @classmethod
     def from_message(cls, message: MessageExt) -> DeadLetter:
@@ -146,6 +175,8 @@ class DeadLetter:
             origin_offset=origin_offset,
             origin_msg_id=origin_msg_id,
             reconsume_times=times,
+            held_key=props.get(HELD_KEY),
+            held_behind=props.get(HELD_BEHIND),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -170,6 +201,8 @@ class DeadLetter:
             "origin_offset": self.origin_offset,
             "origin_msg_id": self.origin_msg_id,
             "reconsume_times": self.reconsume_times,
+            "held_key": self.held_key,
+            "held_behind": self.held_behind,
             "store_timestamp": m.store_timestamp,
             "keys": m.keys,
             "tags": m.tags,
@@ -213,7 +246,8 @@ def iter_dead_letters(
     ``%DLQ%<group>``, in offset order, read ``page`` offsets at a time (none
     when the group has no dead-letter topic).  Reads only: joins no group,
     commits nothing.  Messages of that topic that are not dead letters (sent
-    there by hand) are skipped with a warning."""
+    there by hand) are skipped with a warning, and the release records of
+    :func:`resend_key` without one."""
     if page < 1:
         raise ValueError(f"page must be >= 1, got {page}")
     try:
@@ -227,6 +261,8 @@ def iter_dead_letters(
         if not batch:
             return
         for m in batch:
+            if RELEASED_KEY in m.properties:
+                continue  # a release record, not a dead letter
             try:
                 yield DeadLetter.from_message(m)
             except ValueError as e:
@@ -241,3 +277,98 @@ def dead_letters(reader: DeadLetterReader, group: str, start: int = 0, stop: int
     none).  Messages of that topic that are not dead letters (sent there by
     hand) are skipped with a warning."""
     return list(iter_dead_letters(reader, group, start, stop))
+
+
+# -- held keys (dead_letter_order="key") -------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HeldKey:
+    """A key held behind its dead letters: those it has not yet released,
+    in the key's order, by their dead-letter topic offsets and their
+    logical origins (``topic/queue_id/offset``: where each message was
+    first stored)."""
+
+    key: str
+    offsets: tuple[int, ...]
+    origins: tuple[str, ...]
+
+    @property
+    def letters(self) -> int:
+        """Held dead letters, the first one included."""
+        return len(self.offsets)
+
+    @property
+    def behind(self) -> int:
+        """Dead letters held behind the first."""
+        return len(self.offsets) - 1
+
+    @property
+    def first_origin(self) -> str:
+        """Where the first held message was first stored."""
+        return self.origins[0]
+
+
+def held_keys(reader: DeadLetterReader, group: str) -> list[HeldKey]:
+    """The keys ``group``'s dead-letter topic holds (consumed with
+    ``dead_letter_order="key"``), in the order they were first held.
+    Reads the whole topic (joins no group, commits nothing)."""
+    log = HeldLog()
+    log.read(reader, group)
+    out = []
+    for key in log.open:
+        letters = log.letters(key)
+        out.append(HeldKey(key, tuple(x.dlq_offset for x in letters), tuple(x.origin for x in letters)))
+    return sorted(out, key=lambda h: min(h.offsets))
+
+
+#: Copies stored per ``send_batch`` call by :func:`resend_key`.
+RESEND_BATCH = 1000
+
+
+def _copy(m: MessageExt, origin: str, queue_id: int) -> dict[str, Any]:
+    """The ``send_batch`` item of a held dead letter's copy."""
+    props = {**user_properties(m), RESENT_OF: origin}
+    return {"body": m.body, "keys": m.keys, "tags": m.tags, "properties": props, "queue_id": queue_id}
+
+
+def resend_key(broker: DeadLetterBroker, group: str, key: str) -> list[SendResult]:
+    """Release held ``key`` of ``group``: send its held dead letters back,
+    in the key's order (by the place each stands for in its queue: see
+    :class:`HeldKey`), each to the queue it came from as a new message
+    (body, keys, tags and :func:`user_properties`, plus
+    :data:`~lite_push.sources._base.RESENT_OF` naming its place), then
+    write a release record for ``key`` into the dead-letter topic.  The
+    consumer runs the copies, and once it has met them all the key's later
+    messages run again.  Returns where the copies went (empty when ``key``
+    holds nothing).
+
+    A message of ``key`` consumed between this read and the copies is held
+    behind them (it came later): the key then stays held, with that
+    message's dead letter, until it is resent too.  Interrupted before the
+    release record, it can be run again (copies sent twice run twice)."""
+    log = HeldLog(keep=key)
+    log.read(broker, group)
+    letters = log.letters(key)
+    results: list[SendResult] = []
+    last: dict[QueueId, int] = {}
+    for topic, run in itertools.groupby(letters, key=lambda x: x.queue[0]):
+        copies = [_copy(x.message, x.origin, x.queue[1]) for x in run if x.message is not None]  # all: kept
+        for i in range(0, len(copies), RESEND_BATCH):
+            for r in broker.send_batch(topic, copies[i : i + RESEND_BATCH]):
+                last[(r.queue.topic, r.queue.queue_id)] = r.offset
+                results.append(r)
+    if not letters:
+        return results
+    release = {
+        RELEASED_KEY: key,
+        DLQ_GROUP: group,
+        RELEASED_THROUGH: str(max(x.dlq_offset for x in letters)),
+        RESENT_TO: json.dumps([[t, q, off] for (t, q), off in sorted(last.items())]),
+    }
+    broker.send(dlq_topic(group), b"", properties=release)
+    logger.info(
+        "group %r: key %r released: %d dead letter(s) resent, up to %s offset %d",
+        group, key, len(letters), dlq_topic(group), max(x.dlq_offset for x in letters),
+    )  # fmt: skip
+    return results

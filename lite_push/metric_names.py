@@ -109,6 +109,21 @@ METRICS: Final[dict[str, tuple[str, tuple[str, ...], str]]] = {
         ("group",),
         "Messages sent back to the retry topic",
     ),
+    #: ``dead_letter_order="key"``: keys held behind their dead letters now
+    #: in the queues this member owns (their later messages go to the
+    #: dead-letter queue until ``lite-push dlq resend --key`` releases them).
+    "lite_push_held_keys": (
+        "gauge",
+        ("group",),
+        "Keys held behind their dead letters",
+    ),
+    #: Messages dead-lettered because their key was held (not because they
+    #: failed); also counted in ``outcome="dlq"`` of messages processed.
+    "lite_push_held_messages_total": (
+        "counter",
+        ("group",),
+        "Messages dead-lettered behind a held key",
+    ),
     #: Messages whose key is parked right now: for a retry (KEY_ORDERLY),
     #: for its ``key_min_interval``, or paused by the application.
     "lite_push_parked_messages": (

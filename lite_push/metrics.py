@@ -165,6 +165,8 @@ def add_samples(fams: dict[str, Any], snap: ConsumerMetrics) -> None:
     fams["lite_push_parked_messages"].add_metric([g], snap.parked)
     fams["lite_push_paused_keys"].add_metric([g], snap.paused_keys)
     fams["lite_push_paused_key_messages"].add_metric([g], snap.paused_key_messages)
+    fams["lite_push_held_keys"].add_metric([g], snap.held_keys)
+    fams["lite_push_held_messages_total"].add_metric([g], snap.held_behind)
     for (name, bounds, labels), dists in zip(
         (
             ("lite_push_listener_duration_seconds", LISTENER_BUCKETS, [g, mode]),

@@ -1,6 +1,8 @@
 """``lite-push dlq list`` and ``lite-push dlq resend``: a group's dead
 letters (topic ``%DLQ%<group>``), read without joining the group, and sent
-back to their original topics."""
+back to their original topics; with ``dead_letter_order="key"``, the keys
+held behind their dead letters (``list --held``) and their release
+(``resend --key``)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ import sys
 import orjson
 from tqdm import tqdm
 
-from ..dlq import DeadLetter, iter_dead_letters, resend
+from .._types import SendResult
+from ..dlq import DeadLetter, HeldKey, held_keys, iter_dead_letters, resend, resend_key
 from ..sources import dlq_topic
 from .errors import CliError, one_line
 from .settings import require, settings_of
@@ -39,7 +42,33 @@ def _dl_line(dl: DeadLetter) -> str:
         f"offset={dl.message.queue_offset} origin={dl.origin_topic}/{dl.origin_queue_id}/{dl.origin_offset} "
         f"msg_id={dl.origin_msg_id} reconsume_times={dl.reconsume_times} reason={one_line(dl.reason)}"
         + (f" exception={exc}" if exc else "")
+        + (f" held_key={one_line(dl.held_key)}" if dl.held_key is not None else "")
+        + (f" held_behind={dl.held_behind}" if dl.held_behind is not None else "")
     )
+
+
+def _held_line(h: HeldKey) -> str:
+    """One line of ``dlq list --held``."""
+    return (
+        f"key={one_line(h.key)} letters={h.letters} behind={h.behind} first={h.first_origin} "
+        f"offsets={','.join(map(str, h.offsets))}"
+    )
+
+
+def _held_doc(h: HeldKey) -> dict[str, object]:
+    return {"key": h.key, "letters": h.letters, "behind": h.behind, "offsets": h.offsets, "origins": h.origins}
+
+
+def _resent_line(offset: int, origin: str, r: SendResult) -> str:
+    return f"resent offset={offset} origin={origin} -> {r.queue.topic}/{r.queue.queue_id}/{r.offset} msg_id={r.msg_id}"
+
+
+def _resend_key(broker: Broker, group: str, held: HeldKey) -> None:
+    """Release one held key: its dead letters resent in order, one line each."""
+    results = resend_key(broker, group, held.key)
+    for offset, origin, r in zip(held.offsets, held.origins, results, strict=False):
+        print(_resent_line(offset, origin, r), flush=True)
+    print(f"released key={one_line(held.key)} letters={len(results)}", flush=True)
 
 
 def cmd_dlq_list(args: argparse.Namespace) -> int:
@@ -48,6 +77,11 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
         with source_errors(url):
             stop = None if args.limit is None else args.start + args.limit
             out = sys.stdout
+            if args.held:
+                for h in held_keys(broker, group):
+                    out.write((orjson.dumps(_held_doc(h)).decode() if args.json else _held_line(h)) + "\n")
+                out.flush()
+                return 0
             for dl in iter_dead_letters(broker, group, args.start, stop):
                 if args.json:
                     out.write(orjson.dumps(dl.to_dict()).decode() + "\n")
@@ -63,9 +97,16 @@ def cmd_dlq_resend(args: argparse.Namespace) -> int:
     broker, url, group = _dlq_source(args)
     try:
         with source_errors(url):
+            held = {h.key: h for h in held_keys(broker, group)}
+            if args.key is not None:
+                if args.key not in held:
+                    raise CliError(f"key: {args.key!r} holds no dead letters in {dlq_topic(group)}")
+                _resend_key(broker, group, held[args.key])
+                return 0
+            holding = {o: h.key for h in held.values() for o in h.offsets}
             chosen: list[DeadLetter] = []
-            if args.all:
-                chosen = list(iter_dead_letters(broker, group))
+            if args.all:  # a held key's letters go back in order, by key, after the others
+                chosen = [dl for dl in iter_dead_letters(broker, group) if dl.message.queue_offset not in holding]
             else:
                 missing = []
                 for offset in dict.fromkeys(args.offset):
@@ -79,15 +120,21 @@ def cmd_dlq_resend(args: argparse.Namespace) -> int:
                     raise CliError(
                         f"offset: no dead letter at offset {listed} of {dlq_topic(group)}"
                     )
+                for dl in chosen:
+                    key = holding.get(dl.message.queue_offset)
+                    if key is not None:
+                        raise CliError(
+                            f"offset: {dl.message.queue_offset} is held behind key {key!r}, whose dead "
+                            f"letters go back in order: use --key {key}"
+                        )
             shown = {"on": False, "off": True, "auto": None}[args.progress] if args.all else True
             bar = tqdm(chosen, desc="resending", unit="msg", file=sys.stderr, disable=shown)  # None: a terminal only
             for dl in bar:
-                r = resend(broker, dl)
-                print(
-                    f"resent offset={dl.message.queue_offset} origin={dl.origin_topic}/{dl.origin_queue_id}/"
-                    f"{dl.origin_offset} -> {r.queue.topic}/{r.queue.queue_id}/{r.offset} msg_id={r.msg_id}",
-                    flush=True,
-                )
+                origin = f"{dl.origin_topic}/{dl.origin_queue_id}/{dl.origin_offset}"
+                print(_resent_line(dl.message.queue_offset, origin, resend(broker, dl)), flush=True)
+            if args.all:
+                for h in held.values():
+                    _resend_key(broker, group, h)
     finally:
         broker.close()
     return 0

@@ -154,6 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="KEY_ORDERLY: least seconds between the starts of two calls of one key (default 0: off)",
     )
     p.add_argument(
+        "--dead-letter-order",
+        choices=["message", "key"],
+        help="KEY_ORDERLY: what a dead letter does to its key (default message: the key moves on; key: its "
+        "later messages follow it into the DLQ until `dlq resend --key` sends them back in order)",
+    )
+    p.add_argument(
         "--metrics-port",
         type=int,
         metavar="P",
@@ -224,8 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the dead letters of a group",
         description=_para(
             "Print one line per dead letter of the group (DLQ offset, origin topic/queue/offset, "
-            "original message id, reconsume times, reason), or JSON lines with --json.  Reads only: "
-            "joins no group and commits nothing."
+            "original message id, reconsume times, reason; the key it holds, with "
+            "dead_letter_order=key), or JSON lines with --json; with --held, one line per key held "
+            "behind its dead letters instead.  Reads only: joins no group and commits nothing."
         ),
         epilog=_SETTINGS_EPILOG,
         formatter_class=fmt,
@@ -242,13 +249,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--limit", type=_nonneg, metavar="N", help="read at most N offsets from --start"
     )
     p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.add_argument(
+        "--held",
+        action="store_true",
+        help="list the keys held behind their dead letters (key, letters held, the first's origin and "
+        "offsets) instead of the dead letters; reads the whole DLQ",
+    )
     p.set_defaults(handler=cmd_dlq_list)
     p = dlq.add_parser(
         "resend",
         help="send dead letters back to their original topics",
         description=_para(
             "Send dead letters back to their original topics as new messages (original body, keys, "
-            "tags and properties).  The DLQ is append-only: a dead letter stays there after it is resent."
+            "tags and properties).  The DLQ is append-only: a dead letter stays there after it is resent.  "
+            "A key held behind its dead letters (dead_letter_order=key) goes back whole, in order, with "
+            "--key (--all does so for each held key), which releases it."
         ),
         epilog=_SETTINGS_EPILOG,
         formatter_class=fmt,
@@ -265,6 +280,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     which.add_argument(
         "--all", action="store_true", help="resend every dead letter of the group"
+    )
+    which.add_argument(
+        "--key",
+        metavar="K",
+        help="resend the dead letters held behind key K, in offset order, and release it",
     )
     p.add_argument(
         "--progress",

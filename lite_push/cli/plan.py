@@ -37,7 +37,7 @@ FROM = {"first": "FIRST_OFFSET", "last": "LAST_OFFSET"}
 #: The settings ``consume`` reads from its flags.
 _FLAGS = (
     "source", "group", "topic", "listener", "tags", "from", "mode", "lanes", "lane_placement", "executor",
-    "metrics_port", "metrics_addr", "processes", "max_rate", "key_min_interval", "balance",
+    "metrics_port", "metrics_addr", "processes", "max_rate", "key_min_interval", "balance", "dead_letter_order",
 )  # fmt: skip
 
 

@@ -32,7 +32,14 @@ stores it at once in the dead-letter topic ``%DLQ%<group>``.  Both copies carry
 the bookkeeping properties named below, so a dead letter says where it came
 from (``lite_push.dlq`` reads them).  Retry and dead-letter topics have one
 queue and exist as soon as anything was sent to them or anyone subscribed to
-them; they are read with the normal API.
+them; they are read with the normal API, or by offset without joining a
+group through :meth:`PullSource.dead_letter_reader` (a
+:class:`DeadLetterReader`).
+
+Dead letters that keep a key's order (``dead_letter_order="key"``) carry
+:data:`HELD_KEY` (and, when the key was held already, :data:`HELD_BEHIND`);
+``lite_push.dlq.resend_key`` marks its copies with :data:`RESENT_OF` and
+writes a release record (:data:`RELEASED_KEY`) into the dead-letter topic.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from __future__ import annotations
 import abc
 import enum
 from collections.abc import Collection, Mapping, Sequence
+from typing import Protocol, runtime_checkable
 
 from .._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
 
@@ -50,17 +58,24 @@ __all__ = [
     "DLQ_GROUP",
     "DLQ_PREFIX",
     "DLQ_REASON",
+    "HELD_BEHIND",
+    "HELD_KEY",
     "ORIGIN_MESSAGE_ID",
     "ORIGIN_OFFSET",
     "ORIGIN_QUEUE_ID",
     "ORIGIN_TOPIC",
     "REAL_TOPIC",
     "RECONSUME_TIME",
+    "RELEASED_KEY",
+    "RELEASED_THROUGH",
+    "RESENT_OF",
+    "RESENT_TO",
     "RETRY_PREFIX",
     "RETRY_TOPIC",
     "TIMER_DELIVER_MS",
     "Balance",
     "ConsumeFromWhere",
+    "DeadLetterReader",
     "MessageModel",
     "PullSource",
     "RebalanceListener",
@@ -114,10 +129,40 @@ REAL_TOPIC = "REAL_TOPIC"
 #: epoch (RocketMQ: ``PROPERTY_TIMER_DELIVER_MS``).  Removed on delivery.
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 
+
+# Dead letters that keep a key's order (``dead_letter_order="key"``; see
+# ``lite_push._held_keys``) and their release (``lite_push.dlq.resend_key``).
+
+#: On a dead letter: the key it holds (its key's later messages of its
+#: queue follow it into the dead-letter topic until the key is released).
+HELD_KEY = "lite_push.HELD_KEY"
+#: On a dead letter stored because its key was held, not because it failed:
+#: what it waits behind (the first held dead letter's origin,
+#: ``topic/queue_id/offset``).
+HELD_BEHIND = "lite_push.HELD_BEHIND"
+#: On a release record (an empty body in the dead-letter topic, no dead
+#: letter): the key whose dead letters were resent.
+RELEASED_KEY = "lite_push.RELEASED_KEY"
+#: On a release record: the dead-letter topic offset of the last dead
+#: letter resent (the key's held dead letters up to it are released).
+RELEASED_THROUGH = "lite_push.RELEASED_THROUGH"
+#: On a release record: where the copies went, JSON
+#: ``[[topic, queue_id, offset of the last copy], ...]``.
+RESENT_TO = "lite_push.RESENT_TO"
+#: On a resent copy: the origin (``topic/queue_id/offset``) of the dead
+#: letter it copies.
+RESENT_OF = "lite_push.RESENT_OF"
+
 #: Every property a source adds for retries and dead letters: what
 #: ``lite_push.dlq.resend`` strips to get the user's properties back.
 BOOKKEEPING_PROPERTIES = frozenset(
     {
+        HELD_KEY,
+        HELD_BEHIND,
+        RELEASED_KEY,
+        RELEASED_THROUGH,
+        RESENT_TO,
+        RESENT_OF,
         RETRY_TOPIC,
         ORIGIN_TOPIC,
         ORIGIN_QUEUE_ID,
@@ -181,6 +226,22 @@ def reconsume_times_of(properties: Mapping[str, str]) -> int:
     if type(raw) is not str or not raw.isdecimal() or not raw.isascii():
         raise ValueError(f"property {RECONSUME_TIME} must be a decimal integer >= 0, got {raw!r}")
     return int(raw)
+
+
+@runtime_checkable
+class DeadLetterReader(Protocol):
+    """Anything whose stored messages can be read by offset range without
+    joining a consumer group (an ``EmbeddedBroker``, a ``RedisBroker``, a
+    ``KafkaBroker``, and what :meth:`PullSource.dead_letter_reader`
+    returns)."""
+
+    def queues(self, topic: str) -> list[MessageQueue]:
+        """The queues of ``topic``; ``UnknownTopicError`` when it has none."""
+        ...
+
+    def messages(self, queue: MessageQueue, start: int = 0, stop: int | None = None) -> list[MessageExt]:
+        """The stored messages of ``queue`` at offsets ``[start, stop)``."""
+        ...
 
 
 class ConsumeFromWhere(enum.Enum):
@@ -457,6 +518,13 @@ class PullSource(abc.ABC):
         :data:`DLQ_REASON`, :data:`DLQ_EXCEPTION` (may be ``""``),
         :data:`DLQ_GROUP` and :data:`RECONSUME_TIME` (the message's
         ``reconsume_times``).  Results and batching as :meth:`send_back`."""
+
+    def dead_letter_reader(self) -> DeadLetterReader | None:
+        """What reads this member's group dead-letter topic by offset
+        without joining a group (``None``, the default: the source cannot).
+        A consumer with ``dead_letter_order="key"`` needs one: it reads the
+        held keys back from the dead-letter topic when it gains queues."""
+        return None
 
     # lifecycle
 

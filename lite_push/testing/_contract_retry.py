@@ -87,6 +87,22 @@ class RetryContract:
         assert reasons == [("max reconsume times exceeded", "ValueError: boom"), ("undecodable", "")]
         assert poll_topic(reader, dlq_topic("g"), 0, timeout=0.3) == []  # the bad item stored nothing
 
+    def test_a_dead_letter_reader_reads_the_group_dlq_by_offset(self, harness: SourceHarness) -> None:
+        """A source that offers :meth:`PullSource.dead_letter_reader` (needed
+        by ``dead_letter_order="key"``) reads its group's dead-letter topic
+        by offset, without joining a group; one without it returns None."""
+        c, m = _consume_one(harness)
+        reader = c.dead_letter_reader()
+        if reader is None:
+            pytest.skip("the source reads no dead letters back (dead_letter_order='key' refuses it)")
+        with pytest.raises(UnknownTopicError):
+            reader.queues(dlq_topic("g"))  # nothing dead-lettered yet
+        assert c.send_to_dlq([(m, "r1", ""), (m, "r2", ""), (m, "r3", "")]) == [None, None, None]
+        (q,) = reader.queues(dlq_topic("g"))
+        assert [d.properties["DLQ_REASON"] for d in reader.messages(q)] == ["r1", "r2", "r3"]
+        assert [d.queue_offset for d in reader.messages(q, 1, 3)] == [1, 2]
+        assert reader.messages(q, 3, 10) == [] and reader.messages(q, 2, 2) == []
+
     def test_the_first_origin_is_kept_across_retries_and_into_the_dlq(self, harness: SourceHarness) -> None:
         c, m = _consume_one(harness)
         first = c.delay_levels[0]

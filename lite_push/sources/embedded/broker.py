@@ -205,7 +205,7 @@ class EmbeddedBroker:
 
     def queues(self, topic: str) -> list[MessageQueue]:
         """The queues of ``topic``, sorted.  ``UnknownTopicError`` if none."""
-        return list(self.log.topic(topic).queues)
+        return self.log.queues(topic)
 
     def max_offset(self, queue: MessageQueue) -> int:
         """The offset the next message of ``queue`` will get."""
@@ -227,7 +227,7 @@ class EmbeddedBroker:
     def messages(self, queue: MessageQueue, start: int = 0, stop: int | None = None) -> list[MessageExt]:
         """The stored messages of ``queue`` in ``[start, stop)`` (for tests and
         tools; consumers use :meth:`pull_consumer`)."""
-        return self.log.queue_log(queue)[start:stop]
+        return self.log.messages(queue, start, stop)
 
     # -- sending ------------------------------------------------------------
 

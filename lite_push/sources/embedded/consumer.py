@@ -27,7 +27,15 @@ from typing import Protocol
 from ..._errors import ConfigError, UnknownTopicError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
 from ...rebalance.allocate import AVERAGELY, AllocateStrategy
-from .._base import Balance, ConsumeFromWhere, MessageModel, PullSource, RebalanceListener, is_retry_or_dlq_topic
+from .._base import (
+    Balance,
+    ConsumeFromWhere,
+    DeadLetterReader,
+    MessageModel,
+    PullSource,
+    RebalanceListener,
+    is_retry_or_dlq_topic,
+)
 from .._common import (
     BrokerClock,
     check_balance,
@@ -363,6 +371,10 @@ class EmbeddedPullConsumer(QueueControl[QueueReader], PullSource):
     def delay_levels(self) -> tuple[float, ...]:
         """See :attr:`PullSource.delay_levels` (the broker's)."""
         return self._schedule.delay_levels
+
+    def dead_letter_reader(self) -> DeadLetterReader:
+        """See :meth:`PullSource.dead_letter_reader`: the broker's log."""
+        return self._log
 
     def send_back(self, items: Sequence[tuple[MessageExt, int]]) -> list[BaseException | None]:
         """See :meth:`PullSource.send_back`.  The copy waits in the broker's

@@ -103,6 +103,15 @@ class LogStore:
             raise ValueError(f"queue {queue} is not on broker {self.broker_name!r}")
         return t.logs[queue.queue_id]
 
+    def queues(self, topic: str) -> list[MessageQueue]:
+        """The queues of ``topic``, sorted.  ``UnknownTopicError`` if none."""
+        return list(self.topic(topic).queues)
+
+    def messages(self, queue: MessageQueue, start: int = 0, stop: int | None = None) -> list[MessageExt]:
+        """The stored messages of ``queue`` in ``[start, stop)`` (tools, and a
+        consumer reading its group's dead letters)."""
+        return self.queue_log(queue)[start:stop]
+
     def log_of(self, queue: MessageQueue) -> list[MessageExt]:
         """The message list of a queue known to exist (a consumer's queue)."""
         return self._topics[queue.topic].logs[queue.queue_id]

@@ -4,8 +4,8 @@ It holds what a cluster's members share: the librdkafka settings, the
 producer (sending, retry and dead-letter copies), topic creation and
 metadata, and reading by offset for tools (``lite_push.dlq``).  It wires
 the parts: the topic catalog (:mod:`.topics`), the sender
-(:mod:`.producer`), the copies (:mod:`.copies`) and the record format
-(:mod:`.codec`).  A consumer group member, a
+(:mod:`.producer`), the copies (:mod:`.copies`), the offset reader
+(:mod:`.offset_reader`) and the record format (:mod:`.codec`).  A consumer group member, a
 :class:`~.consumer.KafkaPullConsumer` made by :meth:`KafkaBroker.pull_consumer`,
 keeps the parts it uses, not the broker.
 
@@ -25,7 +25,6 @@ with one partition on first use (see :mod:`.codec` for their Kafka names).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -37,9 +36,10 @@ from .._base import DEFAULT_DELAY_LEVELS, Balance, ConsumeFromWhere
 from .._common import check_delay_levels
 from .._sending import checked_items
 from .client_log import LIBRDKAFKA_LOGGER
-from .codec import MalformedRecord, Record, RecordFormat, kafka_topic, key_decoder
+from .codec import Record, RecordFormat, kafka_topic, key_decoder
 from .consumer import KafkaPullConsumer
 from .copies import Copies
+from .offset_reader import OffsetReader
 from .producer import Sender
 from .settings import RESERVED, checked_settings
 from .topics import TopicCatalog
@@ -118,6 +118,8 @@ class KafkaBroker:
         self.catalog = TopicCatalog(producer, admin, topic_creator, broker_name, self.check_open)
         #: Retry and dead-letter copies, malformed records' dead letters.
         self.copies = Copies(self.sender, self.catalog, self.format, self.delay_levels, max_message_size)
+        #: Reading by offset without a group (tools, a member's dead letters).
+        self.reader = OffsetReader(self.client_settings, self.catalog, self.format, self.check_open)
 
     def __repr__(self) -> str:
         return f"<KafkaBroker {self.bootstrap_servers}{' closed' if self._closed else ''}>"
@@ -177,18 +179,11 @@ class KafkaBroker:
 
     def watermarks(self, queue: MessageQueue) -> tuple[int, int]:
         """``(low, high)``: the first stored offset and the next one."""
-        c = self._reader()
+        c = self.reader.client()
         try:
-            return self._marks(c, kafka_topic(queue.topic), queue.queue_id)
+            return self.reader.marks(c, kafka_topic(queue.topic), queue.queue_id)
         finally:
             c.close()
-
-    @staticmethod
-    def _marks(c: Consumer, name: str, partition: int) -> tuple[int, int]:
-        marks = c.get_watermark_offsets(TopicPartition(name, partition), timeout=10.0)
-        if marks is None:
-            raise TimeoutError(f"no watermarks for {name}-{partition}")
-        return int(marks[0]), int(marks[1])
 
     # -- sending -----------------------------------------------------------------
 
@@ -239,42 +234,11 @@ class KafkaBroker:
 
     # -- reading without a group (tools) -------------------------------------------
 
-    def _reader(self) -> Consumer:
-        return Consumer(self.client_settings({"group.id": "lite-push-reader", "enable.auto.commit": "false",
-                                              "logger": LIBRDKAFKA_LOGGER}))  # fmt: skip
-
     def messages(self, queue: MessageQueue, start: int = 0, stop: int | None = None) -> list[MessageExt]:
         """The stored messages of ``queue`` at offsets ``[start, stop)``,
         read without joining a group (tools; malformed records are left
-        out)."""
-        self.check_open()
-        name = kafka_topic(queue.topic)
-        c = self._reader()
-        try:
-            lo, hi = self._marks(c, name, queue.queue_id)
-            end = hi if stop is None else min(stop, hi)
-            begin = max(start, lo)
-            out: list[MessageExt] = []
-            if begin >= end:
-                return out
-            c.assign([TopicPartition(name, queue.queue_id, begin)])
-            deadline = time.monotonic() + 30.0
-            pos = begin
-            while pos < end and time.monotonic() < deadline:
-                for rec in c.consume(500, 0.2):
-                    if rec.error() is not None:
-                        continue
-                    off = int(rec.offset() or 0)
-                    pos = off + 1
-                    if off >= end:
-                        break
-                    try:
-                        out.append(self.format.decode(rec, queue.topic))
-                    except MalformedRecord:
-                        continue
-            return out
-        finally:
-            c.close()
+        out; see :class:`~.offset_reader.OffsetReader`)."""
+        return self.reader.messages(queue, start, stop)
 
     def committed(self, group: str, queue: MessageQueue) -> OffsetAndMetadata | None:
         """``group``'s committed position of ``queue`` (tools, tests), read

@@ -51,12 +51,20 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicParti
 
 from ..._errors import ConfigError, UnknownTopicError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
-from .._base import Balance, ConsumeFromWhere, PullSource, RebalanceListener, is_retry_or_dlq_topic
+from .._base import (
+    Balance,
+    ConsumeFromWhere,
+    DeadLetterReader,
+    PullSource,
+    RebalanceListener,
+    is_retry_or_dlq_topic,
+)
 from .._common import check_balance, check_lease, check_member_arguments, commit_entries, parse_tag_expression
 from .._owned import OwnedQueues, QueueControl
 from .codec import RecordFormat, kafka_topic
 from .commits import COMMIT_PATIENCE, commit_within, fit_metadata
 from .copies import Copies
+from .offset_reader import OffsetReader
 from .ownership import Ownership
 from .partitions import Partitions
 from .reading import PartitionState, file_records, tags_for, take_batches
@@ -102,6 +110,9 @@ class BrokerParts(Protocol):
     def format(self) -> RecordFormat: ...
 
     @property
+    def reader(self) -> OffsetReader: ...
+
+    @property
     def session_timeout(self) -> float: ...
 
     @property
@@ -140,6 +151,7 @@ class KafkaPullConsumer(QueueControl[PartitionState], PullSource):
         self._catalog = broker.catalog
         self._copies = copies = broker.copies
         self._fmt = fmt = broker.format
+        self._reader = broker.reader
         self._session_timeout = session_timeout = broker.session_timeout
         self._metadata_max_bytes = broker.metadata_max_bytes
         self._group = group
@@ -192,6 +204,11 @@ class KafkaPullConsumer(QueueControl[PartitionState], PullSource):
     @property
     def delay_levels(self) -> tuple[float, ...]:
         return self._copies.delay_levels
+
+    def dead_letter_reader(self) -> DeadLetterReader:
+        """See :meth:`PullSource.dead_letter_reader`: the broker's offset
+        reader (a client of its own per read, outside the group)."""
+        return self._reader
 
     def queue_count(self, topic: str) -> int | None:
         try:

@@ -36,7 +36,6 @@ from .._base import (
 )
 from .._common import BrokerClock, check_delay_levels, now_ms, validate_topic
 from .._sending import checked_items
-from .codec import decode
 from .connection import Connection, chunk_offset
 from .consumer import RedisPullConsumer
 from .membership import read_committed
@@ -180,11 +179,7 @@ class RedisBroker:
     def messages(self, queue: MessageQueue, start: int = 0, stop: int | None = None) -> list[MessageExt]:
         """The stored messages of ``queue`` in ``[start, stop)`` (tools, tests;
         malformed entries are left out)."""
-        hi = "+" if stop is None else f"{stop}-0"
-        if stop is not None and stop <= start:
-            return []
-        entries = self.conn.client.xrange(self.queue_key(queue.topic, queue.queue_id, "log"), f"{start + 1}-0", hi)
-        return decode(self.namespace, queue, entries, [])
+        return self.catalog.messages(queue, start, stop)
 
     # -- sending --------------------------------------------------------------
 

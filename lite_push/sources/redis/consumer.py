@@ -37,7 +37,15 @@ from typing import Protocol
 from ..._errors import ConfigError, LitePushError, UnknownTopicError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
 from ...rebalance.allocate import AVERAGELY, AllocateStrategy
-from .._base import Balance, ConsumeFromWhere, MessageModel, PullSource, RebalanceListener, is_retry_or_dlq_topic
+from .._base import (
+    Balance,
+    ConsumeFromWhere,
+    DeadLetterReader,
+    MessageModel,
+    PullSource,
+    RebalanceListener,
+    is_retry_or_dlq_topic,
+)
 from .._common import check_balance, check_lease, check_member_arguments, commit_entries, parse_tag_expression
 from .._member_model import Broadcasting, MemberModel, check_message_model, open_offset_store
 from .._owned import OwnedQueues, QueueControl
@@ -423,6 +431,10 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
     @property
     def delay_levels(self) -> tuple[float, ...]:
         return self._retries.delay_levels
+
+    def dead_letter_reader(self) -> DeadLetterReader:
+        """See :meth:`PullSource.dead_letter_reader`: the topic catalog."""
+        return self._topics
 
     def send_back(self, items: Sequence[tuple[MessageExt, int]]) -> list[BaseException | None]:
         """See :meth:`PullSource.send_back`: the copies wait in the group's

@@ -11,9 +11,9 @@ import bisect
 import threading
 
 from ..._errors import UnknownTopicError
-from ..._types import MessageQueue
+from ..._types import MessageExt, MessageQueue
 from .._sending import RoundRobin
-from .codec import offset_of
+from .codec import decode, offset_of
 from .connection import Connection
 
 __all__ = ["TopicCatalog", "TopicInfo"]
@@ -77,7 +77,22 @@ class TopicCatalog:
         """Every topic's name, sorted."""
         return sorted(k.decode() for k in self._conn.client.hkeys(self._conn.topics_key()))
 
+    def queues(self, topic: str) -> list[MessageQueue]:
+        """The queues of ``topic``, sorted.  ``UnknownTopicError`` if none."""
+        return list(self.get(topic).queues)
+
     # -- stored messages --------------------------------------------------------
+
+    def messages(self, queue: MessageQueue, start: int = 0, stop: int | None = None) -> list[MessageExt]:
+        """The stored messages of ``queue`` in ``[start, stop)`` (tools, and a
+        consumer reading its group's dead letters; malformed entries are
+        left out)."""
+        if stop is not None and stop <= start:
+            return []
+        hi = "+" if stop is None else f"{stop}-0"
+        log = self._conn.queue_key(queue.topic, queue.queue_id, "log")
+        entries = self._conn.client.xrange(log, f"{start + 1}-0", hi)
+        return decode(self._broker_name, queue, entries, [])
 
     def max_offset(self, queue: MessageQueue) -> int:
         """The offset the next message of ``queue`` will get."""
