@@ -98,6 +98,11 @@ _MEMBER = textwrap.dedent(
                                     balance=Balance.{balance}),
         listener=listener)
     consumer.subscribe("T")
+    # Start together: a member that came up late (spawn and imports on a
+    # busy machine) could find the run over.
+    open({ready!r}, "w").close()
+    while not os.path.exists({go!r}):
+        time.sleep(0.005)
     consumer.start()
     time.sleep(600)
     """
@@ -215,7 +220,8 @@ def run_redis(scenario: str, messages: int, seed: int) -> RunResult:
             subprocess.Popen(
                 [sys.executable, "-c", _MEMBER.format(
                     root=str(ROOT), url=urls[i], ns=ns, log=str(log), cid=f"m{i}",
-                    exc=scenario == "listener-exc", balance=balance)],
+                    exc=scenario == "listener-exc", balance=balance, ready=str(Path(tmp) / f"ready-{i}"),
+                    go=str(Path(tmp) / "go"))],
                 stdout=subprocess.DEVNULL, stderr=open(Path(tmp) / f"m{i}.err", "wb"),
             )  # fmt: skip
             for i in range(3)
@@ -223,6 +229,9 @@ def run_redis(scenario: str, messages: int, seed: int) -> RunResult:
         exempt: set[Row] = set()
         try:
             deadline = time.monotonic() + 60
+            while not all((Path(tmp) / f"ready-{i}").exists() for i in range(3)) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            (Path(tmp) / "go").touch()  # the members start together
             while len({r[0] for r in _read(log)}) < 3 and time.monotonic() < deadline:
                 time.sleep(0.02)
             # A random moment mid-run: once 10-50 % of the messages are done
