@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, settings
 import lite_push
 from lite_push import _router_py
 from lite_push.cli.settings import NON_CONFIG_ENV
+from lite_push.sources import EmbeddedBroker
 from lite_push.sources.redis_server import RedisCluster, RedisServer
 
 PACKAGE_DIR = Path(lite_push.__file__).resolve().parent
@@ -125,3 +126,13 @@ def redis_cluster() -> Iterator[RedisCluster]:
     (tests use their own namespaces)."""
     with RedisCluster() as cluster:
         yield cluster
+
+
+@pytest.fixture
+def broker() -> Iterator[EmbeddedBroker]:
+    """An embedded broker with topic ``T`` of 2 queues (a module may define
+    its own ``broker``, which takes precedence)."""
+    b = EmbeddedBroker()
+    b.create_topic("T", queue_count=2)
+    yield b
+    b.close()

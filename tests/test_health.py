@@ -5,21 +5,12 @@ from __future__ import annotations
 
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 
 import pytest
 from helpers import wait_until
 
 from lite_push import ConsumeFromWhere, ConsumerConfig, EmbeddedBroker, LitePushConsumer, MessageExt
 from lite_push._lane_worker import LaneWorker
-
-
-@pytest.fixture
-def broker() -> Iterator[EmbeddedBroker]:
-    b = EmbeddedBroker()
-    b.create_topic("T", queue_count=2)
-    yield b
-    b.close()
 
 
 def _consumer(broker: EmbeddedBroker, listener, group: str = "g", **cfg) -> LitePushConsumer:  # type: ignore[no-untyped-def]

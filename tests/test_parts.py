@@ -84,14 +84,6 @@ class _Owner(RebalanceListener):
         self.queues -= set(queues)
 
 
-@pytest.fixture
-def broker() -> Iterator[EmbeddedBroker]:
-    b = EmbeddedBroker()
-    b.create_topic("T", queue_count=2)
-    yield b
-    b.close()
-
-
 def _member(broker: EmbeddedBroker, listener: RebalanceListener | None = None) -> EmbeddedPullConsumer:
     """A source that owns both queues of T (one poll runs the rebalance)."""
     source = broker.pull_consumer("g")

@@ -14,7 +14,6 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -119,14 +118,6 @@ def _consumer(broker: EmbeddedBroker, listener: Any, *, client_id: str | None = 
     )
     consumer.subscribe("T")
     return consumer
-
-
-@pytest.fixture
-def broker() -> Iterator[EmbeddedBroker]:
-    b = EmbeddedBroker()
-    b.create_topic("T", queue_count=2)
-    yield b
-    b.close()
 
 
 def _in_order(offsets: list[tuple[int, int]]) -> bool:
