@@ -72,7 +72,8 @@ class ConsumerConfig:
 
     #: Consumer group name (non-empty).
     group: str
-    #: Ordering mode.
+    #: Ordering mode: a :class:`ConsumeMode`, or its name in any case
+    #: (``"key_orderly"``), which becomes the member.
     mode: ConsumeMode = ConsumeMode.KEY_ORDERLY
     #: Number of lanes: each is a FIFO drained by one thread.  This, not the
     #: number of queues, sets the consumer's concurrency.
@@ -210,9 +211,13 @@ class ConsumerConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.group, str) or not self.group.strip():
             raise ConfigError("group", f"must be a non-empty string, got {self.group!r}")
+        if isinstance(self.mode, str):  # its name, in any case, as the command line takes it
+            named = {m.name: m for m in ConsumeMode}.get(self.mode.strip().upper())
+            if named is not None:
+                object.__setattr__(self, "mode", named)
         if not isinstance(self.mode, ConsumeMode):
             allowed = ", ".join(m.name for m in ConsumeMode)
-            raise ConfigError("mode", f"must be a ConsumeMode ({allowed}), got {self.mode!r}")
+            raise ConfigError("mode", f"must be a ConsumeMode or its name ({allowed}), got {self.mode!r}")
         if self.executor not in EXECUTORS:
             raise ConfigError("executor", f"must be one of {', '.join(map(repr, EXECUTORS))}, got {self.executor!r}")
         if self.executor == "asyncio" and self.mode is ConsumeMode.QUEUE_ORDERLY:

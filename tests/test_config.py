@@ -25,7 +25,8 @@ def test_defaults_follow_rocketmq():
     [
         ("group", "", "non-empty"),
         ("group", None, "non-empty"),
-        ("mode", "KEY_ORDERLY", "ConsumeMode"),
+        ("mode", "SIDEWAYS", "ConsumeMode or its name (KEY_ORDERLY, CONCURRENTLY, QUEUE_ORDERLY)"),
+        ("mode", 1, "ConsumeMode"),
         ("lanes", 0, "[1, 1024]"),
         ("lanes", 2.5, "int"),
         ("lanes", True, "int"),
@@ -84,3 +85,10 @@ def test_the_consumer_and_its_source_must_name_the_same_group() -> None:
         assert "'sms'" in str(info.value) and "'orders'" in str(info.value)
         # the same name is fine
         LitePushConsumer(ConsumerConfig(group="orders"), source, lambda msgs: None)
+
+
+@pytest.mark.parametrize("name", ["KEY_ORDERLY", "key_orderly", " Concurrently ", "queue_orderly"])
+def test_mode_takes_its_name_in_any_case(name: str) -> None:
+    """Issue 30, 6: as the command line does; the field holds the member."""
+    c = ConsumerConfig(group="g", mode=name)  # type: ignore[arg-type]
+    assert c.mode is ConsumeMode[name.strip().upper()]
