@@ -22,6 +22,7 @@ metrics collector only read.
 
 from __future__ import annotations
 
+import errno
 import inspect
 import logging
 import threading
@@ -448,7 +449,11 @@ class ConsumerCore:
                 self._exporter, bound = exporter_for(addr, port, self._registry, self)
             except (OSError, ValueError) as e:
                 collector_for(self._registry).remove(self)
-                raise ConfigError("metrics_port", f"cannot serve metrics on {addr}:{port}: {e}") from e
+                # A port taken or not allowed is the port's fault; anything
+                # else (no such address here, not an address) the address's.
+                port_fault = isinstance(e, OSError) and e.errno in (errno.EADDRINUSE, errno.EACCES)
+                field = "metrics_port" if port_fault else "metrics_addr"
+                raise ConfigError(field, f"cannot serve metrics on {addr}:{port}: {e}") from e
             self.metrics_url = f"http://{addr}:{bound}/metrics"
 
     def _stop_metrics(self) -> None:

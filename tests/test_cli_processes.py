@@ -94,8 +94,8 @@ def test_the_help_tells_of_processes(capsys: pytest.CaptureFixture[str]) -> None
 @pytest.mark.parametrize(
     ("argv", "env", "fragment"),
     [
-        (["--processes", "0"], {}, "processes: --processes: must be an int >= 1, got 0"),
-        (["--processes", "-1"], {}, "processes: --processes: must be an int >= 1, got -1"),
+        (["--processes", "0"], {}, "processes: must be an int >= 1, got 0"),
+        (["--processes", "-1"], {}, "processes: must be an int >= 1, got -1"),
         (["--processes", "two"], {}, "--processes: invalid int value: 'two'"),
         ([], {"LITE_PUSH_PROCESSES": "0"}, "processes: LITE_PUSH_PROCESSES: must be an int >= 1, got 0"),
     ],

@@ -303,6 +303,14 @@ def test_metrics_config_errors_name_the_field(broker: EmbeddedBroker) -> None:
         c.subscribe("T")
         with pytest.raises(ConfigError, match="metrics_port"):
             c.start()
+    # An address that is no address (or none of this host's) is the address's
+    # fault, not the port's (issue 30, 5).
+    for addr in ("999.1.1.1", "192.0.2.1"):
+        c = _consumer(broker, lambda msgs: None, lanes=1, metrics_port=0, metrics_addr=addr)
+        c.subscribe("T")
+        with pytest.raises(ConfigError) as info:
+            c.start()
+        assert info.value.field == "metrics_addr", info.value
 
 
 def test_metric_names_are_the_documented_ones() -> None:

@@ -166,6 +166,13 @@ def env_name(name: str) -> str:
     return ENV_PREFIX + name.upper()
 
 
+def _at(name: str, origin: str) -> str:
+    """Where a bad value came from, before the message: the environment
+    variable or the file's key; nothing for the setting's own flag (the
+    error already names the setting)."""
+    return "" if origin == "--" + name.replace("_", "-") else f"{origin}: "
+
+
 def _convert(name: str, ft: _FieldType, value: object, origin: str) -> object:
     """``value`` (text from the environment, a TOML value or an already
     typed flag) as field ``name``'s type; ``ConfigError`` naming ``name``
@@ -176,14 +183,14 @@ def _convert(name: str, ft: _FieldType, value: object, origin: str) -> object:
     ):
         return None
     if value is None:
-        raise ConfigError(name, f"{origin}: must be a {base.__name__}, got nothing")
+        raise ConfigError(name, f"{_at(name, origin)}must be a {base.__name__}, got nothing")
     text = value.strip() if isinstance(value, str) else None
     if base is bool:
         if isinstance(value, bool):
             return value
         if text is not None and text.lower() in _TRUE | _FALSE:
             return text.lower() in _TRUE
-        raise ConfigError(name, f"{origin}: must be a bool (true/false), got {value!r}")
+        raise ConfigError(name, f"{_at(name, origin)}must be a bool (true/false), got {value!r}")
     if issubclass(base, enum.Enum):
         if isinstance(value, base):
             return value
@@ -193,7 +200,7 @@ def _convert(name: str, ft: _FieldType, value: object, origin: str) -> object:
                 if m.name.upper() == text.upper():
                     return m
         raise ConfigError(
-            name, f"{origin}: must be one of {', '.join(names)}, got {value!r}"
+            name, f"{_at(name, origin)}must be one of {', '.join(names)}, got {value!r}"
         )
     if base is int:
         if isinstance(value, int) and not isinstance(value, bool):
@@ -203,7 +210,7 @@ def _convert(name: str, ft: _FieldType, value: object, origin: str) -> object:
                 return int(text, 10)
             except ValueError:
                 pass
-        raise ConfigError(name, f"{origin}: must be an int, got {value!r}")
+        raise ConfigError(name, f"{_at(name, origin)}must be an int, got {value!r}")
     if base is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
@@ -213,10 +220,10 @@ def _convert(name: str, ft: _FieldType, value: object, origin: str) -> object:
             except ValueError:
                 if ft.word:
                     return text  # ConsumerConfig says which words it takes
-        raise ConfigError(name, f"{origin}: must be a number, got {value!r}")
+        raise ConfigError(name, f"{_at(name, origin)}must be a number, got {value!r}")
     if isinstance(value, str):  # base is str
         return value
-    raise ConfigError(name, f"{origin}: must be a string, got {value!r}")
+    raise ConfigError(name, f"{_at(name, origin)}must be a string, got {value!r}")
 
 
 _TEXT = _FieldType(str, False)
@@ -230,7 +237,7 @@ def _count(name: str, raw: object, origin: str) -> int:
     assert isinstance(value, int)
     least = SERVICE_COUNTS[name]
     if value < least:
-        raise ConfigError(name, f"{origin}: must be an int >= {least}, got {value}")
+        raise ConfigError(name, f"{_at(name, origin)}must be an int >= {least}, got {value}")
     return value
 
 
@@ -429,7 +436,7 @@ def load_settings(
             ft = fields[name]
             if ft is None:
                 raise ConfigError(
-                    name, f"{origin}: cannot be set from the command line"
+                    name, f"{_at(name, origin)}cannot be set from the command line"
                 )
             consumer[name] = _convert(name, ft, raw, origin)
     return Settings(consumer=consumer, service=service, origins=origins, kafka=kafka)
