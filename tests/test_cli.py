@@ -164,6 +164,18 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
             ["dlq", "list", "--source", "embedded:/no/such/dir", "--group", "g"],
             "not a directory",
         ),
+        (  # issue 30, 5: a database that is no number is not db 0
+            ["dlq", "list", "--source", "redis://127.0.0.1:1/abc", "--group", "g"],
+            "the database must be a number (redis://host:port/0), got 'abc'",
+        ),
+        (  # issue 30, 5: a misspelt parameter is named, with the accepted ones
+            ["dlq", "list", "--source", "redis://127.0.0.1:1/0?namespce=x", "--group", "g"],
+            "unknown query parameter 'namespce'; accepted: db, ",
+        ),
+        (
+            ["dlq", "list", "--source", "redis://127.0.0.1:1?ssl_certfile=x", "--group", "g"],
+            "unknown query parameter 'ssl_certfile'",  # TLS settings are for rediss://
+        ),
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(

@@ -85,7 +85,7 @@ def test_the_parser_takes_balance_in_any_case() -> None:
 @pytest.mark.parametrize(
     ("flags", "env", "toml", "origin"),
     [
-        ({"balance": "sideways"}, {}, None, "--balance"),
+        ({"balance": "sideways"}, {}, None, ""),  # its own flag: the setting's name says it
         ({}, {"LITE_PUSH_BALANCE": "sideways"}, None, "LITE_PUSH_BALANCE"),
         ({}, {}, '[source]\nbalance = "sideways"\n', "[source] balance"),
         ({}, {}, "[source]\nbalance = 2\n", "[source] balance"),

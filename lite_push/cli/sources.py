@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ..sources.kafka import KafkaBroker
     from ..sources.redis import RedisBroker
 
-__all__ = ["KAFKA_BROKER_ARGS", "Broker", "open_source", "redact", "source_errors"]
+__all__ = ["KAFKA_BROKER_ARGS", "Broker", "open_source", "redact", "redis_query_keys", "source_errors"]
 
 #: The brokers a URL can name.
 Broker: TypeAlias = "EmbeddedBroker | RedisBroker | KafkaBroker"
@@ -126,7 +126,17 @@ def open_source(url: str, kafka: Mapping[str, Any] | None = None) -> Broker:
             raise CliError(
                 "redis:// sources need the redis extra: pip install 'lite-push[redis]'"
             ) from None
+        db = parts.path.strip("/")
+        if db and not db.isdigit():
+            raise CliError(f"source {redact(url)!r}: the database must be a number (redis://host:port/0), got {db!r}")
         query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        accepted = redis_query_keys(parts.scheme == "rediss")
+        unknown = sorted({k for k, _ in query} - accepted)
+        if unknown:
+            raise CliError(
+                f"source {redact(url)!r}: unknown query parameter {unknown[0]!r}; "
+                f"accepted: {', '.join(sorted(accepted))}"
+            )
         namespace = [v for k, v in query if k == "namespace"]
         rest = urllib.parse.urlencode([(k, v) for k, v in query if k != "namespace"])
         plain = urllib.parse.urlunsplit(parts._replace(query=rest))
@@ -142,6 +152,18 @@ def open_source(url: str, kafka: Mapping[str, Any] | None = None) -> Broker:
         f"source {redact(url)!r}: expected redis://host:port[/db], "
         "kafka://host:port[,host:port...] or embedded:/path/to/dir"
     )
+
+
+def redis_query_keys(tls: bool) -> frozenset[str]:
+    """The query parameters a ``redis://`` (``tls``: ``rediss://``) source
+    URL takes: ``namespace`` (lite_push's) and those redis-py reads from a
+    URL (with TLS, its ``ssl_*`` settings too)."""
+    from redis.connection import URL_QUERY_ARGUMENT_PARSERS
+
+    keys = {"namespace", *URL_QUERY_ARGUMENT_PARSERS}
+    if tls:
+        keys |= {"ssl_keyfile", "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path", "ssl_password"}
+    return frozenset(keys)
 
 
 def _broker_arg(url: str, key: str, value: object) -> object:
