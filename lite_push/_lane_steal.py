@@ -162,7 +162,7 @@ class LaneStealer:
         if moved:
             self._move(index, moved)
             self._counters.steals += 1
-            self._counters.moved += len(moved)
+            self._counters.stolen += len(moved)
             logger.info(
                 "consumer %r: lane %d is stuck in a listener call (key %r); %d message(s) of other keys moved "
                 "to other lanes", self._group, index, self._key(call[0][0]), len(moved),

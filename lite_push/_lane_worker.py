@@ -400,13 +400,12 @@ class LaneWorker(_LaneBase):
         out: list[SendItem] = []
         again: tuple[ProcessQueue, MessageExt, Failure] | None = None
         held = 0.0  # pacing: the rest waits until then
-        left = 0  # messages that left the park
-        while items:
-            pq, m = items[0]
+        left = 0  # messages that left the park: items[left] is the next (no pop per message)
+        while left < len(items):
+            pq, m = items[left]
             live = not (pq.dropped or gate.aborted())
             if live and self.held.keys and self._hold_behind(pq, m, out):
-                items.pop(0)  # an earlier message of the key was dead-lettered: the rest follows it
-                left += 1
+                left += 1  # an earlier message of the key was dead-lettered: the rest follows it
                 continue
             pace = self._pace_key(m) if pacer is not None and live else None
             if pace is not None and pacer is not None:
@@ -414,14 +413,12 @@ class LaneWorker(_LaneBase):
                 if held:
                     break
             if not live or not (yield from gate.may_call(pq, 1)):
-                items.pop(0)
                 left += 1
                 self._skip(pq, [m])
                 continue
             if pace is not None and pacer is not None:
                 pacer.started(pace, self.monotonic())
             exc, result = yield [m]
-            items.pop(0)
             left += 1
             if exc is None and (result is None or result is _SUCCESS):
                 done.append((pq, m))
@@ -440,6 +437,7 @@ class LaneWorker(_LaneBase):
             again = (pq, replace(m, reconsume_times=m.reconsume_times + 1), failure)
             break
         parked.unparked(left)
+        rest = items[left:]
         for pq, ms in per_queue(done).items():
             self._complete(pq, ms)
         if done and self.metrics is not None:
@@ -448,9 +446,9 @@ class LaneWorker(_LaneBase):
             self._hand_off(out)
         if again is not None:  # parked again, with what still waits behind it
             pq, retry, failure = again
-            parked.park(pq, retry, failure, items)
+            parked.park(pq, retry, failure, rest)
         elif held:  # held for the key's interval, with what waits behind
-            parked.hold(items, key, held, 0)
+            parked.hold(rest, key, held, 0)
 
     def apply_pauses(
         self, paused: frozenset[Hashable], added: frozenset[Hashable], removed: frozenset[Hashable]

@@ -67,8 +67,8 @@ class Counters:
     ``stats()`` and the metrics collector without a lock."""
 
     __slots__ = (
-        "busy", "consumed", "dead_lettered", "held_behind", "key_paused", "lock_failed", "lock_ok", "moved", "paced",
-        "parked", "queues", "rebalances", "retried", "sent_back", "steals",
+        "busy", "consumed", "dead_lettered", "held_behind", "key_paused", "lock_failed", "lock_ok", "paced",
+        "parked", "queues", "rebalances", "retried", "sent_back", "steals", "stolen",
     )  # fmt: skip
 
     def __init__(self, lanes: int) -> None:
@@ -87,7 +87,7 @@ class Counters:
         self.lock_ok = 0
         self.lock_failed = 0
         self.steals = 0  # times messages were moved off a lane stuck in a call
-        self.moved = 0  # messages so moved
+        self.stolen = 0  # messages so moved
         self.queues: defaultdict[MessageQueue, QueueCounters] = defaultdict(QueueCounters)
 
 

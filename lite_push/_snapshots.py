@@ -228,7 +228,7 @@ def stats_of(rt: Readings, extra: tuple[int, int], polling: bool) -> ConsumerSta
         longest_call=_longest(rt),
         slow_calls=0 if rt.watch is None else rt.watch.warnings,
         steals=c.steals,
-        stolen=c.moved,
+        stolen=c.stolen,
         steal_after=None if rt.watch is None else rt.watch.threshold,
         held_keys=held,
         held_key_names=names,
@@ -300,7 +300,7 @@ def metrics_of(rt: Readings, extra: tuple[int, int]) -> ConsumerMetrics:
         oldest_call_seconds=0.0 if (call := _longest(rt)) is None else call.seconds,
         slow_calls=0 if rt.watch is None else rt.watch.warnings,
         steals=c.steals,
-        stolen=c.moved,
+        stolen=c.stolen,
         held_keys=0 if rt.held is None else len(rt.held.keys),
         held_behind=c.held_behind,
     )

@@ -109,7 +109,7 @@ def test_the_stealer_moves_every_other_key_whole_and_in_order_and_finishes_what_
     assert all(len(v) == 1 for v in lane_of.values())  # each on one lane
     assert st_.router.lane_of_key("b") != 0 and st_.router.lane_of_key("a") is None
     assert st_.router.stalled == frozenset({0})
-    assert st_.counters.steals == 1 and st_.counters.moved == 5
+    assert st_.counters.steals == 1 and st_.counters.stolen == 5
     # The call returns: the task settles (its index moves back by the cut).
     lane.call = None
     assert lane.settle() == 3 and not lane.moving
