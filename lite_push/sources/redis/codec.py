@@ -3,6 +3,15 @@
 Entry fields: ``b`` = body (raw bytes), ``m`` = orjson ``{"k": keys, "t":
 tags, "p": properties, "bt": born ms}``, ``s`` = store ms (server TIME).  A
 message's offset is its stream id minus one: id ``"<offset+1>-0"``.
+
+An entry lite_push did not write (a raw ``XADD`` by another program) is
+*foreign*: one without the three fields, whose metadata is no JSON object,
+or whose id's sequence part is not 0 (``XADD key * ...`` twice in one
+millisecond, ``XADD key 5-1 ...``: such an id shares its offset with the
+entry before it, so it can never be a message).  :func:`decode` leaves it
+out and hands it back as a stand-in with the reason, for the dead-letter
+queue.  An entry with lite_push's fields and an id ``"<n>-0"`` is a message
+at offset ``n - 1`` whoever wrote it.
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ import orjson
 from ..._types import MessageExt, MessageQueue
 from .._base import reconsume_times_of
 
-__all__ = ["decode", "encode_meta", "offset_of"]
+__all__ = ["ForeignIdError", "decode", "encode_meta", "malformed_reason", "offset_of"]
 
 
 def offset_of(eid: bytes | str) -> int:
@@ -42,12 +51,13 @@ def decode(namespace: str, q: MessageQueue, entries: Sequence[Any], bad: list[tu
     flat list ``[b"b", body, b"m", meta, b"s", stored]`` (the reader's raw
     XRANGE) or as a dict (a cluster client's parsed reply).  Offsets are
     parsed from the ids only when the entries are not consecutive (never,
-    unless a stream was edited).
+    unless a stream was edited or holds a foreign entry).
 
     An entry that cannot be decoded (one lite_push did not write: missing
-    fields, unreadable metadata) is left out of the result and appended to
-    ``bad`` as a stand-in message (whatever body it has, its offset) with
-    the reason, for the dead-letter queue."""
+    fields, unreadable metadata, an id whose sequence part is not 0) is
+    left out of the result and appended to ``bad`` as a stand-in message
+    (whatever body it has, its offset) with the reason, which names the
+    entry's id, for the dead-letter queue."""
     try:
         return _decode(namespace, q, entries)
     except Exception:  # some entry is malformed: decode them one by one
@@ -57,8 +67,27 @@ def decode(namespace: str, q: MessageQueue, entries: Sequence[Any], bad: list[tu
         try:
             out += _decode(namespace, q, [(eid, f)])
         except Exception as e:
-            bad.append((_stand_in(namespace, q, eid, f), f"malformed entry {eid!r}: {type(e).__name__}: {e}"))
+            bad.append((_stand_in(namespace, q, eid, f), malformed_reason(eid, f, e)))
     return out
+
+
+class ForeignIdError(ValueError):
+    """A stream id whose sequence part is not 0: not one lite_push wrote."""
+
+
+def malformed_reason(eid: bytes | str, fields: Any, error: Exception) -> str:
+    """Why entry ``eid`` (with ``fields``) is no message, as the reason of
+    its dead letter: ``malformed entry <id>: ...``, naming what is wrong."""
+    sid = eid.decode(errors="replace") if isinstance(eid, bytes) else str(eid)
+    names = list(fields[::2]) if type(fields) is list else list(fields) if isinstance(fields, dict) else []
+    shown = ", ".join(n.decode(errors="replace") if isinstance(n, bytes) else str(n) for n in names[:8])
+    if isinstance(error, ForeignIdError):
+        return f"malformed entry {sid}: not written by lite_push: {error}"
+    if isinstance(error, KeyError) or len(names) != 3:
+        why = f"fields {shown or '(none)'}, not b, m, s"
+    else:
+        why = f"{type(error).__name__}: {error}"
+    return f"malformed entry {sid}: {why} (not written by lite_push?)"
 
 
 def _stand_in(namespace: str, q: MessageQueue, eid: Any, f: Any) -> MessageExt:
@@ -78,6 +107,7 @@ def _decode(namespace: str, q: MessageQueue, entries: Sequence[Any]) -> list[Mes
         return []
     first = offset_of(entries[0][0])
     consecutive = n == 1 or offset_of(entries[-1][0]) - first == n - 1
+    zero = b"-0" if type(entries[0][0]) is bytes else "-0"
     topic = q.topic
     qid = q.queue_id
     prefix = f"{namespace}-{topic}-{qid}-"
@@ -85,6 +115,8 @@ def _decode(namespace: str, q: MessageQueue, entries: Sequence[Any]) -> list[Mes
     out = []
     off = first
     for eid, f in entries:
+        if not eid.endswith(zero):
+            raise ForeignIdError("its id's sequence part is not 0 (lite_push writes <offset+1>-0)")
         if not consecutive:
             off = offset_of(eid)
         if type(f) is list and len(f) == 6 and f[0] == b"b" and f[2] == b"m":

@@ -1,6 +1,7 @@
 """The Redis Streams source's connection: the client, the reader client,
 the registered Lua scripts (:mod:`.scripts`, :mod:`.grain_scripts`), pipelines, storing messages (the SEND script),
-and the names of every key.
+the names of every key, and the loader of the Redis Function library
+(:mod:`.functions`).
 
 Reading: polls go through a second client on the broker's connection pool
 whose XRANGE replies are left as hiredis' lists (redis-py would build a dict
@@ -22,6 +23,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..._types import MessageQueue
 from . import grain_scripts, scripts
+from .functions import FunctionLoader
 
 __all__ = ["CONN_ERRORS", "SEND_CHUNK", "Connection", "Outage", "Sequential", "chunk_offset", "qfield"]
 
@@ -115,6 +117,7 @@ class Connection:
         c = client
         self.send = c.register_script(scripts.SEND)
         self.move_due = c.register_script(scripts.MOVE_DUE)
+        self.queue_end = c.register_script(scripts.QUEUE_END)
         self.heartbeat = c.register_script(scripts.HEARTBEAT)
         self.acquire = c.register_script(scripts.ACQUIRE)
         self.release = c.register_script(scripts.RELEASE)
@@ -132,6 +135,9 @@ class Connection:
         self.grain_quit = c.register_script(grain_scripts.QUIT)
         self.grain_position = c.register_script(grain_scripts.POSITION)
         self.grain_resync = c.register_script(grain_scripts.RESYNC)
+        #: The ``lite_push`` Redis Function library (``FCALL lite_push_send``
+        #: for producers in any language), loaded on first use of a topic.
+        self.functions = FunctionLoader(c)
         # Redis Cluster clients cannot pipeline scripts: they run one by one
         self._cluster = isinstance(c, redis.RedisCluster)
         # Polls read through a second client on the same connection pool

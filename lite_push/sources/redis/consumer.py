@@ -336,8 +336,10 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
             order = []
         grain = self._grain
         if grain is not None:
+            order = [st for st in order if st.mq not in grain.held]
             grain.queue_reads(pipe, order, max_per_queue)
         else:
+            order = [st for st in order if not st.waiting()]
             for st in order:
                 count = max_per_queue if st.tags is None else 4 * max_per_queue + SCAN_EXTRA
                 pipe.xrange(st.log_key, f"{st.pos + 1}-0", "+", count=count)
@@ -388,7 +390,8 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
             )
         st = self._owned.get(queue)
         lo, hi = self._topics.stored_range(queue)
-        st.pos = min(max(int(offset), lo), hi)
+        st.pos = st.floor = min(max(int(offset), lo), hi)
+        st.held = False
 
     def position(self, queue: MessageQueue) -> int:
         self._check_open()
@@ -405,6 +408,11 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
         whose owner key holds it)."""
         self._check_open()
         entries = commit_entries(offsets)
+        states = self._owned.states
+        for q, om in entries.items():  # the runtime has nothing unfinished below: a held read may go on
+            st = states.get(q)
+            if st is not None and om.offset > st.floor:
+                st.floor = om.offset
         if entries:
             self._model.commit(entries)
 

@@ -34,6 +34,13 @@ it (its parked messages then go, in order, to whoever asks next), or when
 its holder's session lapses: then its delivered messages are parked again
 (reclaimed) and go, in offset order, to whoever asks next.
 
+Foreign entries (a raw ``XADD``; see :mod:`.codec`) go to whichever member
+asks, whatever its tag filter, so that member dead-letters them: one whose
+metadata is unreadable is outstanding like a keyless message (acknowledged
+once its dead letter is stored); one whose id's sequence part is not 0
+shares its offset with the entry before it, so it is delivered and never
+recorded (``msg`` is keyed by offset).
+
 Cost per message: a DISPATCH writes one hash field (and a key's hold once
 per call, not per message); an ACK reads and deletes it (and a key's hold
 once per call).  A message's key is read from its metadata with a string
@@ -54,8 +61,9 @@ local now = tonumber(__t[1]) * 1000 + math.floor(tonumber(__t[2]) / 1000)
 """
 
 # Helpers: park the delivered messages of the tokens in set ``d`` and free
-# their keys; move ``base`` past what is no longer outstanding (at most
-# 20,000 offsets a call: the rest at the next one).
+# their keys; move ``base`` past what is no longer outstanding (a few
+# offsets one by one, else to the lowest outstanding one: offsets may have
+# gaps, a foreign entry's id can be far above the offsets before it).
 _COMMON = """
 local function reclaim(d)
   local m = redis.call('HGETALL', KEYS[4])
@@ -86,8 +94,14 @@ local function advance()
   if redis.call('HLEN', KEYS[4]) == 0 then
     b = c
   else
-    local stop = math.min(c, b + 20000)
+    local stop = math.min(c, b + 64)
     while b < stop and redis.call('HEXISTS', KEYS[4], string.format('%d', b)) == 0 do b = b + 1 end
+    if b == stop and b < c then  -- further on: the lowest outstanding offset (they are all >= base)
+      b = c
+      for _, o in ipairs(redis.call('HKEYS', KEYS[4])) do
+        if tonumber(o) < b then b = tonumber(o) end
+      end
+    end
   end
   if b ~= start then redis.call('SET', KEYS[3], string.format('%d', b)) end
   return b
@@ -210,6 +224,7 @@ if not full and #out < want and nparked < parkmax then
     scanned = scanned + #entries
     local ks = {}
     local tags = {}
+    local foreign = {}
     for i, e in ipairs(entries) do
       local f = e[2]
       local meta = nil
@@ -221,7 +236,9 @@ if not full and #out < want and nparked < parkmax then
         end
       end
       local k = nil
-      if meta then
+      if string.sub(e[1], -2) ~= '-0' then
+        foreign[i] = 'id'
+      elseif meta then
         k = string.match(meta, '^{"bt":%-?%d+,"k":"([^"\\\\]*)"')
         if k == nil or filter ~= nil then
           local ok, m = pcall(cjson.decode, meta)
@@ -229,8 +246,12 @@ if not full and #out < want and nparked < parkmax then
           if ok and type(m) == 'table' then
             if type(m['k']) == 'string' then k = m['k'] end
             if type(m['t']) == 'string' then tags[i] = m['t'] end
+          else
+            foreign[i] = 'meta'
           end
         end
+      else
+        foreign[i] = 'meta'
       end
       ks[i] = k or ''
     end
@@ -239,7 +260,9 @@ if not full and #out < want and nparked < parkmax then
       if #out >= want or nparked >= parkmax then break end
       local off = tonumber(string.match(e[1], '^(%d+)')) - 1
       local o = string.format('%d', off)
-      if filter == nil or (tags[i] ~= nil and filter[tags[i]]) then
+      if foreign[i] == 'id' then
+        out[#out + 1] = e
+      elseif foreign[i] or filter == nil or (tags[i] ~= nil and filter[tags[i]]) then
         local k = ks[i]
         local h = holds[k]
         if h[1] == false or h[1] == tok then

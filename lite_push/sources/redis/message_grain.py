@@ -51,6 +51,7 @@ from .._owned import OwnedQueues
 from . import grain_scripts
 from .codec import decode, offset_of
 from .connection import Connection
+from .gaps import GAP_LIMIT, take_within
 from .membership import Membership
 from .reading import QueueReader
 from .retries import Retries
@@ -88,17 +89,34 @@ def grain_position(conn: Connection, group: str, queue: MessageQueue) -> OffsetA
 
 class _Share:
     """This member's part in one queue: its token, the offsets delivered to
-    it and not acknowledged, when its session there was last renewed."""
+    it and not acknowledged (``bad``: those of malformed entries, never
+    handed to the runtime), when its session there was last renewed."""
 
-    __slots__ = ("token", "keys", "delivered", "renewed", "base")
+    __slots__ = ("token", "keys", "delivered", "bad", "renewed", "base")
 
     def __init__(self, token: str, keys: list[str], renewed: float, base: int) -> None:
         self.token = token
         self.keys = keys
         self.delivered: set[int] = set()
+        self.bad: set[int] = set()
         self.renewed = renewed
         #: The group's committed position as last seen.
         self.base = base
+
+    def deliverable(self, messages: Sequence[MessageExt]) -> int:
+        """How many of ``messages`` (delivered, in offset order) the runtime
+        may be handed now: all, unless their offsets lie further than
+        :data:`~.gaps.GAP_LIMIT` from those it has unacknowledged."""
+        delivered = self.delivered
+        if not messages or not delivered:
+            return len(messages)
+        lo, hi = messages[0].queue_offset, messages[-1].queue_offset
+        if max(hi, max(delivered)) - min(lo, min(delivered)) <= GAP_LIMIT:
+            return len(messages)
+        offs = [m.queue_offset for m in messages]
+        mine = set(offs)
+        pending = [o for o in delivered if o not in mine and o not in self.bad]
+        return take_within(offs, min(pending, default=None), max(pending, default=None))
 
 
 class MessageGrain(MemberModel):
@@ -148,6 +166,9 @@ class MessageGrain(MemberModel):
         self._resync = False
         #: Batches collected, per queue, not handed to the runtime yet.
         self._ready: dict[MessageQueue, PollBatch] = {}
+        #: Queues whose ready messages wait past a jump of offsets (not
+        #: dispatched meanwhile, their sessions renewed as paused ones).
+        self.held: set[MessageQueue] = set()
         #: Malformed entries delivered to this member whose dead letter could
         #: not be stored yet (tried again at the next poll).
         self._unstored: list[tuple[MessageExt, str]] = []
@@ -264,7 +285,7 @@ class MessageGrain(MemberModel):
         now = time.monotonic()
         for q, st in self._owned.states.items():
             s = shares[q]
-            if st.paused and now - s.renewed >= self._heartbeat_interval / 2:
+            if (st.paused or q in self.held) and now - s.renewed >= self._heartbeat_interval / 2:
                 conn.run(conn.grain_renew, s.keys, [s.token, ttl], pipe)
                 self._renewing.append(q)
         self._sent = now
@@ -336,15 +357,30 @@ class MessageGrain(MemberModel):
                 share = shares.get(m.queue)
                 if share is not None:
                     share.delivered.add(m.queue_offset)
+                    share.bad.add(m.queue_offset)
 
     def take_ready(self) -> list[PollBatch]:
         """The batches collected and not handed to the runtime yet (a poll
         that failed after its dispatches keeps them for the next one: what
         was delivered to this member must reach its listener before a
-        commit acknowledges it)."""
-        ready = list(self._ready.values())
-        self._ready.clear()
-        return ready
+        commit acknowledges it).  A queue's messages past a jump of offsets
+        (:mod:`.gaps`) stay here until the runtime acknowledged those it
+        has below it."""
+        ready, self._ready = self._ready, {}
+        self.held.clear()
+        out = []
+        for q, batch in ready.items():
+            share = self._shares.get(q)
+            msgs = batch.messages
+            n = len(msgs) if share is None else share.deliverable(msgs)
+            if n == len(msgs):
+                out.append(batch)
+                continue
+            self._ready[q] = PollBatch(q, msgs[n:], batch.next_offset)
+            self.held.add(q)
+            if n:
+                out.append(PollBatch(q, msgs[:n], msgs[n].queue_offset))
+        return out
 
     # -- acknowledging -------------------------------------------------------------------
 
@@ -378,6 +414,7 @@ class MessageGrain(MemberModel):
             return
         for (q, s, acks), r in zip(sent, pipe.execute(), strict=True):
             s.delivered.difference_update(acks)
+            s.bad.difference_update(acks)
             s.base = int(r[1])
             if int(r[0]) < len(acks):
                 logger.debug(

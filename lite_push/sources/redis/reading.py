@@ -1,15 +1,20 @@
 """What a poll of the Redis source reads: each owned queue's stream and
-read position, and turning one pipelined read into batches."""
+read position, and turning one pipelined read into batches (a read stops
+before a jump of offsets the runtime must not see yet: :mod:`.gaps`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..._types import MessageExt, MessageQueue, PollBatch
-from .codec import decode
+from .codec import decode, offset_of
+from .gaps import GAP_LIMIT, take_within
 
 __all__ = ["SCAN_EXTRA", "QueueReader", "read_into", "readers"]
+
+logger = logging.getLogger(__name__)
 
 #: With a tag filter, one poll scans at most this many messages per queue
 #: beyond ``4 * max_per_queue`` (as the embedded broker).
@@ -17,16 +22,46 @@ SCAN_EXTRA = 256
 
 
 class QueueReader:
-    """An owned queue, as its owner sees it: the stream and the read position."""
+    """An owned queue, as its owner sees it: the stream and the read
+    position; ``floor``, the runtime's last commit (or the start): below
+    it the runtime has nothing unfinished; ``held``: a read stopped before
+    a jump of offsets, and the queue is not read again until the runtime
+    committed up to the read position (:mod:`.gaps`)."""
 
-    __slots__ = ("log_key", "mq", "paused", "pos", "tags")
+    __slots__ = ("floor", "held", "log_key", "mq", "paused", "pos", "tags")
 
     def __init__(self, mq: MessageQueue, log_key: str, pos: int, tags: frozenset[str] | None) -> None:
         self.mq = mq
         self.log_key = log_key
         self.pos = pos
+        self.floor = pos
+        self.held = False
         self.paused = False
         self.tags = tags
+
+    def waiting(self) -> bool:
+        """Whether the queue waits at a jump of offsets for the runtime's
+        commit (not read meanwhile)."""
+        if self.held and self.floor >= self.pos:
+            self.held = False
+        return self.held
+
+    def deliverable(self, entries: Sequence[Any]) -> int:
+        """How many of a read's ``entries`` to deliver: all, unless the
+        offsets jump by more than :data:`~.gaps.GAP_LIMIT` from what the
+        runtime may have unfinished (then the read stops there and the
+        queue is held)."""
+        low = self.floor if self.floor < self.pos else None
+        first = offset_of(entries[0][0])
+        if offset_of(entries[-1][0]) - (first if low is None else min(low, first)) <= GAP_LIMIT:
+            return len(entries)
+        n = take_within([offset_of(e[0]) for e in entries], low, None)
+        self.held = True
+        logger.info(
+            "queue %s: offsets jump past %d (an entry lite_push did not write?): the rest waits until the "
+            "runtime committed %d", self.mq, offset_of(entries[n - 1][0]) if n else self.pos - 1, self.pos,
+        )  # fmt: skip
+        return n
 
 
 def readers(
@@ -59,6 +94,11 @@ def read_into(
     for st, entries in zip(order, replies, strict=True):
         if not entries or states.get(st.mq) is not st or st.paused:
             continue
+        keep = st.deliverable(entries)
+        if keep < len(entries):
+            if not keep:
+                continue
+            entries = entries[:keep]
         qbad: list[tuple[MessageExt, str]] = []
         msgs = decode(namespace, st.mq, entries, qbad)
         # the read ends at the last message or the last malformed entry

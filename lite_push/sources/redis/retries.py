@@ -113,13 +113,16 @@ class Retries:
 
     def store_malformed(self, group: str, bad: Sequence[tuple[MessageExt, str]]) -> None:
         """Entries a poll could not decode (stand-ins with their reasons,
-        from :func:`~lite_push.sources.redis.codec.decode`): each logged at
-        ERROR and stored in the group's dead-letter queue with its reason.
-        Raises the first failure to store one (the poll then fails and
-        reads them again)."""
-        for m, reason in bad:
-            logger.error("group %r: %s offset %d: %s; dead-lettered", group, m.queue, m.queue_offset, reason)
-        for err in self.store_dead_letters(group, [(m, reason, "") for m, reason in bad]):
+        from :func:`~lite_push.sources.redis.codec.decode`): each stored in
+        the group's dead-letter queue with its reason, then logged at ERROR,
+        once, naming its queue and its entry id (the reason does).  Raises
+        the first failure to store one (the poll then fails and reads them
+        again; they are logged once they are stored)."""
+        results = self.store_dead_letters(group, [(m, reason, "") for m, reason in bad])
+        for (m, reason), err in zip(bad, results, strict=True):
+            if err is None:
+                logger.error("group %r: queue %s, offset %d: %s; dead-lettered", group, m.queue, m.queue_offset, reason)
+        for err in results:
             if err is not None:
                 raise err
 

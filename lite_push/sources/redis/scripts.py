@@ -10,28 +10,76 @@ local __t = redis.call('TIME')
 local now = tonumber(__t[1]) * 1000 + math.floor(tonumber(__t[2]) / 1000)
 """
 
+#: Lua: ``append_first(seq, log, n, first, field, value, ...)`` stores the
+#: first of ``n`` messages of a queue whose offsets ``first``... were just
+#: reserved (INCRBY on ``seq``), at stream id ``"<first+1>-0"``, and
+#: returns the first offset used.  When the stream already holds a higher
+#: id (an entry lite_push did not write: a raw ``XADD``, whose ``*`` id is
+#: the time in ms), XADD refuses the id; then ``seq`` is moved past the
+#: stream's last id (its millisecond part ``top``: the messages take
+#: offsets ``top``, ``top+1``, ..., ids ``"<top+1>-0"``...), so offsets stay
+#: unique and increasing and every later send succeeds.  The hot path costs
+#: nothing more: the XADD is tried first (``redis.pcall``).  Ids past 2^53
+#: (no exact Lua number) are refused with an error naming the stream.
+APPEND_FIRST = """
+local function append_first(seq, log, n, first, ...)
+  local r = redis.pcall('XADD', log, string.format('%d-0', first + 1), ...)
+  if type(r) ~= 'table' or not r.err then return first end
+  local info = redis.call('XINFO', 'STREAM', log)
+  local last = ''
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then last = info[i + 1] end
+  end
+  local top = tonumber(string.match(last, '^(%d+)-'))
+  if top == nil or top <= first then error(r) end
+  if top + n >= 9007199254740992 then
+    error({err = 'ERR lite_push: stream ' .. log .. ' holds id ' .. last .. ': no offsets above it (2^53)'})
+  end
+  redis.call('SET', seq, string.format('%d', top + n))
+  redis.call('XADD', log, string.format('%d-0', top + 1), ...)
+  return top
+end
+"""
+
 #: Append messages to one queue.  KEYS: seq, stream.  ARGV: n, notify
-#: channel, then n pairs (body, meta).  Offsets are INCRBY'd atomically; stream id = offset+1 "-0".
+#: channel, then n pairs (body, meta).  Offsets are INCRBY'd atomically;
+#: stream id = offset+1 "-0" (past a foreign entry: :data:`APPEND_FIRST`).
 #: Returns {first offset, store ms}.
 SEND = (
     _NOW
+    + APPEND_FIRST
     + """
 local n = tonumber(ARGV[1])
+local s = string.format('%d', now)
 local first = redis.call('INCRBY', KEYS[1], n) - n
-for i = 0, n - 1 do
-  redis.call('XADD', KEYS[2], string.format('%d-0', first + i + 1),
-             'b', ARGV[3 + 2 * i], 'm', ARGV[4 + 2 * i], 's', string.format('%d', now))
+if n < 1 then return {first, s} end
+first = append_first(KEYS[1], KEYS[2], n, first, 'b', ARGV[3], 'm', ARGV[4], 's', s)
+for i = 1, n - 1 do
+  redis.call('XADD', KEYS[2], string.format('%d-0', first + i + 1), 'b', ARGV[3 + 2 * i], 'm', ARGV[4 + 2 * i], 's', s)
 end
 redis.call('PUBLISH', ARGV[2], '')
-return {first, string.format('%d', now)}
+return {first, s}
 """
 )
+
+#: The offset the next message of a queue gets.  KEYS: seq, stream.  Its
+#: seq, unless a foreign entry (see :data:`APPEND_FIRST`) lies above it and
+#: no send moved seq past it yet: then one past the top entry's offset.  The
+#: usual case reads one empty range (no entry is copied).
+QUEUE_END = """
+local seq = tonumber(redis.call('GET', KEYS[1]) or '0')
+if #redis.call('XRANGE', KEYS[2], string.format('%d-0', seq + 1), '+', 'COUNT', 1) == 0 then return seq end
+local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+return tonumber(string.match(top[1][1], '^(%d+)-'))
+"""
 
 #: Move due delayed retries to the retry stream.  KEYS: schedule zset,
 #: bodies hash, metas hash, seq, stream.  ARGV: now ms (the broker clock's
 #: time), limit, notify channel.  Returns {moved, next due score or -1}.
+#: Each copy is stored as SEND stores a message (:data:`APPEND_FIRST`).
 MOVE_DUE = (
     _NOW
+    + APPEND_FIRST
     + """
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
 local moved = 0
@@ -40,7 +88,7 @@ for _, id in ipairs(due) do
   local meta = redis.call('HGET', KEYS[3], id)
   if body and meta then
     local off = redis.call('INCR', KEYS[4]) - 1
-    redis.call('XADD', KEYS[5], string.format('%d-0', off + 1), 'b', body, 'm', meta, 's', string.format('%d', now))
+    append_first(KEYS[4], KEYS[5], 1, off, 'b', body, 'm', meta, 's', string.format('%d', now))
     moved = moved + 1
   end
   redis.call('ZREM', KEYS[1], id)

@@ -1,5 +1,7 @@
 """The topics of one Redis namespace: their queue counts (``ns:topics``,
-cached once read), and where each queue's messages are stored.
+cached once read), and where each queue's messages are stored.  The first
+topic read from Redis loads the Redis Function library
+(:class:`~.functions.FunctionLoader`).
 
 Thread-safe: the cache is filled under a lock; a topic's queue count never
 changes once it exists.
@@ -45,6 +47,7 @@ class TopicCatalog:
         t = self._topics.get(topic)
         if t is not None:
             return t
+        self._conn.functions.ensure()
         key = self._conn.topics_key()
         pipe = self._conn.pipeline()
         pipe.hsetnx(key, topic, str(queue_count))
@@ -64,6 +67,7 @@ class TopicCatalog:
         t = self._topics.get(topic)
         if t is not None:
             return t
+        self._conn.functions.ensure()
         raw = self._conn.client.hget(self._conn.topics_key(), topic)
         if raw is None:
             raise UnknownTopicError(topic)
@@ -95,9 +99,10 @@ class TopicCatalog:
         return decode(self._broker_name, queue, entries, [])
 
     def max_offset(self, queue: MessageQueue) -> int:
-        """The offset the next message of ``queue`` will get."""
-        raw = self._conn.client.get(self._conn.queue_key(queue.topic, queue.queue_id, "seq"))
-        return int(raw) if raw is not None else 0
+        """The offset the next message of ``queue`` will get (past a
+        foreign entry above the queue's ``seq``: see ``scripts.QUEUE_END``)."""
+        keys = [self._conn.queue_key(queue.topic, queue.queue_id, what) for what in ("seq", "log")]
+        return int(self._conn.run(self._conn.queue_end, keys, []))
 
     def min_offset(self, queue: MessageQueue) -> int:
         """The lowest stored offset of ``queue``."""
@@ -118,12 +123,23 @@ class TopicCatalog:
     def first_stored_at(self, queue: MessageQueue, lo: int, hi: int, timestamp: int) -> int:
         """The first offset in ``[lo, hi)`` of ``queue`` stored at or after
         ``timestamp`` (epoch ms; the server's store time), ``hi`` if none:
-        a bisection, one XRANGE of one entry per step."""
+        a bisection, one short XRANGE per step.  An offset without an entry
+        (a gap) or a foreign entry without a store time counts as the next
+        entry that has one."""
         key = self._conn.queue_key(queue.topic, queue.queue_id, "log")
         client = self._conn.client
 
         def stored(off: int) -> int:
-            e = client.xrange(key, f"{off + 1}-0", f"{off + 1}-0")
-            return int(e[0][1][b"s"]) if e else 0
+            start: bytes | str = f"{off + 1}-0"
+            for _ in range(8):  # usually one step: the entry at off
+                got = client.xrange(key, start, "+", count=1)
+                if not got:
+                    break
+                eid, fields = got[0]
+                raw = fields.get(b"s")
+                if raw is not None and raw.isdigit():
+                    return int(raw)
+                start = b"(" + eid if isinstance(eid, bytes) else f"({eid}"
+            return 1 << 62  # nothing (readable) stored from off on
 
         return bisect.bisect_left(range(lo, hi), timestamp, key=stored) + lo
