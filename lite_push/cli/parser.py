@@ -62,7 +62,7 @@ def _add_source_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--source",
         metavar="URL",
-        help="redis://host:port[/db][?namespace=NS], "
+        help="redis://host:port[/db][?namespace=NS] (rediss://...?ssl_ca_certs=CA.pem: TLS), "
         "kafka://host:port[,host:port...][?property=value&...] or embedded:/path/to/dir",
     )
     p.add_argument("--group", metavar="G", help="consumer group")

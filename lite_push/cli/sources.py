@@ -239,10 +239,31 @@ def _client_failure(e: Exception) -> str | None:
     return None
 
 
+def _tls_hint(url: str, e: Exception) -> str | None:
+    """For a Redis connection that failed: when the server speaks TLS and
+    the URL is ``redis://`` (or the other way round), a sentence saying
+    which scheme to use (the server is asked: :func:`tls_mismatch`)."""
+    redis = sys.modules.get("redis")
+    if redis is None or not isinstance(e, (redis.ConnectionError, redis.TimeoutError)):
+        return None
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host, port = parts.hostname, parts.port or 6379
+    except ValueError:
+        return None
+    if parts.scheme not in ("redis", "rediss") or not host:
+        return None
+    from ..sources.redis.tls import tls_mismatch
+
+    return tls_mismatch(host, port, parts.scheme == "rediss")
+
+
 @contextmanager
 def source_errors(url: str) -> Iterator[None]:
     """Turn a source that fails at run time (unreachable Redis or Kafka,
-    ...) into a one-line :class:`CliError` with exit status 1."""
+    ...) into a one-line :class:`CliError` with exit status 1.  A Redis
+    server that speaks TLS to a ``redis://`` URL, or plain Redis to a
+    ``rediss://`` one, is named as such (``TLS: ... use rediss://``)."""
     try:
         yield
     except (CliError, ConfigError):
@@ -253,4 +274,7 @@ def source_errors(url: str) -> Iterator[None]:
         failure = _client_failure(e)
         if failure is None:
             raise
+        hint = None if "TLS" in failure else _tls_hint(url, e)
+        if hint is not None:
+            failure = f"TLS: {hint} ({failure})"
         raise CliError(f"source {redact(url)}: {failure}", code=1) from None

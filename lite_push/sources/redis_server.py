@@ -11,6 +11,12 @@ Durability: by default the server appends every write to its AOF and fsyncs
 it (``appendfsync always``), so a restart (:meth:`RedisServer.restart`, as
 the "Redis restarted mid-run" test does) loses nothing acknowledged.
 
+TLS: ``RedisServer(tls=make_tls_files(directory))`` listens with TLS only
+(``--port 0 --tls-port``, clients need no certificate of their own), and
+its :attr:`~RedisServer.url` is ``rediss://...?ssl_ca_certs=<the CA>``.
+:func:`make_tls_files` makes a throwaway CA and a server certificate for
+127.0.0.1 with the ``openssl`` command.
+
     with RedisServer() as server:
         client = redis.Redis.from_url(server.url)
 """
@@ -23,13 +29,16 @@ import random
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
+import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["RedisCluster", "RedisServer", "RedisServerError", "free_port"]
+__all__ = ["RedisCluster", "RedisServer", "RedisServerError", "TlsFiles", "free_port", "make_tls_files"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,10 +74,49 @@ def free_port(*, cluster: bool = False) -> int:
     raise RedisServerError("no free port pair (port, port + 10000) on 127.0.0.1")
 
 
-def _server_pid(port: int, timeout: float = 0.5) -> int | None:
-    """The PID of the Redis server answering on ``port`` (None if none does)."""
+@dataclass(frozen=True)
+class TlsFiles:
+    """A server's TLS certificate and key, and the CA that signed it (PEM files)."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+
+def make_tls_files(directory: str | os.PathLike[str], *, days: int = 2) -> TlsFiles:
+    """Make a throwaway CA and a certificate for ``127.0.0.1`` (and
+    ``localhost``) signed by it, valid for ``days``, in ``directory``, with
+    the ``openssl`` command (:class:`RedisServerError` without it)."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise RedisServerError("openssl not found: install the Debian package openssl")
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    files = TlsFiles(d / "server.crt", d / "server.key", d / "ca.crt")
+    (d / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    steps = [
+        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", d / "ca.key", "-out", files.ca,
+         "-days", str(days), "-subj", "/CN=lite_push test CA"],
+        ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", files.key, "-out", d / "server.csr",
+         "-subj", "/CN=127.0.0.1"],
+        ["x509", "-req", "-in", d / "server.csr", "-CA", files.ca, "-CAkey", d / "ca.key", "-CAcreateserial",
+         "-out", files.cert, "-days", str(days), "-extfile", d / "san.cnf"],
+    ]  # fmt: skip
+    for step in steps:
+        done = subprocess.run([openssl, *map(str, step)], capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            raise RedisServerError(f"openssl {step[0]} failed:\n{done.stderr}")
+    return files
+
+
+def _server_pid(port: int, timeout: float = 0.5, ca: Path | None = None) -> int | None:
+    """The PID of the Redis server answering on ``port`` (None if none
+    does); ``ca``: it speaks TLS, with a certificate that CA signed."""
     try:
-        with socket.create_connection((LOOPBACK, port), timeout=timeout) as s:
+        with socket.create_connection((LOOPBACK, port), timeout=timeout) as raw:
+            s = raw
+            if ca is not None:
+                s = ssl.create_default_context(cafile=str(ca)).wrap_socket(raw, server_hostname=LOOPBACK)
             s.sendall(b"INFO server\r\n")
             data = b""
             while b"process_id:" not in data or not data.endswith(b"\r\n"):
@@ -90,6 +138,8 @@ class RedisServer:
     ``port`` defaults to a free one; ``data_dir`` to a temporary directory
     removed by :meth:`stop` (a given directory is kept).  ``extra_args`` are
     appended to the command line (e.g. ``["--cluster-enabled", "yes"]``).
+    ``tls``: the port speaks TLS only, with these files (clients are not
+    asked for a certificate).
     Raises :class:`RedisServerError` when the executable is missing or the
     server does not answer within ``start_timeout`` seconds.
     """
@@ -103,6 +153,7 @@ class RedisServer:
         extra_args: list[str] | None = None,
         executable: str = "redis-server",
         start_timeout: float = 10.0,
+        tls: TlsFiles | None = None,
     ) -> None:
         path = shutil.which(executable)
         if path is None:
@@ -116,11 +167,16 @@ class RedisServer:
         self.appendonly = appendonly
         self.extra_args = list(extra_args or [])
         self.start_timeout = start_timeout
+        self.tls = tls
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        """``redis://127.0.0.1:<port>/0``."""
+        """``redis://127.0.0.1:<port>/0``; with TLS
+        ``rediss://127.0.0.1:<port>/0?ssl_ca_certs=<CA file>``."""
+        if self.tls is not None:
+            ca = urllib.parse.quote(str(self.tls.ca), safe="/")
+            return f"rediss://{LOOPBACK}:{self.port}/0?ssl_ca_certs={ca}"
         return f"redis://{LOOPBACK}:{self.port}/0"
 
     @property
@@ -138,9 +194,14 @@ class RedisServer:
         if self.pid is not None:
             return self
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        tls = self.tls
+        listen = ["--port", str(self.port)] if tls is None else [
+            "--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(tls.cert),
+            "--tls-key-file", str(tls.key), "--tls-ca-cert-file", str(tls.ca), "--tls-auth-clients", "no",
+        ]  # fmt: skip
         cmd = [
             self.executable,
-            "--port", str(self.port),
+            *listen,
             "--bind", LOOPBACK,
             "--protected-mode", "yes",
             "--dir", str(self.data_dir),
@@ -156,7 +217,7 @@ class RedisServer:
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 break
-            if _server_pid(self.port) == self._proc.pid:  # ours, not another server on the port
+            if _server_pid(self.port, ca=None if tls is None else tls.ca) == self._proc.pid:  # ours, not another
                 logger.info("redis-server pid %d listening on %s:%d", self._proc.pid, LOOPBACK, self.port)
                 return self
             time.sleep(0.02)

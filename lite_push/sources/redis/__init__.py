@@ -17,7 +17,11 @@ The package, one concern per module:
 * :mod:`.message_grain` a member of a group balanced by message
   (``Balance.MESSAGE``), over the scripts of :mod:`.grain_scripts` (BROADCASTING is the shared
   :class:`~lite_push.sources._member_model.Broadcasting`);
-* :mod:`.reading`     a poll's read of its queues' streams;
+* :mod:`.reading`     a poll's read of its queues' streams (stopping
+  before a jump of offsets the runtime must not see yet: :mod:`.gaps`);
+* :mod:`.functions`   the ``lite_push`` Redis Function library
+  (``FCALL lite_push_send``: producing from any language), loaded on the
+  first use of a topic;
 * :mod:`.notifier`    the pub/sub thread that wakes a waiting poll;
 * :mod:`.consumer`    ``RedisPullConsumer``, built with the parts above
   (never the broker).
@@ -39,6 +43,17 @@ Topics
     queue per call; bigger batches are split).  msg_id is
     "<namespace>-<topic>-<q>-<offset>"; MessageQueue.broker_name is the
     namespace.
+  ns:notify:<topic>               pub/sub channel: an empty message after
+                                  every send (waiting polls wake)
+  ns:rr:<topic>                   string: FCALL lite_push_send's round robin
+                                  of keyless messages (:mod:`.functions`)
+    Foreign entries (a raw XADD; :mod:`.codec`): every append goes through
+    append_first (scripts.APPEND_FIRST), which moves seq past a higher id
+    in the stream, so sends go on above it (a "*" id is the time in ms: the
+    offsets jump by ~1.8e12); a consumer dead-letters the entry as
+    malformed; the runtime is handed messages above a jump only once it
+    finished those below (:mod:`.gaps`); max_offset is past a foreign top
+    entry even before a send moved seq (scripts.QUEUE_END).
 
 Retry and dead-letter topics (%RETRY%<group>, %DLQ%<group>): normal topics
   of one queue, created on first use (send_back, send_to_dlq, subscribe).

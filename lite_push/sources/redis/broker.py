@@ -42,6 +42,7 @@ from .membership import read_committed
 from .message_grain import grain_position
 from .registry import OpenConsumers
 from .retries import Retries
+from .tls import TlsConnection
 from .topics import TopicCatalog, TopicInfo
 
 __all__ = ["RedisBroker", "TopicInfo"]
@@ -52,8 +53,10 @@ logger = logging.getLogger(__name__)
 class RedisBroker:
     """Topics of N queues on Redis Streams, with consumer groups.
 
-    ``url_or_client``: a ``redis://`` URL (the broker makes and closes its
-    client) or a ``redis.Redis`` (not closed by :meth:`close`).  ``clock``
+    ``url_or_client``: a ``redis://`` or ``rediss://`` (TLS) URL (the broker
+    makes and closes its client; a TLS handshake that fails or gets no
+    answer within 2 s raises a ``redis.ConnectionError`` saying so) or a
+    ``redis.Redis`` (not closed by :meth:`close`).  ``clock``
     (default: the ``time`` module): ``.time()`` drives the due times of
     delayed retries, ``.monotonic()`` the local heartbeat schedule; sessions
     and leases run on the Redis server's clock.  Thread-safe for sending.
@@ -89,8 +92,11 @@ class RedisBroker:
         self._delay_levels = check_delay_levels(delay_levels)
         client: Any
         if isinstance(url_or_client, str):
-            # bounded socket timeouts: a hung server must not block a poll for long
-            client = redis.Redis.from_url(url_or_client, socket_connect_timeout=2.0, socket_timeout=5.0)
+            # bounded socket timeouts: a hung server must not block a poll for
+            # long; rediss://: the TLS handshake is bounded by the connect
+            # timeout and its failures say TLS (a plain port never answers it)
+            tls: dict[str, Any] = {"connection_class": TlsConnection} if url_or_client.startswith("rediss:") else {}
+            client = redis.Redis.from_url(url_or_client, socket_connect_timeout=2.0, socket_timeout=5.0, **tls)
             self._own_client = True
         else:
             client = url_or_client
