@@ -222,3 +222,27 @@ def test_decode_tells_an_id_with_a_sequence_part_apart() -> None:
 )
 def test_take_within(offsets: list[int], low: int | None, high: int | None, n: int) -> None:
     assert take_within(offsets, low, high) == n
+
+
+def test_a_foreign_entry_too_big_for_a_dead_letter_is_dead_lettered_without_its_body(broker: RedisBroker) -> None:
+    small = RedisBroker(broker.client, namespace=f"fe-{uuid.uuid4().hex[:10]}", max_message_size=16)
+    small.create_topic("T", 1)
+    small.client.xadd(small.queue_key("T", 0, "log"), {"b": b"x" * 100})
+    small.send("T", b"ok", keys="k")
+    c = small.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET)
+    c.subscribe("T")
+    got = []
+    assert wait_for_batches(c, got)
+    assert [m.body for m in got] == [b"ok"]
+    (letter,) = dlq.dead_letters(small, "g")
+    assert letter.message.body == b"" and "its body of 100 bytes, over max_message_size, left out" in letter.reason
+    c.close()
+
+
+def wait_for_batches(c: object, got: list) -> bool:
+    for _ in range(200):
+        for b in c.poll(0.05):  # type: ignore[attr-defined]
+            got.extend(b.messages)
+        if got:
+            return True
+    return False

@@ -55,7 +55,7 @@ from .connection import CONN_ERRORS, Connection, Outage
 from .membership import Membership
 from .message_grain import MessageGrain
 from .notifier import Notifier
-from .reading import SCAN_EXTRA, QueueReader, read_into, readers
+from .reading import SCAN_EXTRA, QueueReader, raise_floors, read_into, readers
 from .registry import OpenConsumers
 from .retries import Retries
 from .topics import TopicCatalog
@@ -390,8 +390,7 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
             )
         st = self._owned.get(queue)
         lo, hi = self._topics.stored_range(queue)
-        st.pos = st.floor = min(max(int(offset), lo), hi)
-        st.held = False
+        st.restart(min(max(int(offset), lo), hi))
 
     def position(self, queue: MessageQueue) -> int:
         self._check_open()
@@ -408,11 +407,7 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
         whose owner key holds it)."""
         self._check_open()
         entries = commit_entries(offsets)
-        states = self._owned.states
-        for q, om in entries.items():  # the runtime has nothing unfinished below: a held read may go on
-            st = states.get(q)
-            if st is not None and om.offset > st.floor:
-                st.floor = om.offset
+        raise_floors(self._owned.states, entries)  # a read held at a jump of offsets may go on
         if entries:
             self._model.commit(entries)
 

@@ -8,11 +8,11 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..._types import MessageExt, MessageQueue, PollBatch
+from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
 from .codec import decode, offset_of
 from .gaps import GAP_LIMIT, take_within
 
-__all__ = ["SCAN_EXTRA", "QueueReader", "read_into", "readers"]
+__all__ = ["SCAN_EXTRA", "QueueReader", "raise_floors", "read_into", "readers"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +39,11 @@ class QueueReader:
         self.paused = False
         self.tags = tags
 
+    def restart(self, pos: int) -> None:
+        """Read from ``pos`` on (a seek: the runtime starts afresh there)."""
+        self.pos = self.floor = pos
+        self.held = False
+
     def waiting(self) -> bool:
         """Whether the queue waits at a jump of offsets for the runtime's
         commit (not read meanwhile)."""
@@ -55,13 +60,24 @@ class QueueReader:
         first = offset_of(entries[0][0])
         if offset_of(entries[-1][0]) - (first if low is None else min(low, first)) <= GAP_LIMIT:
             return len(entries)
-        n = take_within([offset_of(e[0]) for e in entries], low, None)
+        offsets = [offset_of(e[0]) for e in entries]
+        n = take_within(offsets, low, None)
         self.held = True
         logger.info(
-            "queue %s: offsets jump past %d (an entry lite_push did not write?): the rest waits until the "
-            "runtime committed %d", self.mq, offset_of(entries[n - 1][0]) if n else self.pos - 1, self.pos,
+            "queue %s: the offsets jump from %d to %d (an entry lite_push did not write?); those from %d on "
+            "wait until the runtime has finished the ones below", self.mq, offsets[n - 1] if n else self.pos - 1,
+            offsets[n], offsets[n],
         )  # fmt: skip
         return n
+
+
+def raise_floors(states: Mapping[MessageQueue, QueueReader], entries: Mapping[MessageQueue, OffsetAndMetadata]) -> None:
+    """The runtime committed ``entries``: it has nothing unfinished below
+    them, so each queue's ``floor`` rises to its commit."""
+    for q, om in entries.items():
+        st = states.get(q)
+        if st is not None and om.offset > st.floor:
+            st.floor = om.offset
 
 
 def readers(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..._types import MessageExt
@@ -115,9 +116,16 @@ class Retries:
         """Entries a poll could not decode (stand-ins with their reasons,
         from :func:`~lite_push.sources.redis.codec.decode`): each stored in
         the group's dead-letter queue with its reason, then logged at ERROR,
-        once, naming its queue and its entry id (the reason does).  Raises
+        once, naming its queue and its entry id (the reason does); a body
+        over ``max_message_size`` is left out (the reason says so).  Raises
         the first failure to store one (the poll then fails and reads them
         again; they are logged once they are stored)."""
+        limit = self._max_size
+        bad = [
+            (m, reason) if len(m.body) <= limit else
+            (replace(m, body=b""), f"{reason} (its body of {len(m.body)} bytes, over max_message_size, left out)")
+            for m, reason in bad
+        ]  # fmt: skip
         results = self.store_dead_letters(group, [(m, reason, "") for m, reason in bad])
         for (m, reason), err in zip(bad, results, strict=True):
             if err is None:

@@ -37,7 +37,7 @@ class TlsConnection(redis.SSLConnection):
         if self.socket_connect_timeout is not None:
             self.socket_timeout = self.socket_connect_timeout
         try:
-            sock = super()._connect()
+            sock = super()._connect()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
         except ssl.SSLCertVerificationError as e:
             raise redis.ConnectionError(
                 f"TLS handshake with {self.host}:{self.port} failed: its certificate is not trusted "
