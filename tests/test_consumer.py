@@ -358,7 +358,9 @@ def test_listener_must_be_sync_for_thread_executor():
 
     broker = EmbeddedBroker()
     with pytest.raises(ConfigError) as info:
-        LitePushConsumer(ConsumerConfig(group="g", executor="thread"), source=broker.pull_consumer("g"), listener=handler)
+        LitePushConsumer(
+            ConsumerConfig(group="g", executor="thread"), source=broker.pull_consumer("g"), listener=handler
+        )
     assert info.value.field == "executor"
     # unset, the executor follows the listener (tests/test_listeners.py)
     consumer = LitePushConsumer(ConsumerConfig(group="g"), source=broker.pull_consumer("g"), listener=handler)
