@@ -232,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
             "Print one line per dead letter of the group (DLQ offset, origin topic/queue/offset, "
             "original message id, reconsume times, reason; the key it holds, with "
             "dead_letter_order=key), or JSON lines with --json; with --held, one line per key held "
-            "behind its dead letters instead.  Reads only: joins no group and commits nothing."
+            "behind its dead letters instead.  When there is none, one line on stderr says so (standard "
+            "output stays empty).  Reads only: joins no group and commits nothing."
         ),
         epilog=_SETTINGS_EPILOG,
         formatter_class=fmt,
