@@ -8,6 +8,7 @@ Layout (one concern per module; underscored modules are implementation;
 * ``_consumer``        LitePushConsumer: the facade for plain code
 * ``_async_consumer``  AsyncLitePushConsumer: the facade inside an event loop
 * ``_consumer_core``   what both share: checks, start, the shutdown order
+* ``_listeners``       the listener given: a signature that takes the messages, the executor it picks
 * ``_wiring``          building one consumer's parts, each with the collaborators it uses
 * ``_shared``          what several parts share: counters, the first failure, app pauses
 * ``_pull_loop``       the pull thread: poll -> track -> dispatch, timers, commits
