@@ -90,7 +90,8 @@ def describe(source: str, group: str, *extra: str) -> dict[str, Any]:
 
 
 def reset(source: str, group: str, topic: str, to: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    return lite_push("group", "reset-offsets", "--source", source, "--group", group, "--topic", topic, "--to", to, *extra)
+    argv = ["--source", source, "--group", group, "--topic", topic, "--to", to, *extra]
+    return lite_push("group", "reset-offsets", *argv)
 
 
 def by_queue(doc: dict[str, Any], topic: str = "T") -> dict[int, dict[str, Any]]:
@@ -302,6 +303,7 @@ def test_group_commands_on_redis(redis: tuple[RedisBroker, str], tmp_path: Path)
         assert "members: 1" in text and member["client_id"] in text and "LAST-HEARTBEAT" in text
         refused = reset(source, "g2", "T", "first", "--execute")
         assert_error(refused, 1, "group 'g2' has 1 live member(s)", member["client_id"], "stop them first")
+        assert refused.stdout == ""
         plan = reset(source, "g2", "T", "first")
         assert plan.returncode == 0 and "--execute refuses until they stop" in plan.stdout, plan.stderr
         assert service.stop() == 0, service.output()
@@ -426,8 +428,8 @@ def small_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.mark.parametrize(
     ("argv", "code", "fragments"),
     [
-        (["describe", "--group", "nope"], 2, ["group 'nope' has no committed offsets and no members"]),
-        (["describe", "--group", "nope", "--topic", "T"], 2, ["on topic 'T'"]),
+        (["describe", "--group", "nope"], 2, ["group 'nope' has no committed offsets on this source and no members"]),
+        (["describe", "--group", "nope", "--topic", "T"], 2, ["on topic 'T' and no members"]),
         (["describe", "--group", "g", "--topic", "NOPE"], 1, ["unknown topic 'NOPE'"]),
         (["describe"], 2, ["--group is required"]),
         (["reset-offsets", "--group", "g", "--to", "first"], 2, ["--topic is required"]),

@@ -113,9 +113,9 @@ def _rows(broker: Broker, admin: GroupAdmin, topic: str, owners_known: bool) -> 
     ]
 
 
-def _member_line(m: GroupMember) -> list[object]:
+def _member_line(m: GroupMember, hosts: bool) -> list[object]:
     beat = None if m.last_heartbeat is None else f"{m.last_heartbeat:.1f}s ago"
-    return [m.client_id, ",".join(m.topics) or None, beat, m.host]
+    return [m.client_id, ",".join(m.topics) or None, beat] + ([m.host] if hosts else [])
 
 
 def cmd_group_describe(args: argparse.Namespace) -> int:
@@ -138,8 +138,9 @@ def cmd_group_describe(args: argparse.Namespace) -> int:
                     missing.append(t)  # a topic the group committed on that is gone
             if not members and not any(r.committed is not None for r in rows):
                 where = f"on topic {topic!r}" if topic else "on this source"
+                whom = "no members" if members is not None else "the source cannot list its members"
                 hint = "" if topic else "; name its topic with --topic if the source cannot list them"
-                raise CliError(f"group {group!r} has no committed offsets and no members {where}{hint}")
+                raise CliError(f"group {group!r} has no committed offsets {where} and {whom}{hint}")
             if args.json:
                 doc = {
                     "group": group,
@@ -182,7 +183,9 @@ def _print_description(
         out.append("members: none (its offsets can be reset)")
     else:
         out.append(f"members: {len(members)}")
-        out += table(["MEMBER", "TOPICS", "LAST-HEARTBEAT", "HOST"], [_member_line(m) for m in members])
+        hosts = any(m.host is not None for m in members)
+        header = ["MEMBER", "TOPICS", "LAST-HEARTBEAT"] + (["HOST"] if hosts else [])
+        out += table(header, [_member_line(m, hosts) for m in members])
     print("\n".join(out), flush=True)
 
 
@@ -197,18 +200,19 @@ def cmd_group_reset(args: argparse.Namespace) -> int:
             ranges = chosen_ranges(queue_ranges(broker, topic), args.queue)
             committed = admin.committed([r.queue for r in ranges])
             new = targets(admin, ranges, to)
+            if args.execute:
+                admin.reset(new)  # refused while the group has live members: nothing printed but the error
             rows = [[r.queue.queue_id, committed.get(r.queue), new[r.queue], r.end] for r in ranges]
             mode = "" if args.execute else " (dry run: nothing changes; --execute applies it)"
             print(f"group {group!r} topic {topic!r}: reset to {to}{mode}", flush=True)
             print("\n".join(table(["QUEUE", "COMMITTED", "NEW", "END"], rows)), flush=True)
-            if not args.execute:
-                members, _ = _members(admin)
-                if members:
-                    names = ", ".join(m.client_id for m in members)
-                    print(f"note: the group has live members ({names}): --execute refuses until they stop", flush=True)
+            if args.execute:
+                print(f"reset: {len(new)} queue(s) of topic {topic!r} committed for group {group!r}", flush=True)
                 return 0
-            admin.reset(new)
-            print(f"reset: {len(new)} queue(s) of topic {topic!r} committed for group {group!r}", flush=True)
+            members, _ = _members(admin)
+            if members:
+                names = ", ".join(m.client_id for m in members)
+                print(f"note: the group has live members ({names}): --execute refuses until they stop", flush=True)
     finally:
         broker.close()
     return 0

@@ -76,8 +76,7 @@ def chosen_ranges(ranges: Sequence[QueueRange], ids: Sequence[int] | None) -> li
     if missing:
         topic = ranges[0].queue.topic if ranges else "?"
         raise CliError(
-            f"--queue: topic {topic!r} has queues 0 to {len(ranges) - 1}; no queue "
-            + ", ".join(map(str, missing))
+            f"--queue: topic {topic!r} has queues 0 to {len(ranges) - 1}; no queue " + ", ".join(map(str, missing))
         )
     return [by_id[i] for i in sorted(set(ids))]
 
