@@ -463,3 +463,33 @@ def test_help(argv: list[str], mentions: list[str]) -> None:
     text = " ".join(p.stdout.split())
     for m in mentions:
         assert m in text, m
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "toml", "given"),
+    [
+        ([], {}, "", False),
+        (["--from", "first"], {}, "", True),
+        ([], {"LITE_PUSH_FROM": "first"}, "", True),
+        ([], {}, '[subscription]\nfrom = "last"\n', True),
+    ],
+    ids=["default", "flag", "environment", "file"],
+)
+def test_from_counts_as_given_from_a_flag_the_environment_or_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: list[str], env: dict[str, str], toml: str, given: bool
+) -> None:
+    """Only a --from given on purpose (not the default) makes consume check
+    the group's committed offsets for the notice."""
+    from lite_push.cli.parser import build_parser
+    from lite_push.cli.plan import plan_of
+
+    (tmp_path / "group_test_listener.py").write_text(LISTENER)
+    monkeypatch.chdir(tmp_path)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    config = tmp_path / "c.toml"
+    config.write_text(toml)
+    argv = ["consume", "--source", "embedded:/x", "--group", "g", "--topic", "T", "--config", str(config)]
+    args = build_parser().parse_args([*argv, "--listener", "group_test_listener:handle", *flags])
+    plan, _, _ = plan_of(args)
+    assert plan.from_given is given
