@@ -115,7 +115,8 @@ def _rows(broker: Broker, admin: GroupAdmin, topic: str, owners_known: bool) -> 
 
 def _member_line(m: GroupMember, hosts: bool) -> list[object]:
     beat = None if m.last_heartbeat is None else f"{m.last_heartbeat:.1f}s ago"
-    return [m.client_id, ",".join(m.topics) or None, beat] + ([m.host] if hosts else [])
+    line: list[object] = [m.client_id, ",".join(m.topics) or None, beat]
+    return line + [m.host] if hosts else line
 
 
 def cmd_group_describe(args: argparse.Namespace) -> int:
