@@ -73,8 +73,10 @@ from ._clock import Clock, ManualClock, SystemClock
 from ._config import ConsumeMode, ConsumerConfig, KeyExtractor
 from ._consumer import LitePushConsumer
 from ._errors import (
+    AdminNotSupportedError,
     ConfigError,
     ConsumerFailedError,
+    GroupActiveError,
     LitePushError,
     MessageDecodeError,
     MessageTooLargeError,
@@ -104,6 +106,8 @@ from .sources import (
     ConsumeFromWhere,
     EmbeddedBroker,
     EmbeddedPullConsumer,
+    GroupAdmin,
+    GroupMember,
     MessageModel,
     PullSource,
     dlq_topic,
@@ -117,6 +121,7 @@ __all__ = [
     "LANE_METRICS_IMPL",
     "OFFSETS_IMPL",
     "ROUTER_IMPL",
+    "AdminNotSupportedError",
     "AppHook",
     "AsyncListener",
     "AsyncLitePushConsumer",
@@ -133,6 +138,9 @@ __all__ = [
     "DeadLetter",
     "EmbeddedBroker",
     "EmbeddedPullConsumer",
+    "GroupActiveError",
+    "GroupAdmin",
+    "GroupMember",
     "HeldKey",
     "KeyExtractor",
     "Listener",

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import argparse
 import textwrap
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from .._version import __version__
 from ..demo import add_arguments, count_arg, non_negative_number, run_args
 from .consume import FROM, cmd_consume
 from .dlq import cmd_dlq_list, cmd_dlq_resend
 from .errors import PROG, CliError
+from .group import cmd_group_describe, cmd_group_reset
 
 __all__ = ["DEMO_METRICS_PORT", "build_parser"]
 
@@ -293,4 +294,65 @@ def build_parser() -> argparse.ArgumentParser:
         help="a progress bar on stderr for --all (auto: on a terminal)",
     )
     p.set_defaults(handler=cmd_dlq_resend)
+    _add_group_commands(sub, fmt)
     return parser
+
+
+def _add_group_commands(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
+    """``lite-push group describe`` and ``lite-push group reset-offsets``
+    (``sub``: the commands' subparsers action)."""
+    p = sub.add_parser(
+        "group",
+        help="describe a consumer group (lag per queue, members) and reset its offsets",
+        description="A consumer group's committed offsets, lag and members, read without joining it.",
+    )
+    group = p.add_subparsers(dest="group_command", metavar="ACTION", required=True)
+    p = group.add_parser(
+        "describe",
+        help="per queue: committed offset, end, lag, owner, in flight; then the live members",
+        description=_para(
+            "Print, per queue of each topic the group consumes (or of --topic), its committed offset, the "
+            "end offset, the lag, the member that owns it and the messages in flight where the source knows "
+            "them ('-' where it does not); then the live members with the time since their last heartbeat.  "
+            "The topics are those the group's members subscribed to (Redis) and those it has committed offsets "
+            "on.  Reads only: joins no group and commits nothing.  A group with no committed offsets and no "
+            "members is an error (exit 2)."
+        ),
+        epilog=_SETTINGS_EPILOG,
+        formatter_class=fmt,
+    )
+    _add_source_options(p)
+    p.add_argument("--topic", metavar="T", help="only this topic (required where the source cannot list them)")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(handler=cmd_group_describe)
+    p = group.add_parser(
+        "reset-offsets",
+        help="move a group's committed offsets (a dry run without --execute)",
+        description=_para(
+            "Move the committed offsets of the group on topic T (or on its --queue queues) to each queue's "
+            "first stored offset, its end (last: nothing left to read), or the first message stored at or "
+            "after a time.  Without --execute it prints the plan (per queue: committed -> new) and changes "
+            "nothing.  With it, it refuses while the group has live members (exit 1, naming them): stop them "
+            "first.  The next member of the group reads each queue from its new offset."
+        ),
+        epilog=_SETTINGS_EPILOG,
+        formatter_class=fmt,
+    )
+    _add_source_options(p)
+    p.add_argument("--topic", metavar="T", help="the topic whose offsets move")
+    p.add_argument(
+        "--to",
+        required=True,
+        metavar="WHERE",
+        help="first, last, an ISO 8601 time with its zone (2026-11-26T10:00:00Z) or epoch milliseconds",
+    )
+    p.add_argument(
+        "--queue",
+        type=_nonneg,
+        nargs="+",
+        action="extend",
+        metavar="N",
+        help="only these queue ids (default: every queue of the topic)",
+    )
+    p.add_argument("--execute", action="store_true", help="write the new offsets (default: print the plan only)")
+    p.set_defaults(handler=cmd_group_reset)

@@ -39,6 +39,7 @@ from .client_log import LIBRDKAFKA_LOGGER
 from .codec import Record, RecordFormat, kafka_topic, key_decoder
 from .consumer import KafkaPullConsumer
 from .copies import Copies
+from .group_admin import KafkaGroupAdmin
 from .offset_reader import OffsetReader
 from .producer import Sender
 from .settings import RESERVED, checked_settings
@@ -253,6 +254,15 @@ class KafkaBroker:
         if tp.offset is None or tp.offset < 0:
             return None
         return OffsetAndMetadata(tp.offset, tp.metadata or "")
+
+    def group_admin(self, group: str) -> KafkaGroupAdmin:
+        """Consumer group ``group`` read and changed from outside it, through
+        the admin API (:class:`~lite_push.sources.group_admin.GroupAdmin`;
+        what the cluster cannot do raises
+        :class:`~lite_push.AdminNotSupportedError`)."""
+        self.check_open()
+        admin = {"bootstrap.servers": self.bootstrap_servers, **self._common}
+        return KafkaGroupAdmin(group, self.bootstrap_servers, admin, self.reader, self.check_open)
 
     # -- lifecycle -----------------------------------------------------------------
 
