@@ -245,3 +245,20 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, argv: list[str], fragm
     argv = [a.replace("{dir}", f"embedded:{tmp_path}") for a in argv]
     one_line_error(lite_push(*argv), 2, fragment)
     assert not [p for p in tmp_path.iterdir() if p.is_dir()]  # no topic was made
+
+
+@pytest.mark.parametrize(
+    ("argv", "mentions"),
+    [
+        (["topic"], ["create", "list", "describe"]),
+        (["topic", "create"], ["--source", "--topic", "--queues", "--config", "kafka-topics.sh", "LITE_PUSH_SOURCE"]),
+        (["topic", "list"], ["--source", "--json", "%DLQ%<group>", "kind=dlq"]),
+        (["topic", "describe"], ["--source", "--topic", "--json", "end offset"]),
+        (["produce"], ["--source", "--topic", "--key-separator", "--tags", "--progress", "KEY SEP BODY"]),
+    ],
+)
+def test_help(argv: list[str], mentions: list[str]) -> None:
+    out = " ".join(ok(lite_push(*argv, "--help")))
+    assert out.startswith("usage: lite-push")
+    for m in mentions:
+        assert m in out, m
