@@ -51,7 +51,7 @@ from .errors import CliError
 from .sources import Broker, source_errors
 from .topic import bad_topic, no_topic, source_and_topic
 
-__all__ = ["BATCH_BYTES", "BATCH_LINES", "PROGRESS_DELAY", "READ_SIZE", "LineFormat", "cmd_produce"]
+__all__ = ["BATCH_BYTES", "BATCH_LINES", "PROGRESS_DELAY", "READ_SIZE", "LineFormat", "cmd_produce", "sent_line"]
 
 #: Most lines in one ``send_batch`` call.
 BATCH_LINES = 1000
@@ -217,12 +217,17 @@ class _Batches:
     def so_far(self) -> str:
         """What was sent, for the line that says why the command stopped."""
         n = self.sent
-        text = f"sent {n} message{'' if n == 1 else 's'} to {self.topic}"
+        text = sent_line(n, self.topic)
         if n:
             text += " (input line 1)" if n == 1 else f" (input lines 1 to {n})"
         if self.signals.sending:  # the send of the batch after them failed or was cut short
             text += f"; lines {n + 1} to {n + len(self.items)} may be partly stored"
         return text
+
+
+def sent_line(n: int, topic: str) -> str:
+    """``sent N messages to T`` (``1 message``)."""
+    return f"sent {n} message{'' if n == 1 else 's'} to {topic}"
 
 
 def _separator(text: str | None) -> bytes | None:
@@ -316,7 +321,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
         raise CliError(f"{e}; {batches.so_far()}", code=1) from None  # the source failed
     finally:
         broker.close()
-    _say(f"sent {batches.sent} messages to {topic}")
+    _say(sent_line(batches.sent, topic))
     return 0
 
 

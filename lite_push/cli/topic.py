@@ -148,7 +148,7 @@ def cmd_topic_create(args: argparse.Namespace) -> int:
     finally:
         broker.close()
     verb = f"topic {topic} exists" if existing else f"created topic {topic}"
-    print(f"{verb} with {len(queues)} queues", flush=True)
+    print(f"{verb} with {len(queues)} queue{'' if len(queues) == 1 else 's'}", flush=True)
     return 0
 
 
