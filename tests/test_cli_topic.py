@@ -22,6 +22,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from lite_push import ConfigError, LitePushError
 from lite_push.cli.settings import NON_CONFIG_ENV
 from lite_push.sources import EmbeddedBroker, dlq_topic
 from lite_push.sources.kafka import KafkaBroker
@@ -262,3 +263,26 @@ def test_help(argv: list[str], mentions: list[str]) -> None:
     assert out.startswith("usage: lite-push")
     for m in mentions:
         assert m in out, m
+
+
+def test_kafka_broker_topics_and_create_topic() -> None:
+    """What the commands rely on, in the library: ``topics()`` in lite_push
+    names without Kafka's own; ``create_topic`` idempotent for the same count
+    and a ``ConfigError`` naming ``partitions`` for another; a cluster with no
+    CreateTopics named with the tool to use instead."""
+    with MockKafkaCluster() as cluster:
+        cluster.create_topic("__consumer_offsets", 1)
+        b = KafkaBroker(cluster.bootstrap, topic_creator=cluster.create_topic)
+        plain = KafkaBroker(cluster.bootstrap)  # the admin API, which the mock refuses
+        try:
+            assert len(b.create_topic("T", 3)) == len(b.create_topic("T", 3)) == 3
+            with pytest.raises(ConfigError, match="partitions: topic 'T' exists with 3 partitions, not 2"):
+                b.create_topic("T", 2)
+            b.create_topic(dlq_topic("g"), 1)
+            assert b.topics() == ["%DLQ%g", "T"]
+            assert len(plain.create_topic("T", 3)) == 3  # exists: nothing to ask
+            with pytest.raises(LitePushError, match="kafka-topics.sh .* --create --topic U --partitions 2"):
+                plain.create_topic("U", 2)
+        finally:
+            b.close()
+            plain.close()
