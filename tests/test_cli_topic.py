@@ -220,7 +220,7 @@ def test_a_directory_another_process_holds_is_one_line(tmp_path: Path) -> None:
     data.mkdir()
     with EmbeddedBroker(data):
         r = lite_push("topic", "list", "--source", f"embedded:{data}")
-    one_line_error(r, 1, "already open in another EmbeddedBroker")
+    one_line_error(r, 1, f"is in use by process {os.getpid()}")
 
 
 @pytest.mark.parametrize(
