@@ -74,8 +74,10 @@ from ._clock import Clock, ManualClock, SystemClock
 from ._config import ConsumeMode, ConsumerConfig, KeyExtractor
 from ._consumer import LitePushConsumer
 from ._errors import (
+    AdminNotSupportedError,
     ConfigError,
     ConsumerFailedError,
+    GroupActiveError,
     LitePushError,
     MessageDecodeError,
     MessageTooLargeError,
@@ -105,6 +107,8 @@ from .sources import (
     ConsumeFromWhere,
     EmbeddedBroker,
     EmbeddedPullConsumer,
+    GroupAdmin,
+    GroupMember,
     MessageModel,
     PullSource,
     dlq_topic,
@@ -118,6 +122,7 @@ __all__ = [
     "LANE_METRICS_IMPL",
     "OFFSETS_IMPL",
     "ROUTER_IMPL",
+    "AdminNotSupportedError",
     "AppHook",
     "AsyncListener",
     "AsyncLitePushConsumer",
@@ -134,6 +139,9 @@ __all__ = [
     "DeadLetter",
     "EmbeddedBroker",
     "EmbeddedPullConsumer",
+    "GroupActiveError",
+    "GroupAdmin",
+    "GroupMember",
     "HeldKey",
     "KeyExtractor",
     "Listener",

@@ -39,6 +39,7 @@ from .._signals import StopOnSignal
 from ..sources._common import parse_tag_expression
 from ..supervisor import ProcessSupervisor
 from .errors import CliError
+from .from_notice import note_from
 from .plan import ConsumePlan, banner, load_listener, opened
 
 __all__ = ["check_plan", "consume_processes", "member_consumer", "stopped_line"]
@@ -80,6 +81,7 @@ def check_plan(plan: ConsumePlan, listener: Callable[..., Any], processes: int) 
         try:
             if not plan.topic.startswith("^"):  # a Kafka pattern names no one topic
                 built.broker.queues(plan.topic)
+            note_from(plan, built.broker)
         finally:
             built.consumer.shutdown(0.0)  # never started: closes its source, joins nothing
 

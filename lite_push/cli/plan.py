@@ -103,6 +103,9 @@ class ConsumePlan:
     log_level: str = "INFO"
     kafka: dict[str, KafkaValue] = field(default_factory=dict)
     balance: Balance = Balance.QUEUE
+    #: Whether ``--from`` (or LITE_PUSH_FROM, or the file's ``from``) was
+    #: given, rather than the default (see :mod:`lite_push.cli.from_notice`).
+    from_given: bool = False
 
 
 def plan_of(args: argparse.Namespace) -> tuple[ConsumePlan, Callable[..., Any], int]:
@@ -135,6 +138,7 @@ def plan_of(args: argparse.Namespace) -> tuple[ConsumePlan, Callable[..., Any], 
         log_level=args.log_level,
         kafka=dict(settings.kafka),
         balance=settings.balance,
+        from_given=settings.get("from") is not None,
     )
     return plan, listener, settings.processes
 

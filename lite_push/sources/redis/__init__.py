@@ -18,6 +18,8 @@ The package, one concern per module:
   (``Balance.MESSAGE``), over the scripts of :mod:`.grain_scripts` (BROADCASTING is the shared
   :class:`~lite_push.sources._member_model.Broadcasting`);
 * :mod:`.reading`     a poll's read of its queues' streams;
+* :mod:`.group_admin` a group read and reset from outside it (members,
+  owners, in-flight counts; ``lite-push group``);
 * :mod:`.notifier`    the pub/sub thread that wakes a waiting poll;
 * :mod:`.consumer`    ``RedisPullConsumer``, built with the parts above
   (never the broker).
