@@ -8,6 +8,7 @@ Layout (one concern per module; underscored modules are implementation;
 * ``_consumer``        LitePushConsumer: the facade for plain code
 * ``_async_consumer``  AsyncLitePushConsumer: the facade inside an event loop
 * ``_consumer_core``   what both share: checks, start, the shutdown order
+* ``_listeners``       the listener given: a signature that takes the messages, the executor it picks
 * ``_wiring``          building one consumer's parts, each with the collaborators it uses
 * ``_shared``          what several parts share: counters, the first failure, app pauses
 * ``_pull_loop``       the pull thread: poll -> track -> dispatch, timers, commits
@@ -73,8 +74,10 @@ from ._clock import Clock, ManualClock, SystemClock
 from ._config import ConsumeMode, ConsumerConfig, KeyExtractor
 from ._consumer import LitePushConsumer
 from ._errors import (
+    AdminNotSupportedError,
     ConfigError,
     ConsumerFailedError,
+    GroupActiveError,
     LitePushError,
     MessageDecodeError,
     MessageTooLargeError,
@@ -104,6 +107,8 @@ from .sources import (
     ConsumeFromWhere,
     EmbeddedBroker,
     EmbeddedPullConsumer,
+    GroupAdmin,
+    GroupMember,
     MessageModel,
     PullSource,
     dlq_topic,
@@ -117,6 +122,7 @@ __all__ = [
     "LANE_METRICS_IMPL",
     "OFFSETS_IMPL",
     "ROUTER_IMPL",
+    "AdminNotSupportedError",
     "AppHook",
     "AsyncListener",
     "AsyncLitePushConsumer",
@@ -133,6 +139,9 @@ __all__ = [
     "DeadLetter",
     "EmbeddedBroker",
     "EmbeddedPullConsumer",
+    "GroupActiveError",
+    "GroupAdmin",
+    "GroupMember",
     "HeldKey",
     "KeyExtractor",
     "Listener",

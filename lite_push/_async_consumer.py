@@ -20,7 +20,7 @@ from ._async_executor import AsyncExecutor, new_event_loop
 from ._clock import Clock
 from ._config import ConsumerConfig
 from ._consumer_core import ConsumerCore
-from ._errors import ConfigError, ConsumerFailedError, LitePushError
+from ._errors import ConsumerFailedError, LitePushError
 from ._types import AsyncListener
 from ._watchdog import LoopWatchdog
 from .sources._base import PullSource
@@ -38,13 +38,17 @@ FAILURE_POLL = 0.1
 class AsyncLitePushConsumer(ConsumerCore):
     """A consumer whose lanes are coroutines on the running event loop.
 
-    ``config.executor`` must be ``"asyncio"`` and the listener an ``async
-    def`` taking a list of up to ``batch_size`` messages; returning ``None``
+    The listener is an ``async def`` taking a list of up to ``batch_size``
+    messages (``config.executor`` may be left unset: it becomes
+    ``"asyncio"``; ``"thread"`` is a :class:`~lite_push.ConfigError` naming
+    ``executor``); returning ``None``
     or ``SUCCESS`` marks them done, raising or returning ``RETRY_LATER``
     retries them, exactly as with threads.  A listener should await its
     I/O: one that blocks the loop blocks every lane (and is logged, see
     ``loop_block_threshold``).  Rebalance hooks and the source's rebalance
     listener are as for :class:`~lite_push.LitePushConsumer`."""
+
+    EVENT_LOOP_ONLY = True
 
     def __init__(
         self,
@@ -57,8 +61,6 @@ class AsyncLitePushConsumer(ConsumerCore):
         on_assigned: AppHook | None = None,
         on_revoked: AppHook | None = None,
     ) -> None:
-        if isinstance(config, ConsumerConfig) and config.executor != "asyncio":
-            raise ConfigError("executor", f"AsyncLitePushConsumer needs executor='asyncio', got {config.executor!r}")
         super().__init__(
             config, source, listener, clock=clock, registry=registry, on_assigned=on_assigned, on_revoked=on_revoked
         )

@@ -4,7 +4,11 @@ A queue's commit point is its lowest unfinished offset (so a commit never
 passes a message still in a lane, in the listener or being retried) with
 its offset map: the finished offsets above it, so the next owner skips them
 (``_offset_map``).  The pull thread commits every ``commit_interval``, for
-the queues being revoked before it releases them, and at shutdown.  A
+the queues being revoked before it releases them, and at shutdown; and once
+at the first quiet moment of a spell of work (see ``_pull_loop``): when
+nothing polled is left unfinished (:meth:`Committer.quiet`), so the
+committed offsets and the lag show finished work without waiting for the
+interval.  A
 failed commit is logged once per episode; each queue's commit point, as it
 stands then, is committed next time.
 
@@ -41,9 +45,10 @@ class Committer:
         self._group = group
         self._episode = Episode("commit")
 
-    def commit(self, pqs: list[ProcessQueue]) -> None:
+    def commit(self, pqs: list[ProcessQueue]) -> bool:
         """Commit each queue's lowest unfinished offset with its offset map
-        (skipped when neither changed since the last commit)."""
+        (skipped when neither changed since the last commit); return whether
+        any had changed (committed, or tried and failed)."""
         offsets: dict[MessageQueue, OffsetAndMetadata] = {}
         now = time.time()
         for pq in pqs:
@@ -53,19 +58,25 @@ class Committer:
             else:  # the committed offset is current: as good as a commit now
                 pq.commit_current(now)
         if not offsets:
-            return
+            return False
         group = self._group
         try:
             self._source.commit(offsets)
         except Exception:
             self._episode.failed(group, f" ({len(offsets)} queue(s))")
-            return
+            return True
         self._episode.ok(group)
         for pq in pqs:
             c = offsets.get(pq.queue)
             if c is not None:
                 pq.committed(c.offset, c.metadata, now)
+        return True
 
-    def commit_all(self) -> None:
-        """Commit every owned queue."""
-        self.commit(list(self._owned.values()))
+    def commit_all(self) -> bool:
+        """Commit every owned queue; whether any commit point had changed."""
+        return self.commit(list(self._owned.values()))
+
+    def quiet(self) -> bool:
+        """Whether no owned queue holds a message (polled, not finished or
+        skipped): every commit point is as high as what was polled allows."""
+        return not any([pq.holding for pq in self._owned.values()])

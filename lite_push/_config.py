@@ -22,8 +22,12 @@ __all__ = ["ConsumeMode", "ConsumerConfig", "KeyExtractor"]
 KeyExtractor = Callable[[MessageExt], "str | None"]
 
 MIB = 1024 * 1024
-#: The values of :attr:`ConsumerConfig.executor`.
+#: The values of :attr:`ConsumerConfig.executor` (``None``: by the listener).
 EXECUTORS = ("thread", "asyncio")
+#: Most lanes on threads (a thread each).
+THREAD_LANES = 1024
+#: Most lanes on the asyncio executor (a coroutine each).
+ASYNC_LANES = 65536
 #: The values of :attr:`ConsumerConfig.lane_placement`.
 LANE_PLACEMENTS = ("load", "hash", "java")
 #: The values of :attr:`ConsumerConfig.dead_letter_order`.
@@ -155,8 +159,12 @@ class ConsumerConfig:
     #: How lanes run: ``"thread"`` (a thread per lane, a plain listener; at
     #: most 1024 lanes) or ``"asyncio"`` (a coroutine per lane on one event
     #: loop, uvloop when installed, an ``async def`` listener; up to 65536
-    #: lanes; see :class:`~lite_push.AsyncLitePushConsumer`).
-    executor: str = "thread"
+    #: lanes; see :class:`~lite_push.AsyncLitePushConsumer`).  ``None``
+    #: (default): by the listener, ``"asyncio"`` for an ``async def`` one and
+    #: ``"thread"`` for a plain one; the consumer's ``config`` holds the
+    #: executor chosen.  Named, it must fit the listener (a
+    #: :class:`~lite_push.ConfigError` naming ``executor`` otherwise).
+    executor: str | None = None
     #: asyncio executor: a listener that keeps the event loop busy (does not
     #: await) for longer than this many seconds is logged with its duration.
     loop_block_threshold: float = 0.1
@@ -218,8 +226,9 @@ class ConsumerConfig:
         if not isinstance(self.mode, ConsumeMode):
             allowed = ", ".join(m.name for m in ConsumeMode)
             raise ConfigError("mode", f"must be a ConsumeMode or its name ({allowed}), got {self.mode!r}")
-        if self.executor not in EXECUTORS:
-            raise ConfigError("executor", f"must be one of {', '.join(map(repr, EXECUTORS))}, got {self.executor!r}")
+        if self.executor is not None and self.executor not in EXECUTORS:
+            allowed = ", ".join(map(repr, EXECUTORS))
+            raise ConfigError("executor", f"must be one of {allowed} or None (by the listener), got {self.executor!r}")
         if self.executor == "asyncio" and self.mode is ConsumeMode.QUEUE_ORDERLY:
             raise ConfigError("executor", "QUEUE_ORDERLY (the baseline) runs on threads only: use executor='thread'")
         if self.lane_placement not in LANE_PLACEMENTS:
@@ -227,7 +236,8 @@ class ConsumerConfig:
                 "lane_placement",
                 f"must be one of {', '.join(map(repr, LANE_PLACEMENTS))}, got {self.lane_placement!r}",
             )
-        _check_int("lanes", self.lanes, 1, 65536 if self.executor == "asyncio" else 1024)
+        # unset, the executor follows the listener: the consumer checks threads' limit then
+        _check_int("lanes", self.lanes, 1, THREAD_LANES if self.executor == "thread" else ASYNC_LANES)
         _check_float("loop_block_threshold", self.loop_block_threshold, 0.0, 3600.0, low_open=True)
         _check_float("loop_turn_target", self.loop_turn_target, 0.0, 60.0)
         _check_int("lane_capacity", self.lane_capacity, 1, 1_000_000)

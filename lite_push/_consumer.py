@@ -9,10 +9,10 @@ commit never passes unfinished work; delivery is at-least-once.
 
 The parts are described in ``_consumer_core`` (and ``docs/ARCHITECTURE.md``);
 this module is only the synchronous face: ``start()``, ``shutdown()``,
-``with``.  With ``ConsumerConfig(executor="asyncio")`` and an ``async def``
-listener, ``start()`` runs an event loop of the consumer's own (uvloop when
-installed) on a thread of its own, and ``shutdown()`` stops it; code that
-already runs an event loop uses :class:`~lite_push.AsyncLitePushConsumer`.
+``with``.  With an ``async def`` listener (the executor follows it:
+``"asyncio"``), ``start()`` runs an event loop of the consumer's own (uvloop
+when installed) on a thread of its own, and ``shutdown()`` stops it; code
+that already runs an event loop uses :class:`~lite_push.AsyncLitePushConsumer`.
 """
 
 from __future__ import annotations
@@ -46,10 +46,12 @@ class LitePushConsumer(ConsumerCore):
     The listener is called with a list of up to ``config.batch_size``
     messages; returning ``None`` or ``SUCCESS`` marks them done, raising or
     returning ``RETRY_LATER`` processes them again later (see the README's
-    "What it promises").  A plain listener runs on lane threads
-    (``executor="thread"``, the default); an ``async def`` listener with
-    ``executor="asyncio"`` runs on an event loop the consumer starts on a
-    thread of its own.  Invalid arguments raise :class:`~lite_push.ConfigError`
+    "What it promises").  The listener is called with that one argument: one
+    whose signature cannot take it is refused here.  A plain listener runs
+    on lane threads, an ``async def`` one on an event loop the consumer
+    starts on a thread of its own: ``config.executor`` left unset follows
+    the listener (:attr:`config` then says which), and one set explicitly
+    must fit it.  Invalid arguments raise :class:`~lite_push.ConfigError`
     naming the field.
 
     ``on_assigned`` / ``on_revoked``: the application's rebalance hooks,

@@ -23,13 +23,12 @@ metrics collector only read.
 from __future__ import annotations
 
 import errno
-import inspect
 import logging
 import threading
 import time
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._assignment import AppHook
 from ._async_executor import AsyncExecutor
@@ -38,6 +37,7 @@ from ._config import ConsumeMode, ConsumerConfig
 from ._errors import ConfigError, LitePushError
 from ._exporter import exporter_for, release_exporter
 from ._lanemetrics import LANE_METRICS_IMPL, LaneMetrics
+from ._listeners import is_async_callable, resolve_executor
 from ._offsets import OFFSETS_IMPL
 from ._router import ROUTER_IMPL
 from ._shared import ABORT_GRACE, FailureLatch
@@ -57,30 +57,6 @@ logger = logging.getLogger(__name__)
 
 #: How long a failed consumer lets its other lanes finish what they hold.
 FAILURE_DRAIN = 10.0
-
-
-def is_async_callable(fn: object) -> bool:
-    """Whether calling ``fn`` returns a coroutine: an ``async def``
-    function, a partial of one, or an object with an ``async def
-    __call__``."""
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
-
-
-def _check_listener(config: ConsumerConfig, listener: object) -> None:
-    if not callable(listener):
-        raise ConfigError("listener", f"must be callable, got {listener!r}")
-    if config.executor == "asyncio" and not is_async_callable(listener):
-        raise ConfigError(
-            "listener",
-            "is a plain function; executor='asyncio' needs an `async def` listener "
-            "(or use executor='thread' for a plain one)",
-        )
-    if config.executor == "thread" and is_async_callable(listener):
-        raise ConfigError(
-            "listener",
-            "is an async function; the thread executor needs a plain function "
-            "(or use ConsumerConfig(executor='asyncio') for an `async def` listener)",
-        )
 
 
 def _check_source(config: ConsumerConfig, source: PullSource) -> None:
@@ -124,6 +100,10 @@ class ConsumerCore:
     """The parts of one consumer and their life cycle (see the module
     docstring); the public facades derive from it."""
 
+    #: Whether the facade runs lanes on an event loop only (an ``async def``
+    #: listener, ``executor`` unset or ``"asyncio"``).
+    EVENT_LOOP_ONLY: ClassVar[bool] = False
+
     def __init__(
         self,
         config: ConsumerConfig,
@@ -139,7 +119,8 @@ class ConsumerCore:
             raise ConfigError("config", f"must be a ConsumerConfig, got {type(config).__name__}")
         if not isinstance(source, PullSource):
             raise ConfigError("source", f"must be a PullSource, got {type(source).__name__}")
-        _check_listener(config, listener)
+        # the listener fits its call, and the executor fits the listener (unset: chosen by it)
+        config = resolve_executor(config, listener, needs_async=self.EVENT_LOOP_ONLY)
         _check_source(config, source)
         if source.rebalance_listener is not None:
             # The consumer installs its own (it drains and commits revoked

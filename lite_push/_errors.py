@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 __all__ = [
+    "AdminNotSupportedError",
     "ConfigError",
     "ConsumerFailedError",
+    "GroupActiveError",
     "LitePushError",
     "MessageDecodeError",
     "MessageTooLargeError",
@@ -80,3 +82,24 @@ class NotSubscribedError(LitePushError):
 
 class SourceClosedError(LitePushError):
     """The source was used after ``close()``."""
+
+
+class GroupActiveError(LitePushError):
+    """A consumer group's committed offsets were not changed because the
+    group has live members (``members``: their client ids), which would
+    overwrite them with their own commits; stop them first."""
+
+    def __init__(self, group: str, members: list[str]) -> None:
+        shown = ", ".join(members[:5]) + (f" and {len(members) - 5} more" if len(members) > 5 else "")
+        super().__init__(
+            f"group {group!r} has {len(members)} live member(s): {shown}; stop them first "
+            "(offsets change only while the group is empty)"
+        )
+        self.group = group
+        self.members = members
+
+
+class AdminNotSupportedError(LitePushError):
+    """The source cannot do this admin operation (librdkafka's mock cluster
+    has no DescribeConsumerGroups, for one); the message names the tool that
+    can."""

@@ -7,7 +7,9 @@ the wrong moment; every thread the consumer starts inherits the blocked
 mask).  The member calls the factory with its index, starts the consumer,
 tells the supervisor over its pipe (:class:`MemberStarted`, with the
 consumer's metrics URL), and waits for SIGTERM, for its consumer to fail,
-or for the pipe to close (the supervisor is gone).  Then it stops polling,
+or for the pipe to close (the supervisor is gone), reporting what it has
+consumed so far every :data:`PROGRESS_INTERVAL` (:class:`MemberProgress`:
+the count a member killed with SIGKILL leaves behind).  Then it stops polling,
 drains (``shutdown(shutdown_timeout)``), commits, reports
 (:class:`MemberFinished`) and exits 0, or 1 when not everything finished or
 the consumer failed.  A multiprocessing child ends with ``os._exit``, so no
@@ -25,6 +27,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
@@ -40,6 +43,7 @@ __all__ = [
     "MemberFactory",
     "MemberFinished",
     "MemberProcess",
+    "MemberProgress",
     "MemberStarted",
     "MemberState",
     "describe_exit",
@@ -56,6 +60,9 @@ MemberFactory: TypeAlias = Callable[[int], "LitePushConsumer | AbstractContextMa
 
 #: How often a member looks whether its consumer failed or its supervisor left.
 MEMBER_POLL = 0.2
+#: How often (seconds) a running member reports its consumed count, when it
+#: changed.
+PROGRESS_INTERVAL = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +82,14 @@ class MemberError:
 
 
 @dataclass(frozen=True, slots=True)
+class MemberProgress:
+    """What the member's consumer has consumed so far (sent every
+    :data:`PROGRESS_INTERVAL` while it changes)."""
+
+    consumed: int
+
+
+@dataclass(frozen=True, slots=True)
 class MemberFinished:
     """The member's consumer stopped: what it consumed, whether everything
     finished within the shutdown timeout, and its failure, if any."""
@@ -84,7 +99,7 @@ class MemberFinished:
     failure: str | None
 
 
-Report: TypeAlias = MemberStarted | MemberError | MemberFinished
+Report: TypeAlias = MemberStarted | MemberError | MemberProgress | MemberFinished
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +122,13 @@ class MemberState:
     #: How its previous process ended (``"killed by SIGKILL"``,
     #: ``"exit code 1: ValueError: ..."``), ``None`` if none ended yet.
     last_exit: str | None
+    #: Messages its processes consumed, the ended ones included, as they
+    #: last reported (a running one every :data:`PROGRESS_INTERVAL`).
+    consumed: int = 0
+    #: False once one of its processes ended without reporting its final
+    #: count (killed): ``consumed`` then counts that one as of its last
+    #: report, and may be short.
+    consumed_exact: bool = True
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -184,10 +206,20 @@ def _serve(factory: MemberFactory, index: int, conn: Connection, serve_metrics: 
 
 def _wait_for_stop(consumer: LitePushConsumer, conn: Connection) -> str:
     """Block until SIGTERM, a consumer failure or the supervisor's end of
-    the pipe closing; say which."""
+    the pipe closing; say which.  Meanwhile report the consumed count every
+    :data:`PROGRESS_INTERVAL` when it changed."""
+    reported = 0
+    next_report = time.monotonic() + PROGRESS_INTERVAL
     while True:
         if signal.sigtimedwait({signal.SIGTERM}, MEMBER_POLL) is not None:
             return "SIGTERM"
+        now = time.monotonic()
+        if now >= next_report:
+            next_report = now + PROGRESS_INTERVAL
+            consumed = consumer.stats().consumed
+            if consumed != reported:
+                reported = consumed
+                _report(conn, MemberProgress(consumed))
         if consumer.failure is not None:
             return f"the consumer failed ({type(consumer.failure).__name__})"
         if conn.poll(0):  # the supervisor never writes: this is its end closing
@@ -224,6 +256,8 @@ class MemberProcess:
         self.started: MemberStarted | None = None
         self.error: str | None = None
         self.finished: MemberFinished | None = None
+        #: What it consumed, as it last reported (progress or final count).
+        self.consumed = 0
 
     @property
     def sentinel(self) -> int:
@@ -251,8 +285,11 @@ class MemberProcess:
                 self.started = report
             elif isinstance(report, MemberError):
                 self.error = report.error
+            elif isinstance(report, MemberProgress):
+                self.consumed = report.consumed
             elif isinstance(report, MemberFinished):
                 self.finished = report
+                self.consumed = report.consumed
             reports.append(report)
         return reports
 

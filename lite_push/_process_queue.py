@@ -193,6 +193,13 @@ class ProcessQueue:
             return self._count, self._bytes, span, estimate_size(span, t.in_flight)
 
     @property
+    def holding(self) -> int:
+        """Messages polled and not finished or skipped yet: queued in a lane,
+        in a listener call, parked, or waiting for their failure to be
+        stored (any thread; read without the lock)."""
+        return self._count
+
+    @property
     def next_offset(self) -> int:
         """One past the highest offset polled or passed over (pull thread); a
         late batch does not lower it."""

@@ -14,6 +14,18 @@ of ``key_min_interval``), store handed-off failures (``_failure_sender``),
 apply flow control (``_flow_control``), commit every ``commit_interval``
 (``_committer``) and, in QUEUE_ORDERLY, renew the broker locks.
 
+Commits come every ``commit_interval``, and once more at the first quiet
+moment of a spell of work: when something was routed since, a poll found
+nothing more and no owned queue holds a message any more (caught up, not a
+lull between two polls of a backlog), the pull thread commits at once, so the
+committed offsets (``stats().committed``) and the lag show finished work
+without waiting for the interval (a backlog consumed in one second is not
+shown as the whole backlog for the next four).  That early commit is armed
+at the start and again by each periodic commit that found nothing to move,
+so a trickle of messages, each quiet moment after the other, still commits
+about once per interval.  Either way a commit point is the lowest
+unfinished offset: it never passes a message still held.
+
 The poll's timeout is shortened to the timer's earliest entry, so a parked
 key is never retried late by a waiting poll.  A gathering poll (``poll(0)``
 while more is ready) that fails ends the gathering without a word: the next
@@ -119,6 +131,11 @@ class PullLoop:
         self._counts_gaps = source.balance is not Balance.MESSAGE
         self._poll_episode = Episode("poll")
         self._dispatched = False  # whether anything was routed yet
+        #: Whether the next quiet moment after work commits at once (armed at
+        #: the start and by a periodic commit that had nothing to move).
+        self._early_commit = True
+        #: Whether anything was routed since the last early commit.
+        self._worked = False
 
     def run(self, finish: Callable[[bool], None]) -> None:
         """Poll until ``stopping`` is set (or the source closed), then call
@@ -164,7 +181,12 @@ class PullLoop:
                     self._sender.send(now)
                 self._flow.apply()
                 if now >= next_commit:
-                    self._committer.commit_all()
+                    if not self._committer.commit_all():
+                        self._early_commit = True  # nothing moved: the next spell of work commits when it is done
+                    next_commit = now + cfg.commit_interval
+                elif not batches and self._early_commit and self._worked and self._committer.quiet():
+                    self._committer.commit_all()  # the first quiet moment: show the finished work now
+                    self._early_commit = self._worked = False
                     next_commit = now + cfg.commit_interval
                 if self._renews_locks:
                     if now >= next_lock:
@@ -193,6 +215,7 @@ class PullLoop:
         poll."""
         cfg = self._config
         first = not self._dispatched
+        self._worked = True
         total = self._track(batches)
         # The first dispatch goes out with the first poll: at a start every
         # lane waits, and a full budget's polls would keep them waiting.

@@ -45,6 +45,12 @@ exit code 1 (:attr:`failure` says why).  Back-off and stability are timed on
 ``clock`` (:class:`~lite_push.ManualClock` in tests); the shutdown deadline on
 the real monotonic clock.
 
+**Counts.** A running member reports what its consumer consumed every
+second or so, and its final count when it stops; :attr:`consumed` adds up
+every member's processes, a restarted member's earlier ones included.  A
+process killed before its final count is counted as of its last report
+(:attr:`consumed_short` names such members).
+
 **Stopping** (:meth:`stop`, SIGTERM or SIGINT in :meth:`run`): pending
 restarts are cancelled, every running member gets SIGTERM, and each has
 ``shutdown_timeout`` (+ :data:`STOP_MARGIN`) to exit; one still running then
@@ -83,7 +89,6 @@ from ._errors import ConfigError, LitePushError
 from ._member_metrics import MembersEndpoint
 from ._member_process import (
     MemberFactory,
-    MemberFinished,
     MemberProcess,
     MemberStarted,
     MemberState,
@@ -106,7 +111,7 @@ class _Slot:
     """One member index: its process now, its restart series, its history
     (the monitor thread's alone)."""
 
-    __slots__ = ("index", "last_exit", "proc", "restart_at", "restarts", "tracker")
+    __slots__ = ("consumed_before", "exact", "index", "last_exit", "proc", "restart_at", "restarts", "tracker")
 
     def __init__(self, index: int, policy: RestartPolicy) -> None:
         self.index = index
@@ -115,6 +120,17 @@ class _Slot:
         self.restarts = 0
         self.restart_at: float | None = None
         self.last_exit: str | None = None
+        #: What its ended processes consumed, as each last reported.
+        self.consumed_before = 0
+        #: Whether every ended process reported its final count.
+        self.exact = True
+
+    def ended(self, proc: MemberProcess) -> None:
+        """Its process ``proc`` ended: keep its count (a killed one's as of
+        its last progress report)."""
+        self.consumed_before += proc.consumed
+        if proc.finished is None and proc.started is not None:
+            self.exact = False
 
     def state(self) -> MemberState:
         proc = self.proc
@@ -127,6 +143,8 @@ class _Slot:
             restarts=self.restarts,
             metrics_url=None if started is None else started.metrics_url,
             last_exit=self.last_exit,
+            consumed=self.consumed_before + (0 if proc is None else proc.consumed),
+            consumed_exact=self.exact,
         )
 
 
@@ -181,7 +199,6 @@ class ProcessSupervisor:
         self._wake_r = self._wake_w = -1
         self._failure: str | None = None
         self._exit_code: int | None = None
-        self._consumed = 0
         self._endpoint: MembersEndpoint | None = None
         #: ``http://metrics_addr:port/metrics`` once started with ``metrics_port``.
         self.metrics_url: str | None = None
@@ -201,9 +218,18 @@ class ProcessSupervisor:
 
     @property
     def consumed(self) -> int:
-        """Messages the members consumed, as each reported when its consumer
-        stopped (a member that was killed reports nothing)."""
-        return self._consumed
+        """Messages the members consumed, restarted ones' earlier processes
+        included: each process's final count, or, for one that ended
+        without it (killed), its last progress report (see
+        :attr:`consumed_short`)."""
+        return sum(m.consumed for m in self.members)
+
+    @property
+    def consumed_short(self) -> tuple[int, ...]:
+        """The members whose count may be short: one of their processes
+        ended without reporting its final count (killed), so it is counted
+        as of its last progress report."""
+        return tuple(m.index for m in self.members if not m.consumed_exact)
 
     @property
     def failure(self) -> str | None:
@@ -373,24 +399,23 @@ class ProcessSupervisor:
         return self._stop_requested.is_set() or self._failure is not None
 
     def _read(self, slot: _Slot) -> bool:
-        """Take in what the member reported; whether its state changed."""
+        """Take in what the member reported (its start, its counts); whether
+        its state changed."""
         assert slot.proc is not None
-        changed = False
-        for report in slot.proc.read():
+        reports = slot.proc.read()
+        for report in reports:
             if isinstance(report, MemberStarted):
                 slot.tracker.ready()
-                changed = True
                 where = f", metrics {report.metrics_url}" if report.metrics_url else ""
                 logger.info("member %d (pid %d) consuming%s", slot.index, report.pid, where)
-            elif isinstance(report, MemberFinished):
-                self._consumed += report.consumed
-        return changed
+        return bool(reports)
 
     def _died(self, slot: _Slot) -> None:
         """The member's process ended without being asked to."""
         proc = slot.proc
         assert proc is not None
         proc.close()
+        slot.ended(proc)
         slot.proc = None
         slot.last_exit = proc.exit_text()
         now = self._clock.monotonic()
@@ -443,6 +468,7 @@ class ProcessSupervisor:
             )  # fmt: skip
             proc.kill()
             proc.close()
+            s.ended(proc)
             slot_exit = proc.exit_text()
             s.proc, s.last_exit = None, slot_exit
             code = 1
@@ -454,6 +480,7 @@ class ProcessSupervisor:
         proc = slot.proc
         assert proc is not None
         proc.close()
+        slot.ended(proc)
         slot.proc = None
         slot.last_exit = proc.exit_text()
         finished = proc.finished

@@ -2,7 +2,8 @@
 # Set up a checkout to run lite_push: idempotent, safe to run from any cwd.
 #
 #   scripts/bootstrap.sh           redis-server, prometheus, .venv, lite-push[test,uvloop,redis,kafka]
-#   scripts/bootstrap.sh --bench   ... plus the [bench] extra (PySpark, pandas, ...)
+#   scripts/bootstrap.sh --bench   ... plus the [bench] extra (PySpark, pandas, ...) and, when
+#                                  `java` is missing, a Java runtime for PySpark (openjdk-17-jre-headless)
 #
 # The package is installed editable, so the compiled kernels (_ext/*.pyx) are
 # built in place into lite_push/.  A compile error fails the script; so does a
@@ -17,14 +18,15 @@ shopt -s nullglob
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-say() { printf 'bootstrap: %s\n' "$*" >&2; }
-die() { say "ERROR: $*"; exit 1; }
+# say, die, apt_install, ensure_java
+source scripts/system_packages.sh
 
 extras="test,uvloop,redis,kafka"
+bench=
 for arg in "$@"; do
     case "$arg" in
-        --bench) extras="$extras,bench" ;;
-        -h | --help) sed -n '2,14p' "$0"; exit 0 ;;
+        --bench) extras="$extras,bench" bench=1 ;;
+        -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
         *) die "unknown argument: $arg (expected --bench)" ;;
     esac
 done
@@ -50,17 +52,17 @@ if ((${#missing[@]})); then
         "${sudo[@]}" sh -c "printf '#!/bin/sh\nexit 101\n' > $policy && chmod 755 $policy"
         trap '"${sudo[@]}" rm -f '"$policy" EXIT
     fi
-    apt_log=$(mktemp)
-    if ! { "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
-        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-            apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$apt_log" 2>&1; then
-        tail -n 40 "$apt_log" >&2
-        die "apt-get install ${missing[*]} failed"
-    fi
-    rm -f "$apt_log"
+    apt_install "${missing[@]}"
     for exe in "${missing[@]}"; do
         command -v "$exe" >/dev/null 2>&1 || die "$exe still not on PATH after apt-get install"
     done
+fi
+
+# --- java (--bench: PySpark runs on the JVM) ------------------------------------
+# bash scripts/main.sh (Spark generates the load and checks the logs) and
+# bash scripts/test.sh (the Spark jobs' tests) both bootstrap with --bench.
+if [[ -n $bench ]]; then
+    ensure_java
 fi
 
 # --- .venv ----------------------------------------------------------------------

@@ -8,6 +8,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Collection, Iterator
+from typing import Any
 
 import pytest
 from helpers import PollCounter, wait_until
@@ -21,8 +22,10 @@ from lite_push import (
     EmbeddedBroker,
     LitePushConsumer,
     LitePushError,
+    MessageExt,
     MessageQueue,
 )
+from lite_push.cli.queues import queue_ranges
 from lite_push.sources import RebalanceListener
 
 
@@ -233,3 +236,103 @@ def test_a_listener_set_after_an_async_consumer_was_built_stops_the_start(broker
 
 async def _async_listener(msgs: list[object]) -> None:
     return None
+
+
+# -- on_revoked does not run at shutdown ------------------------------------------------
+#
+# The README says so: shutdown() drains, commits and leaves the group without
+# the application's on_revoked (close() of every source releases the queues
+# without calling the rebalance listener); the queues go to the other members,
+# whose on_assigned runs.
+
+
+def _source_broker(kind: str, request: pytest.FixtureRequest) -> Iterator[object]:
+    """A broker of ``kind`` with topic ``T`` of 4 queues, closed afterwards."""
+    if kind == "embedded":
+        b: object = EmbeddedBroker()
+        b.create_topic("T", queue_count=4)  # type: ignore[attr-defined]
+    elif kind == "redis":
+        import uuid
+
+        from lite_push.sources.redis import RedisBroker
+
+        server = request.getfixturevalue("redis_server")
+        b = RedisBroker(server.url, namespace=f"h-{uuid.uuid4().hex[:12]}", session_timeout=5.0, heartbeat_interval=0.5)
+        b.create_topic("T", queue_count=4)  # type: ignore[attr-defined]
+    else:
+        from lite_push.sources.kafka import KafkaBroker
+        from lite_push.sources.kafka.mock_cluster import MockKafkaCluster
+
+        cluster = MockKafkaCluster().start()
+        request.addfinalizer(cluster.stop)
+        b = KafkaBroker(cluster.bootstrap, topic_creator=cluster.create_topic, session_timeout=3.0)
+        b.create_topic("T", 4)  # type: ignore[attr-defined]
+    yield b
+    b.close()  # type: ignore[attr-defined]
+
+
+@pytest.fixture(params=["embedded", "redis", "kafka"])
+def any_broker(request: pytest.FixtureRequest) -> Iterator[object]:
+    yield from _source_broker(request.param, request)
+
+
+def _member(
+    broker: object, name: str, events: list[tuple[str, str, list[MessageQueue]]], seen: set[tuple[int, int, str]]
+) -> LitePushConsumer:
+    def hook(what: str) -> AppHook:
+        return lambda queues: events.append((what, name, queues))
+
+    def listener(msgs: list[MessageExt]) -> None:
+        seen.update((m.queue_id, m.queue_offset, name) for m in msgs)
+
+    c = LitePushConsumer(
+        # no periodic commit during the test: a queue is committed when it is revoked, or at shutdown
+        ConsumerConfig(group="g", poll_timeout=0.02, commit_interval=600.0, revoke_timeout=2.0),
+        source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET, client_id=name),  # type: ignore[attr-defined]
+        listener=listener,
+        on_assigned=hook("assigned"),
+        on_revoked=hook("revoked"),
+    )
+    c.subscribe("T")
+    return c
+
+
+def test_on_revoked_does_not_run_at_shutdown_and_the_queues_go_to_the_others(any_broker: object) -> None:
+    broker: Any = any_broker
+    events: list[tuple[str, str, list[MessageQueue]]] = []
+    seen: set[tuple[int, int, str]] = set()  # (queue id, offset, member) finished
+    queues = set(broker.queues("T"))
+    b = _member(broker, "b", events, seen)
+    with b:
+        a = _member(broker, "a", events, seen)
+        a.start()
+        # the group settled with both in it (b gave some queues up to a on the way: its on_revoked ran then)
+        assert wait_until(lambda: _owned(events, "a") and _owned(events, "a") | _owned(events, "b") == queues, 30)
+        held_by_a = _owned(events, "a")
+        broker.send_batch("T", [(b"x", f"k{i}") for i in range(200)])  # for both members
+        ends = {r.queue: r.end for r in queue_ranges(broker, "T")}
+        # a has finished the last message of each of its queues (and so polled every earlier one, which
+        # its shutdown waits for: a commit that did not reach the group hands some of them over again)
+        last = {(q.queue_id, ends[q] - 1, "a") for q in held_by_a if ends[q]}
+        assert wait_until(lambda: last <= seen, timeout=30)
+        assert a.shutdown(timeout=10.0)  # drains, commits, leaves the group
+        assert not _revoked(events, "a")  # no on_revoked at shutdown
+        for q in held_by_a:  # yet committed: the shutdown committed every message of a's queues
+            assert broker.committed("g", q).offset == ends[q], q
+        assert sum(ends[q] for q in held_by_a) > 0
+        assert wait_until(lambda: _owned(events, "b") == queues, timeout=30)  # b's on_assigned got them
+        revoked_from_b = _revoked(events, "b")
+    assert _revoked(events, "b") == revoked_from_b  # b's own shutdown: none either
+
+
+def _revoked(events: list[tuple[str, str, list[MessageQueue]]], name: str) -> list[list[MessageQueue]]:
+    return [qs for what, who, qs in list(events) if (what, who) == ("revoked", name)]
+
+
+def _owned(events: list[tuple[str, str, list[MessageQueue]]], name: str) -> set[MessageQueue]:
+    """The queues member ``name`` owns by its hooks' account (assigned minus revoked)."""
+    owned: set[MessageQueue] = set()
+    for what, who, qs in list(events):
+        if who == name:
+            owned = owned | set(qs) if what == "assigned" else owned - set(qs)
+    return owned

@@ -102,3 +102,34 @@ def test_the_check_catches_a_name_that_is_gone() -> None:
     defined = _defined_names()
     assert "PullLoop" in defined and "Runtime" not in defined
     assert not _path_exists("lite_push/_runtime.py")
+
+
+#: The longest a table cell of the document may be (characters of its
+#: markdown): a cell says one phrase; the explanation is prose below the table.
+CELL_LIMIT = 120
+
+
+def _table_cells(text: str) -> list[tuple[int, str]]:
+    """``(line number, cell)`` of every table row of ``text`` (outside code
+    blocks), the header rows included and the ``|---|`` rules left out."""
+    cells: list[tuple[int, str]] = []
+    in_code = False
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("```"):
+            in_code = not in_code
+        if in_code or not line.startswith("|") or re.fullmatch(r"[|\s:-]+", line):
+            continue
+        cells.extend((number, cell.strip()) for cell in line.strip().strip("|").split("|"))
+    return cells
+
+
+def test_every_table_cell_is_short() -> None:
+    cells = _table_cells(DOC.read_text(encoding="utf-8"))
+    assert len(cells) > 150  # the document's tables are read
+    long = [f"line {n}: {len(c)} characters: {c[:60]}..." for n, c in cells if len(c) > CELL_LIMIT]
+    assert long == [], f"docs/ARCHITECTURE.md has table cells over {CELL_LIMIT} characters:\n" + "\n".join(long)
+
+
+def test_the_cell_check_reads_tables_only() -> None:
+    text = "| a | b |\n|---|:-:|\n| `x` | " + "y" * 130 + " |\n\n```\n| not | a table |\n```\nprose | too\n"
+    assert [(n, len(c)) for n, c in _table_cells(text)] == [(1, 1), (1, 1), (3, 3), (3, 130)]

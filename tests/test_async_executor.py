@@ -347,22 +347,37 @@ def test_the_wrong_kind_of_listener_or_consumer_is_a_clear_error() -> None:
     async def coro(msgs: list[MessageExt]) -> None:
         return None
 
-    with pytest.raises(ConfigError, match="async def") as info:
+    # an executor named explicitly must fit the listener: the error names executor
+    with pytest.raises(ConfigError, match="'asyncio' runs an `async def` listener, but .*plain") as info:
         LitePushConsumer(
             ConsumerConfig(group="g", executor="asyncio"), source=broker.pull_consumer("g"), listener=plain
         )
+    assert info.value.field == "executor"
+    with pytest.raises(ConfigError, match="'thread' runs a plain listener, but .*async def") as info:
+        LitePushConsumer(ConsumerConfig(group="g", executor="thread"), source=broker.pull_consumer("g"), listener=coro)
+    assert info.value.field == "executor"
+    with pytest.raises(ConfigError, match="executor") as info:
+        AsyncLitePushConsumer(
+            ConsumerConfig(group="g", executor="thread"), source=broker.pull_consumer("g"), listener=coro
+        )
+    assert info.value.field == "executor"
+    with pytest.raises(ConfigError, match="needs an `async def` listener") as info:
+        AsyncLitePushConsumer(ConsumerConfig(group="g"), source=broker.pull_consumer("g"), listener=plain)
     assert info.value.field == "listener"
-    with pytest.raises(ConfigError, match="executor='asyncio'") as info:
-        LitePushConsumer(ConsumerConfig(group="g"), source=broker.pull_consumer("g"), listener=coro)
-    assert info.value.field == "listener"
-    with pytest.raises(ConfigError, match="executor"):
-        AsyncLitePushConsumer(ConsumerConfig(group="g"), source=broker.pull_consumer("g"), listener=coro)
     with pytest.raises(ConfigError, match="executor"):
         ConsumerConfig(group="g", executor="fibers")
     with pytest.raises(ConfigError, match="threads only"):
         ConsumerConfig(group="g", executor="asyncio", mode=ConsumeMode.QUEUE_ORDERLY)
+    with pytest.raises(ConfigError, match="threads only") as info:  # unset: the async def listener would pick asyncio
+        LitePushConsumer(
+            ConsumerConfig(group="g", mode=ConsumeMode.QUEUE_ORDERLY), source=broker.pull_consumer("g"), listener=coro
+        )
+    assert info.value.field == "listener"
     with pytest.raises(ConfigError, match="lanes"):
-        ConsumerConfig(group="g", lanes=2048)  # threads: at most 1024
+        ConsumerConfig(group="g", executor="thread", lanes=2048)  # threads: at most 1024
+    with pytest.raises(ConfigError, match="at most 1024 on threads") as info:  # unset: a plain listener picks threads
+        LitePushConsumer(ConsumerConfig(group="g", lanes=2048), source=broker.pull_consumer("g"), listener=plain)
+    assert info.value.field == "lanes"
     ConsumerConfig(group="g", executor="asyncio", lanes=4096)
     c = _consumer(broker, coro)
     with pytest.raises(LitePushError, match="async with"):

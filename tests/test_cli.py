@@ -493,12 +493,12 @@ def test_an_async_listener_told_to_use_threads_is_a_config_error(
         capsys, *argv, "--listener", "cli_listeners_ok:ahandle", "--executor", "thread"
     )
     assert code == 2
-    assert_one_line_error(err, "listener: is an async function")
+    assert_one_line_error(err, "executor: 'thread' runs a plain listener, but ahandle is an `async def`")
     code, _, err = run_cli(
         capsys, *argv, "--listener", "cli_listeners_ok:handle", "--executor", "asyncio"
     )
     assert code == 2
-    assert_one_line_error(err, "listener: is a plain function")
+    assert_one_line_error(err, "executor: 'asyncio' runs an `async def` listener, but handle is a plain function")
 
 
 # -- demo -----------------------------------------------------------------------

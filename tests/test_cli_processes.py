@@ -13,6 +13,8 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from helpers import http_get as _get
@@ -20,6 +22,7 @@ from helpers import wait_until
 from test_cli import Service, _check_consumed, _lines, _produce, _toml, assert_one_line_error, run_cli
 
 from lite_push import ConfigError, MessageQueue
+from lite_push.cli.consume_processes import stopped_line
 from lite_push.cli.settings import load_settings
 from lite_push.sources.kafka import KafkaBroker
 from lite_push.sources.kafka.mock_cluster import MockKafkaCluster
@@ -275,3 +278,31 @@ def test_two_members_on_kafka(tmp_path: Path) -> None:
             assert _committed_to_the_end(broker, queues)
         finally:
             broker.close()
+
+
+@pytest.mark.parametrize(
+    ("short", "failure", "code", "line"),
+    [
+        ((), None, 0, "stopped: consumed 4,000 (2 members), offsets committed"),
+        (
+            (1,),
+            None,
+            0,
+            "stopped: consumed 4,000 (2 members; the count of member 1, killed, is as of its last report), "
+            "offsets committed",
+        ),
+        (
+            (0, 1),
+            None,
+            1,
+            "stopped: consumed 4,000 (2 members; the counts of members 0, 1, killed, are as of their last reports); "
+            "a member did not stop cleanly",
+        ),
+        ((), "member 0 ended 5 times", 1, "stopped: member 0 ended 5 times; consumed 4,000 (2 members)"),
+    ],
+)
+def test_the_last_line_says_whose_count_is_as_of_a_last_report(
+    short: tuple[int, ...], failure: str | None, code: int, line: str
+) -> None:
+    supervisor: Any = SimpleNamespace(consumed=4000, consumed_short=short, processes=2, failure=failure)
+    assert stopped_line(supervisor, code).startswith(line)

@@ -18,6 +18,7 @@ def test_defaults_follow_rocketmq():
     assert (c.max_reconsume_times, c.retry_start_level) == (16, 3)
     assert c.mode is ConsumeMode.KEY_ORDERLY
     assert c.lane_placement == "load"
+    assert c.executor is None  # by the listener, when the consumer is built
 
 
 @pytest.mark.parametrize(
@@ -27,7 +28,7 @@ def test_defaults_follow_rocketmq():
         ("group", None, "non-empty"),
         ("mode", "SIDEWAYS", "ConsumeMode or its name (KEY_ORDERLY, CONCURRENTLY, QUEUE_ORDERLY)"),
         ("mode", 1, "ConsumeMode"),
-        ("lanes", 0, "[1, 1024]"),
+        ("lanes", 0, "[1, 65536]"),  # executor unset: a plain listener's threads take at most 1024 (test_listeners)
         ("lanes", 2.5, "int"),
         ("lanes", True, "int"),
         ("lane_placement", "random", "'load', 'hash', 'java'"),

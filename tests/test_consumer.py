@@ -358,8 +358,14 @@ def test_listener_must_be_sync_for_thread_executor():
 
     broker = EmbeddedBroker()
     with pytest.raises(ConfigError) as info:
-        LitePushConsumer(ConsumerConfig(group="g"), source=broker.pull_consumer("g"), listener=handler)
-    assert info.value.field == "listener"
+        LitePushConsumer(
+            ConsumerConfig(group="g", executor="thread"), source=broker.pull_consumer("g"), listener=handler
+        )
+    assert info.value.field == "executor"
+    # unset, the executor follows the listener (tests/test_listeners.py)
+    consumer = LitePushConsumer(ConsumerConfig(group="g"), source=broker.pull_consumer("g"), listener=handler)
+    assert consumer.config.executor == "asyncio"
+    consumer.shutdown()
 
 
 def test_key_extractor_routes_by_custom_key_and_survives_errors():

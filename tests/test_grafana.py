@@ -419,6 +419,53 @@ def test_parser_rejects_what_the_structural_check_cannot():
     assert syntax_problem(expr, set()) is not None
 
 
+# --- the README's panel table -----------------------------------------------------
+
+
+def dashboard_panels(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(row title, panel title)`` of every panel, in the dashboard's order:
+    a panel belongs to the row above it, or to the row it is nested in."""
+    out: list[tuple[str, str]] = []
+    row = ""
+    for panel in dashboard["panels"]:
+        if panel["type"] == "row":
+            row = panel["title"]
+            out.extend((row, p["title"]) for p in panel.get("panels") or [])
+        else:
+            out.append((row, panel["title"]))
+    return out
+
+
+def readme_panel_table(text: str) -> list[tuple[str, str]]:
+    """``(Row, Panel)`` of each line of the README's ``| Row | Panel | Shows |`` table."""
+    lines = text.splitlines()
+    start = lines.index("| Row | Panel | Shows |") + 2  # after the header and its rule
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        rows.append((cells[0], cells[1]))
+    return rows
+
+
+def test_the_readme_table_lists_every_panel_in_order(dashboard):
+    listed = readme_panel_table((GRAFANA / "README.md").read_text(encoding="utf-8"))
+    panels = dashboard_panels(dashboard)
+    assert len(panels) >= 19 and ("Processing", "Slow calls") in panels
+    missing = [p for p in panels if p not in listed]
+    assert missing == [], f"grafana/README.md's panel table lacks {missing}"
+    assert listed == panels, "grafana/README.md's panel table is not the dashboard's panels, in order"
+
+
+def test_the_panel_table_check_sees_rows_nested_or_not():
+    flat = {"panels": [{"type": "row", "title": "R"}, {"type": "timeseries", "title": "A"}]}
+    nested = {"panels": [{"type": "row", "title": "R", "collapsed": True, "panels": [{"type": "stat", "title": "A"}]}]}
+    assert dashboard_panels(flat) == dashboard_panels(nested) == [("R", "A")]
+    table = "x\n| Row | Panel | Shows |\n|---|---|---|\n| R | A | it |\n| R | B | that |\n\n| not | a row |\n"
+    assert readme_panel_table(table) == [("R", "A"), ("R", "B")]
+
+
 # --- provisioning -----------------------------------------------------------------
 
 

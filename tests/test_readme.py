@@ -47,9 +47,9 @@ def readme_blocks() -> list[str]:
 
 
 def test_the_readme_has_python_examples() -> None:
-    # embedding, async listeners, Kafka, hooks, rate limits, a source of one's own, metrics,
-    # the process supervisor: if one is dropped, say so here too
-    assert len(readme_blocks()) == 8
+    # embedding, async listeners, Kafka, the key extractor, hooks, rate limits, a source of one's own,
+    # metrics, the process supervisor: if one is dropped, say so here too
+    assert len(readme_blocks()) == 9
 
 
 def test_every_readme_python_example_runs() -> None:
@@ -68,14 +68,17 @@ def test_every_readme_python_example_runs() -> None:
     assert "app loop consumed 1000" in out, out[-3000:]
     # block 2: the same on Kafka (the mock cluster)
     assert "kafka consumed 1000" in out, out[-3000:]
-    # block 3: the hooks were called (a one-member group owns every queue)
+    # block 3: the key extractor: 40 cards as keys, each in offset order
+    assert "40 cards, each in offset order: True" in out, out[-3000:]
+    # block 4: the hooks were called (a one-member group owns every queue)
     assigned = "assigned " + str([f"ORDER@embedded#{i}" for i in range(4)])
     assert assigned in out, out[-3000:]
     assert "paused keys: ['account-7'] 0" in out, out[-3000:]  # a new group starts at the end: none waits
-    # block 4: the rate-limited consumer consumed everything, and both limits acted
+    assert "revoked [" not in out, out[-3000:]  # the shutdown does not call on_revoked
+    # block 5: the rate-limited consumer consumed everything, and both limits acted
     assert "paced consumed 1000 | waited for max_rate: True | held for their key's interval: True" in out, out[-3000:]
-    # block 5 (a source of one's own) defines a test module: run below
-    # block 6: the exporter served the build info, with each kernel's implementation
+    # block 6 (a source of one's own) defines a test module: run below
+    # block 7: the exporter served the build info, with each kernel's implementation
     build_info = [line for line in out.splitlines() if "lite_push_build_info" in line]
     assert build_info, out[-3000:]
     for label in ("router=", "offsets=", "lane_metrics="):

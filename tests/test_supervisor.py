@@ -294,9 +294,10 @@ def test_a_killed_member_is_restarted_and_nothing_is_lost(
         assert wait_until(lambda: _get(ready) == (200, "ok\n"), timeout=30)  # both own queues
         stored = _send(broker, total, keys=300)
         assert wait_until(lambda: len({r[0] for r in read_log(log)}) == 2, timeout=60)
+        assert wait_until(lambda: supervisor.members[1].consumed > 0, timeout=60)  # it reported a count
         assert len(read_log(log)) < total // 2  # mid-run
         victim = supervisor.members[1]
-        assert victim.pid is not None
+        assert victim.pid is not None and victim.consumed_exact
         os.kill(victim.pid, signal.SIGKILL)
         killed_at = time.time_ns()
         assert wait_until(lambda: supervisor.members[1].restarts == 1 and supervisor.members[1].ready, timeout=30)
@@ -309,6 +310,12 @@ def test_a_killed_member_is_restarted_and_nothing_is_lost(
         code = supervisor.wait(60)
     assert code == 0
     assert [s.restarts for s in supervisor.members] == [0, 1]
+    # the final count keeps what the killed process had reported, and says it may be short
+    rows = read_log(log)
+    by_survivors = sum(1 for r in rows if r[0] != victim.pid)  # processes that drained: exact counts
+    assert by_survivors + victim.consumed <= supervisor.consumed <= len(rows)
+    assert supervisor.members[1].consumed >= victim.consumed and not supervisor.members[1].consumed_exact
+    assert supervisor.consumed_short == (1,) and supervisor.members[0].consumed_exact
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any(f"member 1 (pid {victim.pid}) ended while not asked to stop: killed by SIGKILL" in m for m in said), said
     # no loss, each key's first deliveries in order and never two at once,

@@ -20,6 +20,7 @@ from typing import IO
 from .._consumer import LitePushConsumer
 from .._signals import StopOnSignal
 from .consume_processes import consume_processes
+from .from_notice import note_from
 from .plan import FROM, banner, load_listener, opened, plan_of
 from .progress import Status
 
@@ -77,6 +78,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
         return consume_processes(plan, listener, processes, args.shutdown_timeout)
     out = sys.stdout
     with opened(plan, listener) as built:
+        note_from(plan, built.broker)
         print(banner(plan), flush=True)
         show = args.progress == "on" or (args.progress == "auto" and out.isatty())
         status = Status(out, built.source) if show else None

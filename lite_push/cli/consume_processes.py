@@ -19,7 +19,8 @@ With ``--metrics-port`` the supervisor serves every member's metrics
 member's consumer serves its own on a free loopback port; without it the
 members serve none.  The supervisor prints the banner, the metrics URL,
 ``SIGTERM: stopping N members ...`` on a signal, and at the end the total
-the members consumed; exit status 0 when every member drained and
+the members consumed (a member killed before its final count counted as of
+its last report, and the line says so); exit status 0 when every member drained and
 committed, 1 otherwise (a member that did not stop in time, a crash loop).
 """
 
@@ -38,9 +39,10 @@ from .._signals import StopOnSignal
 from ..sources._common import parse_tag_expression
 from ..supervisor import ProcessSupervisor
 from .errors import CliError
+from .from_notice import note_from
 from .plan import ConsumePlan, banner, load_listener, opened
 
-__all__ = ["check_plan", "consume_processes", "member_consumer"]
+__all__ = ["check_plan", "consume_processes", "member_consumer", "stopped_line"]
 
 
 @contextmanager
@@ -79,6 +81,7 @@ def check_plan(plan: ConsumePlan, listener: Callable[..., Any], processes: int) 
         try:
             if not plan.topic.startswith("^"):  # a Kafka pattern names no one topic
                 built.broker.queues(plan.topic)
+            note_from(plan, built.broker)
         finally:
             built.consumer.shutdown(0.0)  # never started: closes its source, joins nothing
 
@@ -114,16 +117,28 @@ def consume_processes(
         code = supervisor.wait()
     finally:
         signals.restore()
-    consumed = f"consumed {supervisor.consumed:,} ({processes} members)"
-    if supervisor.failure is not None:
-        print(f"stopped: {supervisor.failure}; {consumed}", file=out, flush=True)
-    elif code != 0:
-        print(
-            f"stopped: {consumed}; a member did not stop cleanly (see the log; what it had not finished is "
-            "delivered again)",
-            file=out,
-            flush=True,
-        )
-    else:
-        print(f"stopped: {consumed}, offsets committed", file=out, flush=True)
+    print(stopped_line(supervisor, code), file=out, flush=True)
     return 1 if code is None else code
+
+
+def stopped_line(supervisor: ProcessSupervisor, code: int | None) -> str:
+    """The last line of ``consume --processes``: how it stopped and what the
+    members consumed, saying whose count is as of a last report (a member
+    killed before its final count)."""
+    short = supervisor.consumed_short
+    why = ""
+    if short:
+        members = ", ".join(map(str, short))
+        if len(short) == 1:
+            why = f"; the count of member {members}, killed, is as of its last report"
+        else:
+            why = f"; the counts of members {members}, killed, are as of their last reports"
+    consumed = f"consumed {supervisor.consumed:,} ({supervisor.processes} members{why})"
+    if supervisor.failure is not None:
+        return f"stopped: {supervisor.failure}; {consumed}"
+    if code != 0:
+        return (
+            f"stopped: {consumed}; a member did not stop cleanly (see the log; what it had not finished is "
+            "delivered again)"
+        )
+    return f"stopped: {consumed}, offsets committed"

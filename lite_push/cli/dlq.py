@@ -71,23 +71,47 @@ def _resend_key(broker: Broker, group: str, held: HeldKey) -> None:
     print(f"released key={one_line(held.key)} letters={len(results)}", flush=True)
 
 
+def _say_none(text: str) -> None:
+    """``dlq list`` found nothing: one line on stderr, so that standard
+    output (the listing, one JSON document per line with ``--json``) stays
+    empty."""
+    print(f"lite-push dlq list: {text}", file=sys.stderr, flush=True)
+
+
+def _window(start: int, stop: int | None) -> str:
+    """Which offsets ``--start`` / ``--limit`` read, for the line that says
+    none was found ("" for all of them)."""
+    if stop is None:
+        return "" if start == 0 else f" from offset {start}"
+    if stop <= start:
+        return " (--limit 0)"
+    return f" at offset {start}" if stop == start + 1 else f" at offsets {start} to {stop - 1}"
+
+
 def cmd_dlq_list(args: argparse.Namespace) -> int:
     broker, url, group = _dlq_source(args)
     try:
         with source_errors(url):
             stop = None if args.limit is None else args.start + args.limit
             out = sys.stdout
+            listed = 0
             if args.held:
                 for h in held_keys(broker, group):
                     out.write((orjson.dumps(_held_doc(h)).decode() if args.json else _held_line(h)) + "\n")
+                    listed += 1
                 out.flush()
+                if not listed:
+                    _say_none(f"no keys held behind dead letters in {dlq_topic(group)}")
                 return 0
             for dl in iter_dead_letters(broker, group, args.start, stop):
                 if args.json:
                     out.write(orjson.dumps(dl.to_dict()).decode() + "\n")
                 else:
                     out.write(_dl_line(dl) + "\n")
+                listed += 1
             out.flush()
+            if not listed:
+                _say_none(f"no dead letters in {dlq_topic(group)}{_window(args.start, stop)}")
     finally:
         broker.close()
     return 0

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import argparse
 import textwrap
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from .._version import __version__
 from ..demo import add_arguments, count_arg, non_negative_number, run_args
+from . import produce, topic
 from .consume import FROM, cmd_consume
 from .dlq import cmd_dlq_list, cmd_dlq_resend
 from .errors import PROG, CliError
+from .group import cmd_group_describe, cmd_group_reset
 
 __all__ = ["DEMO_METRICS_PORT", "build_parser"]
 
@@ -71,6 +73,109 @@ def _add_source_options(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="TOML settings file ([consumer], [source], ...)",
     )
+
+
+# -- topic create | list | describe, produce ------------------------------------
+
+_TOPIC_EPILOG = """\
+settings: --source may come from LITE_PUSH_SOURCE or the --config file's
+[source] url (and its [source.kafka] table), --topic from LITE_PUSH_TOPIC or
+the file's [subscription] topic: a flag wins over its environment variable,
+which wins over the file.
+"""
+
+
+def _add_topic_source_options(p: argparse.ArgumentParser, *, topic: bool = True) -> None:
+    """``--source`` and ``--config`` (no ``--group``), and ``--topic``."""
+    p.add_argument(
+        "--source",
+        metavar="URL",
+        help="redis://host:port[/db][?namespace=NS], "
+        "kafka://host:port[,host:port...][?property=value&...] or embedded:/path/to/dir",
+    )
+    p.add_argument("--config", metavar="FILE", help="TOML settings file ([source], [subscription])")
+    if topic:
+        p.add_argument("--topic", metavar="T", help="the topic")
+
+
+def _add_topic_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``lite-push topic create | list | describe`` and ``lite-push produce``."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = sub.add_parser(
+        "topic",
+        help="create, list and describe topics",
+        description="A source's topics: create one, list them, describe one's queues.",
+    )
+    actions = p.add_subparsers(dest="topic_command", metavar="ACTION", required=True)
+    p = actions.add_parser(
+        "create",
+        help="create a topic of N queues",
+        description=_para(
+            "Create topic T with N queues.  A topic that exists with N queues is left as it is (the "
+            "command says so); one with another count is an error naming queues.  On Kafka it uses the "
+            "admin API (CreateTopics); a cluster without it is told to use kafka-topics.sh --create."
+        ),
+        epilog=_TOPIC_EPILOG,
+        formatter_class=fmt,
+    )
+    _add_topic_source_options(p)
+    p.add_argument("--queues", type=count_arg(1), required=True, metavar="N", help="how many queues")
+    p.set_defaults(handler=topic.cmd_topic_create)
+    p = actions.add_parser(
+        "list",
+        help="print the topics, their queue counts and stored messages",
+        description=_para(
+            "Print one line per topic: its name, queue count and how many messages it stores; the groups' "
+            "retry and dead-letter topics (%RETRY%<group>, %DLQ%<group>) come after the others, marked "
+            "kind=retry or kind=dlq with their group.  Reads only."
+        ),
+        epilog=_TOPIC_EPILOG,
+        formatter_class=fmt,
+    )
+    _add_topic_source_options(p, topic=False)
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.set_defaults(handler=topic.cmd_topic_list)
+    p = actions.add_parser(
+        "describe",
+        help="print a topic's queues with their offsets",
+        description=_para(
+            "Print one line per queue of topic T: its first stored offset, its end offset (the one its "
+            "next message gets) and the messages between them; then the topic's totals.  Reads only."
+        ),
+        epilog=_TOPIC_EPILOG,
+        formatter_class=fmt,
+    )
+    _add_topic_source_options(p)
+    p.add_argument("--json", action="store_true", help="one JSON object: the queues and the total")
+    p.set_defaults(handler=topic.cmd_topic_describe)
+
+    p = sub.add_parser(
+        "produce",
+        help="send each line of standard input to a topic",
+        description=_para(
+            "Send each line of standard input as one message to topic T, which must exist (lite-push topic "
+            "create).  A line is the body (its \\n or \\r\\n removed; an empty line is an empty body), "
+            "or KEY SEP BODY with --key-separator SEP, split at the first SEP (a line without it is an "
+            "error naming the line).  Lines go out in batches, each key's messages in input order; prints "
+            "'sent N messages to T'.  Ctrl-C stops it between batches, saying how many were sent."
+        ),
+        epilog=_TOPIC_EPILOG,
+        formatter_class=fmt,
+    )
+    _add_topic_source_options(p)
+    p.add_argument(
+        "--key-separator",
+        metavar="SEP",
+        help="each line is KEY SEP BODY (the key orders; an empty key sends a keyless message)",
+    )
+    p.add_argument("--tags", metavar="TAG", help="the tag of every message (a consumer's --tags selects it)")
+    p.add_argument(
+        "--progress",
+        default="auto",
+        choices=["auto", "on", "off"],
+        help="a progress bar on stderr (auto: on a terminal, for an input that takes more than a second)",
+    )
+    p.set_defaults(handler=produce.cmd_produce)
 
 
 def _para(text: str) -> str:
@@ -219,6 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(handler=cmd_consume)
 
+    _add_topic_commands(sub)
+
     p = sub.add_parser(
         "dlq",
         help="list and re-send dead letters",
@@ -232,7 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
             "Print one line per dead letter of the group (DLQ offset, origin topic/queue/offset, "
             "original message id, reconsume times, reason; the key it holds, with "
             "dead_letter_order=key), or JSON lines with --json; with --held, one line per key held "
-            "behind its dead letters instead.  Reads only: joins no group and commits nothing."
+            "behind its dead letters instead.  When there is none, one line on stderr says so (standard "
+            "output stays empty).  Reads only: joins no group and commits nothing."
         ),
         epilog=_SETTINGS_EPILOG,
         formatter_class=fmt,
@@ -293,4 +401,65 @@ def build_parser() -> argparse.ArgumentParser:
         help="a progress bar on stderr for --all (auto: on a terminal)",
     )
     p.set_defaults(handler=cmd_dlq_resend)
+    _add_group_commands(sub, fmt)
     return parser
+
+
+def _add_group_commands(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
+    """``lite-push group describe`` and ``lite-push group reset-offsets``
+    (``sub``: the commands' subparsers action)."""
+    p = sub.add_parser(
+        "group",
+        help="describe a consumer group (lag per queue, members) and reset its offsets",
+        description="A consumer group's committed offsets, lag and members, read without joining it.",
+    )
+    group = p.add_subparsers(dest="group_command", metavar="ACTION", required=True)
+    p = group.add_parser(
+        "describe",
+        help="per queue: committed offset, end, lag, owner, in flight; then the live members",
+        description=_para(
+            "Print, per queue of each topic the group consumes (or of --topic), its committed offset, the "
+            "end offset, the lag, the member that owns it and the messages in flight where the source knows "
+            "them ('-' where it does not); then the live members with the time since their last heartbeat.  "
+            "The topics are those the group's members subscribed to (Redis) and those it has committed offsets "
+            "on.  Reads only: joins no group and commits nothing.  A group with no committed offsets and no "
+            "members is an error (exit 2)."
+        ),
+        epilog=_SETTINGS_EPILOG,
+        formatter_class=fmt,
+    )
+    _add_source_options(p)
+    p.add_argument("--topic", metavar="T", help="only this topic (required where the source cannot list them)")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(handler=cmd_group_describe)
+    p = group.add_parser(
+        "reset-offsets",
+        help="move a group's committed offsets (a dry run without --execute)",
+        description=_para(
+            "Move the committed offsets of the group on topic T (or on its --queue queues) to each queue's "
+            "first stored offset, its end (last: nothing left to read), or the first message stored at or "
+            "after a time.  Without --execute it prints the plan (per queue: committed -> new) and changes "
+            "nothing.  With it, it refuses while the group has live members (exit 1, naming them): stop them "
+            "first.  The next member of the group reads each queue from its new offset."
+        ),
+        epilog=_SETTINGS_EPILOG,
+        formatter_class=fmt,
+    )
+    _add_source_options(p)
+    p.add_argument("--topic", metavar="T", help="the topic whose offsets move")
+    p.add_argument(
+        "--to",
+        required=True,
+        metavar="WHERE",
+        help="first, last, an ISO 8601 time with its zone (2026-11-26T10:00:00Z) or epoch milliseconds",
+    )
+    p.add_argument(
+        "--queue",
+        type=_nonneg,
+        nargs="+",
+        action="extend",
+        metavar="N",
+        help="only these queue ids (default: every queue of the topic)",
+    )
+    p.add_argument("--execute", action="store_true", help="write the new offsets (default: print the plan only)")
+    p.set_defaults(handler=cmd_group_reset)

@@ -22,8 +22,8 @@ from typing import Any, NamedTuple
 
 from .._config import ConsumerConfig
 from .._consumer import LitePushConsumer
-from .._consumer_core import is_async_callable
 from .._errors import LitePushError
+from .._listeners import is_async_callable, resolve_executor, signature_problem
 from ..sources import Balance, ConsumeFromWhere, PullSource
 from .errors import CliError
 from .settings import KafkaValue, require, settings_of
@@ -45,8 +45,9 @@ def load_listener(spec: str) -> Callable[..., Any]:
     """Import the listener ``module:function`` (``function`` may be a dotted
     path, ``module:obj.method``), with the current directory on
     ``sys.path``.  Raises :class:`CliError` naming what is wrong when the
-    spec is malformed, the module does not import, or the attribute is
-    missing or not callable."""
+    spec is malformed, the module does not import, the attribute is
+    missing or not callable, or its signature cannot take the one argument
+    a listener is called with (the list of messages)."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name.strip() or not attr.strip():
         raise CliError(f"listener {spec!r}: expected module:function")
@@ -80,6 +81,9 @@ def load_listener(spec: str) -> Callable[..., Any]:
         raise CliError(
             f"listener {spec!r} is not callable (it is a {type(obj).__name__})"
         )
+    problem = signature_problem(obj)
+    if problem is not None:
+        raise CliError(f"listener {spec!r}: {problem}")
     return obj  # type: ignore[no-any-return]
 
 
@@ -99,6 +103,9 @@ class ConsumePlan:
     log_level: str = "INFO"
     kafka: dict[str, KafkaValue] = field(default_factory=dict)
     balance: Balance = Balance.QUEUE
+    #: Whether ``--from`` (or LITE_PUSH_FROM, or the file's ``from``) was
+    #: given, rather than the default (see :mod:`lite_push.cli.from_notice`).
+    from_given: bool = False
 
 
 def plan_of(args: argparse.Namespace) -> tuple[ConsumePlan, Callable[..., Any], int]:
@@ -117,18 +124,21 @@ def plan_of(args: argparse.Namespace) -> tuple[ConsumePlan, Callable[..., Any], 
         raise CliError(f"from: must be first or last, got {settings.get('from')!r}")
     listener = load_listener(spec)
     overrides: dict[str, Any] = {}
-    if "executor" not in settings.consumer and is_async_callable(listener):
-        overrides["executor"] = "asyncio"  # an async def listener, executor not told
+    if settings.consumer.get("executor") is None:  # not told: by the listener, as the API does
+        overrides["executor"] = "asyncio" if is_async_callable(listener) else "thread"
+    config = settings.consumer_config(**overrides)
+    resolve_executor(config, listener)  # an executor that does not fit the listener: before any source is asked
     plan = ConsumePlan(
         url=url,
         topic=topic,
         tags=settings.get("tags") or "*",
         start=start,
         spec=spec,
-        config=settings.consumer_config(**overrides),
+        config=config,
         log_level=args.log_level,
         kafka=dict(settings.kafka),
         balance=settings.balance,
+        from_given=settings.get("from") is not None,
     )
     return plan, listener, settings.processes
 

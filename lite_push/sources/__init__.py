@@ -12,6 +12,7 @@ from ._base import (
     retry_topic,
 )
 from .embedded import EmbeddedBroker, EmbeddedPullConsumer
+from .group_admin import GroupAdmin, GroupMember
 
 __all__ = [
     "DEFAULT_DELAY_LEVELS",
@@ -19,6 +20,8 @@ __all__ = [
     "ConsumeFromWhere",
     "EmbeddedBroker",
     "EmbeddedPullConsumer",
+    "GroupAdmin",
+    "GroupMember",
     "MessageModel",
     "PullSource",
     "RebalanceListener",

@@ -10,6 +10,8 @@ The package, one concern per module:
   hand-off, committed offsets, queue locks;
 * :mod:`.schedule`  retries, dead letters and the delivery of due retries;
 * :mod:`.reading`   a poll's pass over the owned queues;
+* :mod:`.group_admin`  a group read and reset from outside it
+  (``lite-push group``);
 * :mod:`.clustering`  a CLUSTERING member's side of the group: joining,
   rebalance, commits, locks (BROADCASTING is the shared
   :class:`~lite_push.sources._member_model.Broadcasting`);
@@ -25,7 +27,8 @@ max_offset is len(list)).  poll() hands out slices of these lists: messages
 are shared, never copied, and must be treated as read-only.
 
 With a ``path`` the broker is durable:
-  path/LOCK                 flock'ed while a broker has the directory open
+  path/LOCK                 flock'ed while a broker has the directory open; holds
+                              the PID of the process that opened it last
   path/topics.json          {"version": 1, "topics": {topic: queue_count}}
   path/offsets.json         {"version": 1, "groups": {group: {topic:
                               {queue_id: {"offset": n, "metadata": s}}}}}

@@ -33,6 +33,7 @@ from .._common import BrokerClock, check_delay_levels, now_ms, validate_topic
 from .._sending import checked_items
 from .consumer import EmbeddedPullConsumer
 from .files import Store, encode_meta
+from .group_admin import EmbeddedGroupAdmin
 from .groups import GroupCoordinator
 from .log import LogStore, Topic
 from .schedule import SCHEDULE_TOPIC, Schedule
@@ -349,6 +350,13 @@ class EmbeddedBroker:
         with self.log.lock:
             g = self.groups.find(group)
             return None if g is None else g.committed.get(queue)
+
+    def group_admin(self, group: str) -> EmbeddedGroupAdmin:
+        """``group`` read and changed from outside it: its members, committed
+        offsets and owners, and a reset of its offsets while it is empty
+        (:class:`~lite_push.sources.group_admin.GroupAdmin`)."""
+        self.check_open()
+        return EmbeddedGroupAdmin(group, self.log, self.groups, self.clock)
 
     def pull_consumer(
         self,

@@ -122,6 +122,14 @@ def _next_record(data: bytes, start: int, expected: int) -> tuple[int, int] | No
     return None
 
 
+def _holder(lock_file: Any) -> int | None:
+    """The PID the holder of a directory's LOCK wrote into it (None when it
+    wrote none: an older lite_push, or not yet)."""
+    lock_file.seek(0)
+    text = lock_file.read(32).strip()
+    return int(text) if text.isdigit() else None
+
+
 def _atomic_write(path: Path, data: bytes, fsync: bool) -> None:
     """Write ``data`` to ``path`` so a reader sees the old or the new file,
     never a mix: write a temporary file, then rename it over ``path``."""
@@ -320,8 +328,22 @@ class Store:
             try:
                 fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
+                holder = _holder(self._lock_file)
                 self._lock_file.close()
-                raise LitePushError(f"{self.path} is already open in another EmbeddedBroker") from None
+                if holder == os.getpid():
+                    raise LitePushError(
+                        f"{self.path} is already open in another EmbeddedBroker of this process"
+                    ) from None
+                by = "another process" if holder is None else f"process {holder}"
+                raise LitePushError(
+                    f"{self.path} is in use by {by} (already open in its EmbeddedBroker): a durable embedded "
+                    "broker is open in one process at a time, and nothing else reads it meanwhile, not even "
+                    "read-only; stop that process first"
+                ) from None
+            # who holds it, for the error of the next one that tries
+            self._lock_file.truncate(0)
+            self._lock_file.write(str(os.getpid()).encode())
+            self._lock_file.flush()
         self._offsets_written = -1
 
     # -- topics ---------------------------------------------------------

@@ -21,6 +21,8 @@ per module:
 * :mod:`.codec`         records as messages, and lite_push topic names as
   Kafka names (retry and dead-letter topics);
 * :mod:`.client_log`    librdkafka's log lines, without repeats;
+* :mod:`.group_admin`   a group read and reset from outside it through the
+  admin API (``lite-push group``);
 * :mod:`.mock_cluster`  librdkafka's mock cluster in a helper process, for
   tests, benchmarks and demos.
 

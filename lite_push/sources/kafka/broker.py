@@ -39,6 +39,7 @@ from .client_log import LIBRDKAFKA_LOGGER
 from .codec import Record, RecordFormat, kafka_topic, key_decoder
 from .consumer import KafkaPullConsumer
 from .copies import Copies
+from .group_admin import KafkaGroupAdmin
 from .offset_reader import OffsetReader
 from .producer import Sender
 from .settings import RESERVED, checked_settings
@@ -161,8 +162,18 @@ class KafkaBroker:
 
     def create_topic(self, topic: str, partitions: int) -> list[MessageQueue]:
         """Create ``topic`` (its lite_push name) with ``partitions``
-        partitions; an existing topic is left as it is.  Returns its queues."""
+        partitions and return its queues.  Idempotent when the topic exists
+        with that count; ``ConfigError`` naming ``partitions`` when it exists
+        with another (it is left as it is); ``LitePushError`` naming Kafka's
+        ``kafka-topics.sh`` when the cluster does not support creating topics
+        through the admin API."""
         return self.catalog.create_topic(topic, partitions)
+
+    def topics(self) -> list[str]:
+        """The lite_push names of the cluster's topics, sorted: retry and
+        dead-letter topics as ``%RETRY%<group>`` / ``%DLQ%<group>``; Kafka's
+        internal topics (``__consumer_offsets``, ...) left out."""
+        return self.catalog.names()
 
     def ensure_topic(self, topic: str, partitions: int = 1) -> None:
         """Create ``topic`` unless it exists (retry and dead-letter topics)."""
@@ -178,12 +189,11 @@ class KafkaBroker:
         return self.catalog.queues(topic)
 
     def watermarks(self, queue: MessageQueue) -> tuple[int, int]:
-        """``(low, high)``: the first stored offset and the next one."""
-        c = self.reader.client()
-        try:
-            return self.reader.marks(c, kafka_topic(queue.topic), queue.queue_id)
-        finally:
-            c.close()
+        """``(low, high)``: the first stored offset and the next one (through
+        one reading client the broker keeps until it closes, so a tool that
+        asks for every partition makes one client, not one per partition)."""
+        self.check_open()
+        return self.reader.marks(self.reader.shared_client(), kafka_topic(queue.topic), queue.queue_id)
 
     # -- sending -----------------------------------------------------------------
 
@@ -254,6 +264,15 @@ class KafkaBroker:
             return None
         return OffsetAndMetadata(tp.offset, tp.metadata or "")
 
+    def group_admin(self, group: str) -> KafkaGroupAdmin:
+        """Consumer group ``group`` read and changed from outside it, through
+        the admin API (:class:`~lite_push.sources.group_admin.GroupAdmin`;
+        what the cluster cannot do raises
+        :class:`~lite_push.AdminNotSupportedError`)."""
+        self.check_open()
+        admin = {"bootstrap.servers": self.bootstrap_servers, **self._common}
+        return KafkaGroupAdmin(group, self.bootstrap_servers, admin, self.reader, self.check_open)
+
     # -- lifecycle -----------------------------------------------------------------
 
     def close(self) -> None:
@@ -261,6 +280,7 @@ class KafkaBroker:
         if self._closed:
             return
         self._closed = True
+        self.reader.close()
         left = self.sender.close()
         if left:
             logger.warning("%r: %d message(s) not delivered at close", self, left)

@@ -10,6 +10,7 @@ cannot decode are left out.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -31,10 +32,10 @@ class OffsetReader:
     """Reads stored records by offset (``KafkaBroker.reader``): ``settings``
     make each reading client (the broker's client settings), ``catalog``
     knows the topics, ``fmt`` turns records into messages, ``check_open``
-    raises once the broker is closed.  Thread-safe: each call has a client
-    of its own."""
+    raises once the broker is closed.  Thread-safe: each read has a client
+    of its own; watermarks may share one (:meth:`shared_client`)."""
 
-    __slots__ = ("_catalog", "_check_open", "_fmt", "_settings")
+    __slots__ = ("_catalog", "_check_open", "_fmt", "_settings", "_shared", "_shared_lock")
 
     def __init__(
         self,
@@ -47,6 +48,25 @@ class OffsetReader:
         self._catalog = catalog
         self._fmt = fmt
         self._check_open = check_open
+        self._shared: Consumer | None = None
+        #: Guards the making and closing of the shared client.
+        self._shared_lock = threading.Lock()
+
+    def shared_client(self) -> Consumer:
+        """One reading client for watermark requests, made on first use and
+        kept until :meth:`close` (librdkafka answers watermark requests from
+        any thread)."""
+        with self._shared_lock:
+            if self._shared is None:
+                self._shared = self.client()
+            return self._shared
+
+    def close(self) -> None:
+        """Close the shared client, if one was made."""
+        with self._shared_lock:
+            shared, self._shared = self._shared, None
+        if shared is not None:
+            shared.close()
 
     def client(self) -> Consumer:
         """A new reading client (the caller closes it)."""

@@ -3,8 +3,13 @@ partitions each has (cached once read), and creating them.
 
 A broker with the admin API creates topics with ``CreateTopics``; a
 ``creator`` replaces that (librdkafka's mock cluster has no admin API: its
-``create_topic``).  Partition counts come from the metadata of every topic,
-never of one by name, so asking never auto-creates a topic.
+``create_topic``).  A cluster that answers ``CreateTopics`` with "not
+supported" gets a :class:`~lite_push.LitePushError` that says how to create
+the topic with Kafka's own ``kafka-topics.sh``.  Partition counts come from
+the metadata of every topic, never of one by name, so asking never
+auto-creates a topic.  Kafka's internal topics (``__consumer_offsets``,
+``__transaction_state``, ...: every name that starts with ``__``) are not
+lite_push topics: :meth:`TopicCatalog.names` leaves them out.
 """
 
 from __future__ import annotations
@@ -16,12 +21,20 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from ..._errors import UnknownTopicError
+from ..._errors import ConfigError, LitePushError, UnknownTopicError
 from ..._types import MessageQueue
 from .client_log import LIBRDKAFKA_LOGGER
-from .codec import kafka_topic
+from .codec import kafka_topic, lite_topic
 
-__all__ = ["TopicCatalog"]
+__all__ = ["INTERNAL_PREFIX", "TopicCatalog"]
+
+#: Kafka's own topics (``__consumer_offsets``, ``__transaction_state``) start
+#: with this; they are not listed as lite_push topics.
+INTERNAL_PREFIX = "__"
+
+#: What a cluster without topic creation through the admin API answers
+#: ``CreateTopics`` with (librdkafka's mock cluster: ``_UNSUPPORTED_FEATURE``).
+_UNSUPPORTED = frozenset({KafkaError._UNSUPPORTED_FEATURE, KafkaError.UNSUPPORTED_VERSION})
 
 
 class TopicCatalog:
@@ -49,13 +62,25 @@ class TopicCatalog:
 
     def create_topic(self, topic: str, partitions: int) -> list[MessageQueue]:
         """Create ``topic`` (its lite_push name) with ``partitions``
-        partitions; an existing topic is left as it is.  Returns its queues."""
+        partitions and return its queues.  Idempotent when the topic exists
+        with that many partitions; ``ConfigError`` naming ``partitions`` when
+        it exists with another count (an existing topic is left as it is);
+        ``LitePushError`` saying how to create it with ``kafka-topics.sh``
+        when the cluster does not support ``CreateTopics``."""
         self._check_open()
         if type(partitions) is not int or partitions < 1:
             raise ValueError(f"partitions must be an int >= 1, got {partitions!r}")
+        queues = self._ensure(topic, partitions)
+        if len(queues) != partitions:
+            raise ConfigError("partitions", f"topic {topic!r} exists with {len(queues)} partitions, not {partitions}")
+        return queues
+
+    def _ensure(self, topic: str, partitions: int) -> list[MessageQueue]:
+        """The queues of ``topic``, created with ``partitions`` partitions
+        unless it exists (with whatever count it has)."""
         name = kafka_topic(topic)
         if self.partition_count(topic) is None:
-            self._create(name, partitions)
+            self._create(topic, name, partitions)
             deadline = time.monotonic() + 10.0
             while self.partition_count(topic, fresh=True) is None:
                 if time.monotonic() > deadline:
@@ -63,7 +88,7 @@ class TopicCatalog:
                 time.sleep(0.05)
         return self.queues(topic)
 
-    def _create(self, name: str, partitions: int) -> None:
+    def _create(self, topic: str, name: str, partitions: int) -> None:
         if self._creator is not None:
             try:
                 self._creator(name, partitions)
@@ -79,13 +104,36 @@ class TopicCatalog:
         try:
             futures[name].result(timeout=20.0)
         except KafkaException as e:
-            if e.args and e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            err = e.args[0] if e.args else None
+            if not isinstance(err, KafkaError):
+                raise
+            if err.code() in _UNSUPPORTED:
+                servers = self._admin_settings.get("bootstrap.servers", "HOST:PORT")
+                raise LitePushError(
+                    f"topic {topic!r}: this Kafka cluster does not support creating topics through the admin API "
+                    f"({err.name()}); create it with Kafka's own tool: kafka-topics.sh --bootstrap-server {servers} "
+                    f"--create --topic {name} --partitions {partitions}"
+                ) from None
+            if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
 
     def ensure_topic(self, topic: str, partitions: int = 1) -> None:
-        """Create ``topic`` unless it exists (retry and dead-letter topics)."""
+        """Create ``topic`` unless it exists (retry and dead-letter topics),
+        whatever count an existing one has."""
         if self.partition_count(topic) is None:
-            self.create_topic(topic, partitions)
+            self._check_open()
+            self._ensure(topic, partitions)
+
+    def names(self) -> list[str]:
+        """Every topic's lite_push name, sorted (retry and dead-letter topics
+        under their ``%RETRY%`` / ``%DLQ%`` names; Kafka's internal topics
+        left out); the partition counts read are cached."""
+        self._check_open()
+        md = self._client.list_topics(timeout=10.0)
+        counts = {t: len(m.partitions) for t, m in md.topics.items() if m.error is None and m.partitions}
+        with self._lock:
+            self._partitions.update(counts)
+        return sorted(lite_topic(t) for t in counts if not t.startswith(INTERNAL_PREFIX))
 
     def partition_count(self, topic: str, *, fresh: bool = False, client: Any = None) -> int | None:
         """How many partitions ``topic`` (lite_push name) has, or None when

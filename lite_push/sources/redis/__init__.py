@@ -17,6 +17,8 @@ The package, one concern per module:
 * :mod:`.message_grain` a member of a group balanced by message
   (``Balance.MESSAGE``), over the scripts of :mod:`.grain_scripts` (BROADCASTING is the shared
   :class:`~lite_push.sources._member_model.Broadcasting`);
+* :mod:`.group_admin` a group read and reset from outside it (members,
+  owners, in-flight counts; ``lite-push group``);
 * :mod:`.reading`     a poll's read of its queues' streams (stopping
   before a jump of offsets the runtime must not see yet: :mod:`.gaps`);
 * :mod:`.functions`   the ``lite_push`` Redis Function library

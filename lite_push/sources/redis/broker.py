@@ -38,6 +38,7 @@ from .._common import BrokerClock, check_delay_levels, now_ms, validate_topic
 from .._sending import checked_items
 from .connection import Connection, chunk_offset
 from .consumer import RedisPullConsumer
+from .group_admin import RedisGroupAdmin
 from .membership import read_committed
 from .message_grain import grain_position
 from .registry import OpenConsumers
@@ -303,6 +304,14 @@ class RedisBroker:
         if self.conn.client.get(self.group_key(group, "balance")) == b"MESSAGE":
             return grain_position(self.conn, group, queue)
         return read_committed(self.conn, group, queue)
+
+    def group_admin(self, group: str) -> RedisGroupAdmin:
+        """``group`` read and changed from outside it: its members, committed
+        offsets, owners and in-flight counts, and a reset of its offsets
+        while no member's session lives
+        (:class:`~lite_push.sources.group_admin.GroupAdmin`)."""
+        self.check_open()
+        return RedisGroupAdmin(group, self.conn, self.catalog, self.session_timeout)
 
     # -- lifecycle ------------------------------------------------------------
 

@@ -24,9 +24,15 @@ from .._common import initial_position, warn_skipped_start
 from .._member_model import StoredLog
 from .connection import Connection, qfield
 
-__all__ = ["Membership", "read_committed"]
+__all__ = ["Membership", "owner_key", "read_committed"]
 
 logger = logging.getLogger(__name__)
+
+
+def owner_key(conn: Connection, group: str, q: MessageQueue) -> str:
+    """The key naming the member of ``group`` that owns ``q`` (expires
+    with that member's session)."""
+    return conn.group_key(group, f"owner:{qfield(q)}")
 
 
 def read_committed(conn: Connection, group: str, queue: MessageQueue) -> OffsetAndMetadata | None:
@@ -78,7 +84,7 @@ class Membership:
         self._said: set[str] = set()
 
     def _owner_key(self, q: MessageQueue) -> str:
-        return self._conn.group_key(self.group, f"owner:{qfield(q)}")
+        return owner_key(self._conn, self.group, q)
 
     def _lock_key(self, q: MessageQueue) -> str:
         return self._conn.group_key(self.group, f"lock:{qfield(q)}")
