@@ -19,7 +19,6 @@ never by sleeping for a set time.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -32,6 +31,7 @@ from typing import Any
 import orjson
 import pytest
 from helpers import wait_until
+from test_cli import Service, _lines
 
 from lite_push import Balance, ConsumerConfig, LitePushConsumer, MessageExt, MessageQueue
 from lite_push.cli.settings import NON_CONFIG_ENV
@@ -144,45 +144,15 @@ def plan_rows(stdout: str) -> dict[int, list[int | None]]:
     return rows
 
 
-class Consume:
-    """``python -m lite_push consume`` as a subprocess, its listener writing
-    ``queue offset`` lines to a file."""
+def consume_process(tmp_path: Path, source: str, group: str) -> Service:
+    """``consume --from first`` of topic T as ``group``, a subprocess."""
+    argv = ["--source", source, "--group", group, "--topic", "T", "--from", "first", "--no-metrics"]
+    return Service(tmp_path, [*argv, "--listener", "cli_test_listener:handle"], _env())
 
-    def __init__(self, tmp_path: Path, *argv: str) -> None:
-        (tmp_path / "group_test_listener.py").write_text(LISTENER)
-        self.out = tmp_path / "consumed.txt"
-        self.stdout = tmp_path / "consume.out"
-        self.stderr = tmp_path / "consume.err"
-        with self.stdout.open("w") as out, self.stderr.open("w") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "lite_push", "consume", "--listener", "group_test_listener:handle", *argv],
-                stdout=out,
-                stderr=err,
-                env=_env({"GROUP_TEST_OUT": str(self.out)}, tmp_path),
-                cwd=tmp_path,
-            )
 
-    def lines(self) -> list[str]:
-        return self.out.read_text().splitlines() if self.out.exists() else []
-
-    def wait(self, n: int) -> None:
-        assert wait_until(lambda: self.proc.poll() is not None or len(self.lines()) >= n, 60), self.output()
-        assert self.proc.poll() is None, self.output()
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(60)
-        finally:
-            self.kill()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    def output(self) -> str:
-        return f"stdout:\n{self.stdout.read_text()}\nstderr:\n{self.stderr.read_text()}"
+def consumed_offsets(service: Service) -> list[list[str]]:
+    """``[queue, offset]`` of each message the service's listener wrote."""
+    return [line.split()[1:3] for line in _lines(service.consumed)]
 
 
 NOTICE = "applies to new groups only"
@@ -217,9 +187,9 @@ def test_group_commands_on_a_durable_embedded_broker(tmp_path: Path) -> None:
 
     # a live member: a consume process holds the directory; --from first on a
     # group with committed offsets says it does not apply
-    service = Consume(tmp_path, "--source", source, "--group", "g", "--topic", "T", "--from", "first", "--no-metrics")
+    service = consume_process(tmp_path, source, "g")
     try:
-        service.wait(20)  # the 20 sent after the commit
+        service.wait_consumed(20)  # the 20 sent after the commit
         for p in (
             lite_push("group", "describe", "--source", source, "--group", "g"),
             reset(source, "g", "T", "first", "--execute"),
@@ -230,7 +200,7 @@ def test_group_commands_on_a_durable_embedded_broker(tmp_path: Path) -> None:
         service.kill()
     notice = [line for line in service.stderr.read_text().splitlines() if NOTICE in line]
     assert len(notice) == 1 and "WARNING" in notice[0] and "lite-push group reset-offsets" in notice[0], notice
-    assert sorted(map(str.split, service.lines())) == sorted(
+    assert sorted(consumed_offsets(service)) == sorted(
         [str(q), str(o)] for q in ends for o in range(ends_a[q], ends[q])
     )  # it resumed from the committed offsets, not from the first
 
@@ -291,9 +261,9 @@ def test_group_commands_on_redis(redis: tuple[RedisBroker, str], tmp_path: Path)
 
     # a live member of a new group: a consume process (--from first on a new
     # group: no notice)
-    service = Consume(tmp_path, "--source", source, "--group", "g2", "--topic", "T", "--from", "first", "--no-metrics")
+    service = consume_process(tmp_path, source, "g2")
     try:
-        service.wait(60)
+        service.wait_consumed(60)
         live = describe(source, "g2")
         (member,) = live["members"]
         assert f"@{service.proc.pid}@" in member["client_id"] and member["topics"] == ["T"]
