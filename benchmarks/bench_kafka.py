@@ -24,8 +24,9 @@ round 2 B C A, ...).  The consumers (``kafka_peers.py``):
 * ``pyrallel``: pyrallel-consumer 1.0.0, ``key_hash`` ordering, ``async``
   execution, an ``async def`` worker awaiting the same sleep, its defaults
   otherwise (``max_in_flight`` 1000; ``--pyrallel-max-in-flight``), in a
-  subprocess with a venv of its own (``benchmarks/out/pyrallel-venv``, made
-  with a Python >= 3.12 when missing; ``pyrallel_runner.py``);
+  subprocess with a venv of its own (``benchmarks/out/peers/pyrallel-venv``,
+  made from ``peers/pyrallel.requirements.txt`` with Python 3.12 when
+  missing; ``peers/pyrallel_runner.py``, ``bench_peers.py``'s runner);
 * ``serial``: one ``confluent_kafka.Consumer``, ``poll`` one message,
   ``time.sleep(cost)``, ``store_offsets``, next; auto commit, a final commit.
 
@@ -198,8 +199,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="rounds; the report gives medians (default 3)")
     parser.add_argument("--lanes", type=int, default=256, help="lite_push lanes (default 256)")
     parser.add_argument("--executor", default="uvloop", choices=["uvloop", "asyncio"], help="lite_push's loop")
-    parser.add_argument("--pyrallel-python", help="a Python >= 3.12 to make the pyrallel venv with")
-    parser.add_argument("--pyrallel-venv", type=Path, default=HERE / "out" / "pyrallel-venv")
+    parser.add_argument("--pyrallel-python", help="a Python 3.12 to make the pyrallel venv with")
     parser.add_argument("--pyrallel-max-in-flight", type=int, help="ExecutionConfig.max_in_flight (default 1000)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run before it is given up")
     parser.add_argument(
@@ -214,7 +214,7 @@ def main() -> int:
         raise SystemExit(f"--consumers must name some of {CONSUMERS} (got {sorted(unknown)}); --repeat >= 1")
     work_dir = HERE / "out" / "kafka"
     work_dir.mkdir(parents=True, exist_ok=True)
-    pyrallel_exe = pyrallel_python(args.pyrallel_venv, args.pyrallel_python) if "pyrallel" in consumers else None
+    pyrallel_exe = pyrallel_python(args.pyrallel_python) if "pyrallel" in consumers else None
     if "lite_push" in consumers:
         try:
             import lite_push.sources.kafka as lp_kafka

@@ -13,9 +13,10 @@ benchmark produced, and the producer that fills it.
   runs it (``uvloop.run`` / ``asyncio.run`` around an
   ``AsyncLitePushConsumer``).
 * :func:`run_pyrallel` -- pyrallel-consumer 1.0.0 in a subprocess
-  (``pyrallel_runner.py``) with a venv of its own (:func:`pyrallel_python`
-  makes it when missing: the package needs Python >= 3.12, this project's
-  venv is 3.11).
+  (``peers/pyrallel_runner.py``, ``bench_peers.py``'s runner) with a venv of
+  its own (:func:`pyrallel_python` makes it when missing from
+  ``peers/pyrallel.requirements.txt``: the package needs Python >= 3.12,
+  this project's venv is 3.11).
 
 Each returns a :class:`Run`: ``t0_ns`` (``perf_counter_ns`` just before the
 consumer's Kafka client is made -- ``Consumer(...)`` for the serial loop,
@@ -29,12 +30,6 @@ endian, padded to the workload's ``body_size``, as the harness writes it.
 from __future__ import annotations
 
 import array
-import importlib.metadata
-import json
-import os
-import shutil
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -59,9 +54,8 @@ __all__ = [
 ]
 
 PYRALLEL_VERSION = "1.0.0"
-#: Where the pyrallel venv goes by default (``benchmarks/out`` is gitignored).
-PYRALLEL_VENV = HERE / "out" / "pyrallel-venv"
-RUNNER = HERE / "pyrallel_runner.py"
+#: pyrallel's runner (the one ``bench_peers.py`` runs too).
+RUNNER = HERE / "peers" / "pyrallel_runner.py"
 #: lite_push's ``KafkaBroker(session_timeout=...)``: librdkafka's default session.timeout.ms.
 SESSION_TIMEOUT = 45.0
 
@@ -245,66 +239,16 @@ def run_lite_push(
 # -- pyrallel-consumer ------------------------------------------------------------------
 
 
-def _version_of(python: str) -> tuple[int, int] | None:
+def pyrallel_python(python: str | None = None) -> Path:
+    """The python of pyrallel's venv (``benchmarks/out/peers/pyrallel-venv``,
+    made from ``peers/pyrallel.requirements.txt`` when missing or stale,
+    with ``python`` or the Python 3.12 the file names; ``peers/venvs.py``)."""
+    from peers.venvs import VenvError, peer_python
+
     try:
-        out = subprocess.run(
-            [python, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True, text=True, timeout=30
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if out.returncode != 0:
-        return None
-    major, minor = out.stdout.split()
-    return int(major), int(minor)
-
-
-def find_python312(explicit: str | None = None) -> str:
-    """A Python >= 3.12 to make the pyrallel venv with: ``explicit``, else
-    ``python3.12`` / ``python3.13`` on PATH (pyenv shims included, when they
-    answer), else pyenv's installed versions."""
-    candidates = [explicit] if explicit else []
-    for name in ("python3.12", "python3.13", "python3.14"):
-        found = shutil.which(name)
-        if found:
-            candidates.append(found)
-    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    candidates += sorted(str(p) for p in root.glob("3.1[2-9]*/bin/python3"))
-    for python in candidates:
-        version = _version_of(python)
-        if version is not None and version >= (3, 12):
-            return python
-        if explicit and python == explicit:
-            raise SystemExit(f"--pyrallel-python {explicit}: not a Python >= 3.12 ({version})")
-    raise SystemExit(
-        f"pyrallel-consumer {PYRALLEL_VERSION} needs Python >= 3.12 and none was found "
-        "(pass one with --pyrallel-python)"
-    )
-
-
-def pyrallel_python(venv: Path = PYRALLEL_VENV, python: str | None = None) -> Path:
-    """The venv's python with pyrallel-consumer installed: made with a Python
-    >= 3.12 (:func:`find_python312`) and ``pip install
-    pyrallel-consumer==1.0.0 confluent-kafka==<this venv's>`` (the same
-    librdkafka as the other two consumers) when missing."""
-    exe = venv / "bin" / "python"
-    kafka = importlib.metadata.version("confluent-kafka")
-    probe = (
-        "import importlib.metadata as m, pyrallel_consumer; "
-        "print(m.version('pyrallel-consumer'), m.version('confluent-kafka'))"
-    )
-    if exe.exists():
-        out = subprocess.run([str(exe), "-c", probe], capture_output=True, text=True)
-        if out.returncode == 0 and out.stdout.split() == [PYRALLEL_VERSION, kafka]:
-            return exe
-    base = find_python312(python)
-    print(f"making {venv} with {base} (pyrallel-consumer=={PYRALLEL_VERSION})", file=sys.stderr)
-    subprocess.run([base, "-m", "venv", "--clear", str(venv)], check=True)
-    subprocess.run(
-        [str(exe), "-m", "pip", "install", "-q", f"pyrallel-consumer=={PYRALLEL_VERSION}", f"confluent-kafka=={kafka}"],
-        check=True,
-    )
-    subprocess.run([str(exe), "-c", probe], check=True, capture_output=True)
-    return exe
+        return peer_python("pyrallel", base=python)
+    except VenvError as e:
+        raise SystemExit(f"pyrallel-consumer's venv: {e}") from None
 
 
 def run_pyrallel(
@@ -317,43 +261,25 @@ def run_pyrallel(
     work_dir: Path,
     max_in_flight: int | None = None,
 ) -> Run:
-    """pyrallel-consumer in ``pyrallel_runner.py`` under ``python`` (the
-    venv's); the runner writes its calls to a JSON file read back here.  It
-    runs in ``work_dir`` with the settings' environment variables removed, so
-    no ``.env`` file or ``KAFKA_*`` variable changes its configuration."""
-    work_dir.mkdir(parents=True, exist_ok=True)
-    costs_file = work_dir / f"{group}.costs"
-    out_file = work_dir / f"{group}.json"
-    costs_file.write_bytes(array.array("q", costs).tobytes())
-    out_file.unlink(missing_ok=True)
-    prefixes = ("KAFKA_", "EXECUTION_", "PARALLEL_CONSUMER_", "PROCESS_", "METRICS_")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
-    cmd = [
-        str(python), str(RUNNER), "--bootstrap", bootstrap, "--topic", topic, "--group", group,
-        "--costs", str(costs_file), "--out", str(out_file), "--timeout", str(timeout),
-    ]
-    if max_in_flight is not None:
-        cmd += ["--max-in-flight", str(max_in_flight)]
-    proc = subprocess.Popen(cmd, cwd=work_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout + 60)
-    except subprocess.TimeoutExpired:
-        os.kill(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-    run = Run("pyrallel")
-    if not out_file.exists():
-        run.error = f"runner exited {proc.returncode} without output: {(stderr or stdout)[-2000:]}"
+    """pyrallel-consumer in ``peers/pyrallel_runner.py`` under ``python``
+    (the venv's), started by ``peers/launch.py`` (in ``work_dir``, with the
+    settings' environment variables removed, so no ``.env`` file or
+    ``KAFKA_*`` variable changes its configuration); its calls are read back
+    from the runner's OUT.json."""
+    from peers.launch import launch
+
+    settings = [] if max_in_flight is None else [f"max_in_flight={max_in_flight}"]
+    out = launch(
+        python, RUNNER, ["--bootstrap", bootstrap], topic=topic, group=group, costs_us=costs, work_dir=work_dir,
+        timeout=timeout, cap=None, settings=settings,
+    )
+    run = Run("pyrallel", error=out.error)
+    if out.data is None:
         return run
-    data = json.loads(out_file.read_text())
-    run.t0_ns = data["t0_ns"]
-    run.cpu_s = data["cpu_s"]
-    run.error = data["error"]
-    run.config = data["config"]
-    run.seq.extend(data["seq"])
-    run.start_ns.extend(data["start_ns"])
-    run.end_ns.extend(data["end_ns"])
-    costs_file.unlink(missing_ok=True)
-    out_file.unlink(missing_ok=True)
-    if proc.returncode != 0 and run.error is None:
-        run.error = f"runner exited {proc.returncode}: {stderr[-2000:]}"
+    run.t0_ns = out.data["t0_ns"]
+    run.cpu_s = out.data["cpu_s"]
+    run.config = out.data["config"]
+    run.seq.extend(out.data["seq"])
+    run.start_ns.extend(out.data["start_ns"])
+    run.end_ns.extend(out.data["end_ns"])
     return run

@@ -1,0 +1,71 @@
+"""Which peers there are: every ``benchmarks/peers/<name>_runner.py``, and the
+peers of ``UNRUNNABLE.md`` (no runner, a reason).
+
+A runner is a Kafka peer unless its name ends in ``_redis``.  It runs with
+the python of its venv (``<name>.requirements.txt``, :mod:`.venvs`), but
+lite_push's runners (``lite_push_*``) with the project's own python.  Which
+Redis format a Redis peer reads: ``lite_push_redis`` lite_push's topic
+(queues of Redis streams in lite_push's entry format), every other
+``*_redis`` peer one stream in faststream's format (the only one so far).
+
+``UNRUNNABLE.md`` holds a markdown table whose rows are ``| peer | reason |``
+(more columns are ignored): a peer that cannot be installed or run here
+still gets its row in the results, with that reason.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Peer", "discover", "unrunnable"]
+
+HERE = Path(__file__).resolve().parent
+
+_ROW = re.compile(r"^\|\s*`?([A-Za-z0-9_]+)`?\s*\|\s*(.*?)\s*\|")
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One runner and how the orchestrator feeds it."""
+
+    name: str
+    runner: Path
+    #: ``"kafka"``, ``"lite_push_redis"`` or ``"faststream_redis"``: which
+    #: filled topic it reads (and how its committed offsets are read).
+    source: str
+    #: Its pinned requirements, or None for the project's own python.
+    requirements: Path | None
+
+    @property
+    def broker(self) -> str:
+        """``"kafka"`` or ``"redis"``: the runner's broker argument."""
+        return "kafka" if self.source == "kafka" else "redis"
+
+
+def discover(peers_dir: Path = HERE) -> dict[str, Peer]:
+    """The peers with a runner, by name (lite_push's first, then by name)."""
+    found = {}
+    for runner in sorted(peers_dir.glob("*_runner.py")):
+        name = runner.name.removesuffix("_runner.py")
+        if name.endswith("_redis"):
+            source = "lite_push_redis" if name == "lite_push_redis" else "faststream_redis"
+        else:
+            source = "kafka"
+        requirements = None if name.startswith("lite_push_") else peers_dir / f"{name}.requirements.txt"
+        found[name] = Peer(name, runner, source, requirements)
+    return dict(sorted(found.items(), key=lambda item: (not item[0].startswith("lite_push"), item[0])))
+
+
+def unrunnable(peers_dir: Path = HERE) -> dict[str, str]:
+    """``peer -> reason`` from ``UNRUNNABLE.md`` (empty without the file)."""
+    path = peers_dir / "UNRUNNABLE.md"
+    if not path.exists():
+        return {}
+    out = {}
+    for line in path.read_text().splitlines():
+        match = _ROW.match(line.strip())
+        if match and match[1].lower() not in ("peer", "name") and not set(match[2]) <= set("-: "):
+            out[match[1]] = match[2]
+    return out

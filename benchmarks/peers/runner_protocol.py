@@ -1,0 +1,183 @@
+"""The runner protocol of ``bench_peers.py`` (issue 31), standard library only.
+
+A runner is ``benchmarks/peers/<name>_runner.py``, run by the python of its
+peer's venv; it may import this module (its own directory is ``sys.path[0]``
+when it runs as a script) and nothing else outside the standard library and
+its peer's packages.  It is started as
+
+    python <name>_runner.py (--bootstrap HOST:PORT | --redis redis://HOST:PORT)
+        --topic T --group G --costs FILE --out OUT.json --timeout S [--cap S] [--set KEY=VALUE ...]
+
+and consumes the backlog of ``T`` (produced before it starts) with group
+``G``.  A message's value starts with its ``seq`` (8 bytes big endian);
+``--costs`` holds each message's cost in microseconds by ``seq``
+(``array('q').tobytes()``, native order).  The handler does the cost as the
+peer's recommended parallel I/O (awaited or blocking sleep) and records
+``(seq, start_ns, end_ns)`` with ``perf_counter_ns`` around it
+(:class:`Calls`).  The runner stops when every ``seq`` was handled, at
+``--cap`` seconds after ``t0`` (``"capped": true``), or at ``--timeout``
+(an ``"error"``), each time gracefully: the peer commits as it normally does,
+so the orchestrator reads the group's committed offsets afterwards.
+
+OUT.json (:func:`write_out`): ``t0_ns`` (``perf_counter_ns`` just before the
+peer's client is made), ``wall_minus_perf_ns``, ``cpu_s`` (this process and
+its children, ``t0`` to the last message handled), ``peak_rss_kb``,
+``capped``, ``error``, ``config`` (``package``, ``python``, the settings,
+``keeps_key_order``) and the calls as three lists ``seq``, ``start_ns``,
+``end_ns``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import json
+import resource
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Calls", "Usage", "load_costs", "parse_args", "peak_rss_kb", "settings_of", "write_out"]
+
+
+def parse_args(description: str, broker: str) -> argparse.Namespace:
+    """The protocol's arguments; ``broker`` is ``"kafka"`` (``--bootstrap``)
+    or ``"redis"`` (``--redis``)."""
+    parser = argparse.ArgumentParser(description=description)
+    if broker == "kafka":
+        parser.add_argument("--bootstrap", required=True, help="HOST:PORT of the Kafka cluster")
+    elif broker == "redis":
+        parser.add_argument("--redis", required=True, help="redis://HOST:PORT")
+    else:
+        raise ValueError(f"broker must be 'kafka' or 'redis', got {broker!r}")
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--group", required=True)
+    parser.add_argument("--costs", type=Path, required=True, help="int64 cost in microseconds by seq")
+    parser.add_argument("--out", type=Path, required=True, help="OUT.json")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds before the run is given up")
+    parser.add_argument("--cap", type=float, help="seconds after t0 at which the run stops (not an error)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a peer setting")
+    return parser.parse_args()
+
+
+def settings_of(pairs: list[str], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """``defaults`` with ``KEY=VALUE`` pairs applied, each value converted to
+    its default's type (``bool``: true/false/1/0); an unknown key or a bad
+    value exits naming it."""
+    out = dict(defaults)
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in defaults:
+            raise SystemExit(f"--set {pair!r}: KEY=VALUE with KEY one of {sorted(defaults)}")
+        kind = type(defaults[key])
+        try:
+            if kind is bool:
+                if value.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(value)
+                out[key] = value.lower() in ("true", "1")
+            elif defaults[key] is None:
+                out[key] = value
+            else:
+                out[key] = kind(value)
+        except ValueError:
+            raise SystemExit(f"--set {pair!r}: {key} takes a {kind.__name__}") from None
+    return out
+
+
+def load_costs(path: Path) -> array.array[int]:
+    """Each message's cost in microseconds, by ``seq``."""
+    costs = array.array("q")
+    costs.frombytes(path.read_bytes())
+    return costs
+
+
+class Calls:
+    """Every handler call ``(seq, start_ns, end_ns)``, in three int64
+    columns, and how many distinct ``seq`` were handled.  ``record`` is
+    called from one thread at a time (the event loop, or under the caller's
+    lock when handlers run on threads)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.seq = array.array("q")
+        self.start_ns = array.array("q")
+        self.end_ns = array.array("q")
+        self._seen = bytearray(total)
+        self.distinct = 0
+
+    def record(self, seq: int, start_ns: int, end_ns: int) -> None:
+        self.seq.append(seq)
+        self.start_ns.append(start_ns)
+        self.end_ns.append(end_ns)
+        if 0 <= seq < self.total and not self._seen[seq]:
+            self._seen[seq] = 1
+            self.distinct += 1
+
+    @property
+    def done(self) -> bool:
+        """Every ``seq`` handled at least once."""
+        return self.distinct >= self.total
+
+
+def _cpu_s() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class Usage:
+    """``t0`` and the process's CPU from it: :meth:`start` just before the
+    peer's client is made, :meth:`stop` when the last message is handled
+    (or the run stops); :meth:`over` says whether ``seconds`` passed."""
+
+    def __init__(self) -> None:
+        self.t0_ns = 0
+        self.wall_minus_perf_ns = 0
+        self._cpu0 = 0.0
+        self.cpu_s: float | None = None
+
+    def start(self) -> int:
+        self.wall_minus_perf_ns = time.time_ns() - time.perf_counter_ns()
+        self._cpu0 = _cpu_s()
+        self.t0_ns = time.perf_counter_ns()
+        return self.t0_ns
+
+    def stop(self) -> None:
+        if self.cpu_s is None:
+            self.cpu_s = _cpu_s() - self._cpu0
+
+    def over(self, seconds: float | None) -> bool:
+        return seconds is not None and time.perf_counter_ns() - self.t0_ns > seconds * 1e9
+
+
+def peak_rss_kb() -> int:
+    """The largest resident set of this process or any waited-for child (KiB)."""
+    return max(
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    )
+
+
+def write_out(
+    path: Path, usage: Usage, calls: Calls, *, capped: bool, error: str | None, config: Mapping[str, Any]
+) -> None:
+    """Write OUT.json (see the module docstring)."""
+    usage.stop()
+    config = {"python": sys.version.split()[0], **config}
+    path.write_text(
+        json.dumps(
+            {
+                "t0_ns": usage.t0_ns,
+                "wall_minus_perf_ns": usage.wall_minus_perf_ns,
+                "cpu_s": usage.cpu_s,
+                "peak_rss_kb": peak_rss_kb(),
+                "capped": capped,
+                "error": error,
+                "config": config,
+                "seq": calls.seq.tolist(),
+                "start_ns": calls.start_ns.tolist(),
+                "end_ns": calls.end_ns.tolist(),
+            }
+        )
+    )
