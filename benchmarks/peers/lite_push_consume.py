@@ -11,10 +11,11 @@ the group's backlog from the first offset.  On stopping (every ``seq``
 handled, ``--cap`` or ``--timeout``) ``shutdown`` lets the lanes finish what
 they hold, commits and closes the source.
 
-Settings (``--set KEY=VALUE``): ``lanes`` (default 1024: at 100 ms per
-message a run near the hot-key bound of 1,000 uniform keys has about 900
-calls in flight, ``bound x cost``; fewer lanes cap it at ``lanes / cost``;
-more than the keys cost nothing but a few idle coroutines),
+Settings (``--set KEY=VALUE``): ``lanes`` (default 2048: at 100 ms per
+message a run near the hot-key bound of 1,000 uniform keys has about 700-900
+calls in flight, ``bound x cost``, and fewer lanes than twice the keys left
+keys sharing lanes: see ``lite_push_kafka_runner.py``; lanes beyond the
+keys cost a few idle coroutines),
 ``pull_batch_size`` (32), ``pull_threshold_for_queue`` (1000),
 ``lane_capacity`` (1000), ``loop`` (``uvloop`` or ``asyncio``).  What was
 tried is in ``lite_push_kafka_runner.py``'s docstring.
@@ -36,7 +37,7 @@ from lite_push.sources import PullSource
 __all__ = ["DEFAULTS", "consume"]
 
 DEFAULTS: dict[str, Any] = {
-    "lanes": 1024,
+    "lanes": 2048,
     "pull_batch_size": 32,
     "pull_threshold_for_queue": 1000,
     "lane_capacity": 1000,

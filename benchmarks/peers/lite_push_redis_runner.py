@@ -5,7 +5,7 @@ requirements file), redis-py 6.4.0 with hiredis under its Redis source,
 redis-server 7.0.  The consumer and its settings are
 ``lite_push_consume.py``'s: ``AsyncLitePushConsumer`` on uvloop,
 ``KEY_ORDERLY`` (a key's messages one at a time, in offset order), an
-``async def`` listener awaiting ``asyncio.sleep(cost)``, 1,024 lanes.  The
+``async def`` listener awaiting ``asyncio.sleep(cost)``, 2,048 lanes.  The
 source is ``RedisBroker(url).pull_consumer(group,
 consume_from=FIRST_OFFSET)`` in the default namespace ``lite_push``, where
 the orchestrator stored the topic (``RedisBroker.send_batch``, 8 queues, a

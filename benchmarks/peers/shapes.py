@@ -35,7 +35,7 @@ def _kpipe(ms: int, messages: int) -> Workload:
 SHAPES: dict[str, Workload] = {
     w.name: w
     for w in (
-        _kpipe(1, 200_000),
+        _kpipe(1, 300_000),
         _kpipe(10, 200_000),
         _kpipe(100, 90_000),
         get_workload("io5").replace(messages=100_000),
