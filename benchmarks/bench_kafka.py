@@ -200,7 +200,9 @@ def main() -> int:
     parser.add_argument("--lanes", type=int, default=256, help="lite_push lanes (default 256)")
     parser.add_argument("--executor", default="uvloop", choices=["uvloop", "asyncio"], help="lite_push's loop")
     parser.add_argument("--pyrallel-python", help="a Python 3.12 to make the pyrallel venv with")
-    parser.add_argument("--pyrallel-max-in-flight", type=int, help="ExecutionConfig.max_in_flight (default 1000)")
+    parser.add_argument(
+        "--pyrallel-max-in-flight", type=int, default=1000, help="ExecutionConfig.max_in_flight (default 1000, its own)"
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run before it is given up")
     parser.add_argument(
         "--log-level", default="ERROR", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="logging on stderr"

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from lite_push.sources.redis_server import RedisServer
+
 # the benchmark modules import each other flat (``import workloads``) and as ``peers.*``
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 if str(BENCHMARKS) not in sys.path:
@@ -133,3 +135,26 @@ def test_a_tiny_grid_round_trips(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert data["shapes"]["kpipe-1ms"]["runs"]["lite_push_kafka"][0]["config"]["lanes"] == 64
     table = capsys.readouterr().out
     assert "| lite_push_redis | io5 |" in table and "| serial | kpipe-1ms |" in table
+
+
+def test_a_stream_group_acks_what_was_delivered_and_not_pending(redis_server: RedisServer) -> None:
+    import redis
+
+    from peers.committed import stream_group_acked
+    from peers.loading import fill_faststream_redis
+
+    client = redis.Redis.from_url(redis_server.url)
+
+    def filler(c: redis.Redis, stream: str, items: list[tuple[str, bytes]]) -> None:
+        for key, value in items:
+            c.xadd(stream, {"key": key, "data": value})
+
+    placed = fill_faststream_redis(client, "s", KEYS, 16, filler)
+    assert len(placed.stream_ids) == 5 and placed.stream_ids == sorted(placed.stream_ids)
+    assert stream_group_acked(client, "s", "g", placed) == bytearray(5)  # no such group: nothing acked
+    client.xgroup_create("s", "g", id="0")
+    got = client.xreadgroup("g", "c", {"s": ">"}, count=3)  # seqs 0, 1, 2 delivered
+    ids = [entry_id for entry_id, _ in got[0][1]]
+    client.xack("s", "g", ids[0], ids[2])  # 1 stays pending
+    assert stream_group_acked(client, "s", "g", placed) == bytearray([1, 0, 1, 0, 0])
+    client.close()

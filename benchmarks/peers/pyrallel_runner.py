@@ -34,7 +34,7 @@ from typing import Any
 from pyrallel_consumer import ExecutionMode, KafkaConfig, OrderingMode, PyrallelConsumer, WorkItem
 from runner_protocol import Calls, Usage, load_costs, parse_args, settings_of, write_out
 
-DEFAULTS: dict[str, Any] = {"max_in_flight": 1000, "poll_batch_size": 0, "queue_max_messages": 0}
+DEFAULTS: dict[str, Any] = {"max_in_flight": 2000, "poll_batch_size": 0, "queue_max_messages": 0}
 
 
 def main() -> int:
