@@ -139,7 +139,6 @@ def test_a_tiny_grid_round_trips(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 def test_a_stream_group_acks_what_was_delivered_and_not_pending(redis_server: RedisServer) -> None:
     import redis
-
     from peers.committed import stream_group_acked
     from peers.loading import fill_faststream_redis
 
