@@ -16,7 +16,9 @@ message a run near the hot-key bound of 1,000 uniform keys has about 700-900
 calls in flight, ``bound x cost``, and fewer lanes than twice the keys left
 keys sharing lanes: see ``lite_push_kafka_runner.py``; lanes beyond the
 keys cost a few idle coroutines),
-``pull_batch_size`` (32), ``pull_threshold_for_queue`` (1000),
+``pull_batch_size`` (32), ``pull_threshold_for_queue`` (5000, not the
+default 1000: with a backlog, a queue paused at 1000 unfinished messages
+and resumed left the Kafka source's partitions waiting for fetches),
 ``lane_capacity`` (1000), ``loop`` (``uvloop`` or ``asyncio``).  What was
 tried is in ``lite_push_kafka_runner.py``'s docstring.
 """
@@ -39,7 +41,7 @@ __all__ = ["DEFAULTS", "consume"]
 DEFAULTS: dict[str, Any] = {
     "lanes": 2048,
     "pull_batch_size": 32,
-    "pull_threshold_for_queue": 1000,
+    "pull_threshold_for_queue": 5000,
     "lane_capacity": 1000,
     "loop": "uvloop",
 }

@@ -31,9 +31,29 @@ backlog some keys ended up sharing one; 2,048 reaches the bound.  At 1 and
 about half a core of CPU in its own process (the mock cluster serving its
 fetches runs in another) on a machine shared with other runs; the hot-key
 bound of 1,000 uniform keys (70k and 700k msg/s) is far above.
-``pull_batch_size`` 128 and ``pull_threshold_for_queue`` 4,000 did not
-change kpipe-10ms beyond the noise (35k and 29k against 33k at 60k
-messages); uvloop against asyncio's loop: 33k against 23k.
+uvloop against asyncio's loop: 33k against 23k msg/s (kpipe-10ms, 60k).
+
+``pull_threshold_for_queue`` (unfinished messages per partition before it
+is paused; lite_push's default 1000), with 2,048 lanes, Kafka / Redis
+source, one run each:
+
+=================  ====================  ====================  ===========
+shape (messages)   1000                  5000                  10000
+=================  ====================  ====================  ===========
+io5 (50k)          11,007 / 14,663       14,658 / 14,737
+                   (63 % / 84 %)         (84 % / 85 %)
+io1 (50k)          5,001 / 5,085         5,201 / 5,289
+kpipe-10ms (50k)   20,963 / 25,203       40,243 / 24,330
+kpipe-10ms (100k)                        30,286 / 22,437       22,669 / 18,585
+kpipe-100ms (100k)                       7,162 / 7,253 (97 %)  7,059 / 7,124
+kpipe-1ms (50k)    43,080 / 42,341       44,953 / 46,189
+=================  ====================  ====================  ===========
+
+At 1000 the Kafka source's partitions were paused and resumed all along
+(io5: 1.3 CPU s in a 5 s run, the mock cluster idle: waiting, not
+working); 5000 is the default here.  ``pull_batch_size`` 64 with it:
+36,266 / 27,666 on kpipe-10ms (100k), within the noise of 32's; 128 and 512
+on io5: 10,580 and 11,526 (at threshold 1000, against 11,075), so 32 stays.
 """
 
 from __future__ import annotations
