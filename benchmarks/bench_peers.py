@@ -183,7 +183,8 @@ def progress_line(rnd: int, row: dict[str, Any]) -> str:
     line = (
         f"  round {rnd + 1} {row['peer']:18s} {row['rate']:>9,.0f} msg/s ({row['of_bound']:.0%} of bound) "
         f"{row['handled']:,} handled{' (capped)' if row['capped'] else ''}, p99 {row['p99_ms'] or 0:,.0f} ms, "
-        f"CPU {row['cpu_s'] or 0:.1f} s, RSS {row['peak_rss_mb'] or 0:.0f} MB, lost {row['lost']} "
+        f"CPU {row['cpu_s'] or 0:.1f} s, RSS {row['peak_rss_mb'] or 0:.0f} MB, committed {row['committed']}, "
+        f"lost {row['lost']} "
         f"dup {row['duplicates']} order {row['order_violations']} overlap {row['overlaps']}"
     )
     return line + (f"  ERROR {row['error']}" if row["error"] else "")
@@ -235,7 +236,11 @@ def main(argv: list[str] | None = None) -> int:
                         settings=settings.get(name, []), project_python=peer.requirements is None,
                     )
                     acked = brokers.acked(peer, topic, group, placed)
-                    row = measure(name, result.data, result.error, msgs.keys, placed, acked, msgs.hot_key_rate)
+                    try:
+                        row = measure(name, result.data, result.error, msgs.keys, placed, acked, msgs.hot_key_rate)
+                    except (KeyError, TypeError, ValueError) as e:  # an OUT.json not to the protocol
+                        error = f"OUT.json not to the protocol: {type(e).__name__}: {e}"
+                        row = measure(name, None, error, msgs.keys, placed, acked, msgs.hot_key_rate)
                     row |= {"round": rnd, "wall_s": result.wall_s}
                     runs[name].append(row)
                     print(progress_line(rnd, row), file=sys.stderr)

@@ -107,7 +107,12 @@ def launch(
         _, stderr = proc.communicate()
     wall = time.perf_counter() - t0
     tail = " | ".join(line.strip() for line in (stderr or "").strip().splitlines()[-3:])[-600:]
-    data = json.loads(out_file.read_text()) if out_file.exists() else None
+    data = None
+    if out_file.exists():
+        try:
+            data = json.loads(out_file.read_text())
+        except ValueError as e:  # cut short: the row says so
+            tail = f"OUT.json unreadable ({e}); {tail}"
     costs_file.unlink(missing_ok=True)
     out_file.unlink(missing_ok=True)
     return Output(data, proc.returncode, tail, wall)

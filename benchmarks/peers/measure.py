@@ -101,6 +101,8 @@ def measure(
         "peak_rss_mb": data["peak_rss_kb"] / 1024 if data.get("peak_rss_kb") else None,
         "capped": capped,
         "lost": lost_count(handled, acked, complete=not capped and error is None),
+        # how many messages the group's commit covers (a peer that never commits: 0)
+        "committed": sum(acked) if acked is not None else None,
         "duplicates": result.duplicates,
         "order_violations": result.order_violations,
         "overlaps": result.overlaps,
