@@ -111,6 +111,20 @@ def test_the_catalog_and_the_settings() -> None:
         settings_of(["nope=1"], {"lanes": 1})
 
 
+def test_a_runner_is_a_peer_with_its_pins_and_unrunnable_peers_have_reasons(tmp_path: Path) -> None:
+    for name in ("lite_push_x_runner.py", "a_runner.py", "b_redis_runner.py", "try_runner.py", "helper.py"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "a.requirements.txt").write_text("# python 3.12\na==1\n")
+    (tmp_path / "b_redis.requirements.txt").write_text("# python 3.11\nb==2\n")
+    (tmp_path / "UNRUNNABLE.md").write_text(
+        "# peers\n\n| peer | reason |\n|---|---|\n| `faust` | needs kafka-python's admin client |\n"
+    )
+    peers = discover(tmp_path)
+    assert list(peers) == ["lite_push_x", "a", "b_redis"]  # try_runner.py has no pins: a helper
+    assert peers["b_redis"].source == "faststream_redis" and peers["a"].source == "kafka"
+    assert unrunnable(tmp_path) == {"faust": "needs kafka-python's admin client"}
+
+
 @pytest.mark.timeout(180)
 def test_a_tiny_grid_round_trips(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from bench_peers import main

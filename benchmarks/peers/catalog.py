@@ -1,5 +1,6 @@
-"""Which peers there are: every ``benchmarks/peers/<name>_runner.py``, and the
-peers of ``UNRUNNABLE.md`` (no runner, a reason).
+"""Which peers there are: every ``benchmarks/peers/<name>_runner.py`` with its
+``<name>.requirements.txt`` (lite_push's runners need none), and the peers
+of ``UNRUNNABLE.md`` (no runner, a reason).
 
 A runner is a Kafka peer unless its name ends in ``_redis``.  It runs with
 the python of its venv (``<name>.requirements.txt``, :mod:`.venvs`), but
@@ -54,6 +55,8 @@ def discover(peers_dir: Path = HERE) -> dict[str, Peer]:
         else:
             source = "kafka"
         requirements = None if name.startswith("lite_push_") else peers_dir / f"{name}.requirements.txt"
+        if requirements is not None and not requirements.exists():
+            continue  # a helper script, not a peer (a peer's runner comes with its pins)
         found[name] = Peer(name, runner, source, requirements)
     return dict(sorted(found.items(), key=lambda item: (not item[0].startswith("lite_push"), item[0])))
 
