@@ -42,9 +42,9 @@ from lite_push.sources.kafka.mock_cluster import MockKafkaCluster
 PARTITIONS = 8
 
 
-def committed_past_unhandled(bootstrap: str, topic: str, group: str, keys: list[str], handled: set[int]) -> int:
-    """How many messages lie below the group's committed offsets without
-    having been handled (0 for an at-least-once consumer).  Partition ``p``'s
+def commits(bootstrap: str, topic: str, group: str, keys: list[str], handled: set[int]) -> tuple[int, int]:
+    """How many messages lie below the group's committed offsets, and how
+    many of those were not handled (0 for an at-least-once consumer).  Partition ``p``'s
     offset ``i`` is the ``i``-th seq produced to it (``produce`` sends in seq
     order)."""
     by_partition: list[list[int]] = [[] for _ in range(PARTITIONS)]
@@ -55,11 +55,8 @@ def committed_past_unhandled(bootstrap: str, topic: str, group: str, keys: list[
         offsets = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
     finally:
         consumer.close()
-    bad = 0
-    for tp in offsets:
-        below = by_partition[tp.partition][: max(tp.offset, 0)]
-        bad += sum(1 for seq in below if seq not in handled)
-    return bad
+    below = [seq for tp in offsets for seq in by_partition[tp.partition][: max(tp.offset, 0)]]
+    return len(below), sum(1 for seq in below if seq not in handled)
 
 
 def main() -> int:
@@ -100,16 +97,18 @@ def main() -> int:
             return 1
         out = json.loads(out_file.read_text())
         handled = set(out["seq"])
-        past = committed_past_unhandled(cluster.bootstrap, "T", group, keys, handled)
+        committed, past = commits(cluster.bootstrap, "T", group, keys, handled)
     result = check(keys, out["seq"], out["start_ns"], out["end_ns"])
     seconds = (max(out["end_ns"]) - out["t0_ns"]) / 1e9 if out["end_ns"] else float("nan")
     rate = (args.messages - result.lost) / seconds
     first = (min(out["start_ns"]) - out["t0_ns"]) / 1e6 if out["start_ns"] else float("nan")
+    after = (args.messages - result.lost) / (seconds - first / 1e3)
     print(
         f"{rate:,.0f} msg/s ({rate / bound:.0%} of hot-key bound {bound:,.0f}), first call {first:.0f} ms, "
+        f"{after:,.0f} msg/s after it, "
         f"CPU {out['cpu_s']:.2f} s, RSS {out['peak_rss_kb'] / 1024:.0f} MiB, process {took:.1f} s | "
         f"lost {result.lost} dup {result.duplicates} order {result.order_violations} overlap {result.overlaps} "
-        f"committed-past-unhandled {past} | capped {out['capped']} error {out['error']}"
+        f"committed {committed} (past unhandled {past}) | capped {out['capped']} error {out['error']}"
     )
     print(json.dumps(out["config"]))
     if proc.stderr.strip():
