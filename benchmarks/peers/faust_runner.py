@@ -37,6 +37,7 @@ DEFAULTS: dict[str, Any] = {
     "broker_commit_every": 10000,
     "broker_commit_interval": 2.8,
     "loop": "asyncio",
+    "loglevel": "WARNING",
 }
 
 
@@ -136,7 +137,7 @@ def run_worker(args: argparse.Namespace, settings: dict[str, Any], calls: Calls,
             state["cpu_s"] = cpu_seconds() - cpu0
         os.kill(os.getpid(), signal.SIGTERM)  # the worker's own graceful stop: it commits what was acked
 
-    worker = faust.Worker(app, loglevel=os.environ.get("FAUST_RUNNER_LOGLEVEL", "WARNING"), quiet=True, redirect_stdouts=False)
+    worker = faust.Worker(app, loglevel=settings["loglevel"], quiet=True, redirect_stdouts=False)
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:

@@ -35,24 +35,27 @@ from bench_kafka import check
 from confluent_kafka import Consumer, TopicPartition
 from kafka_peers import produce
 from partition import hot_key_rate
-from workloads import queue_of
+from redraw import draw
+from workloads import get_workload, queue_of
 
 from lite_push.sources.kafka.mock_cluster import MockKafkaCluster
 
 PARTITIONS = 8
 
 
-def commits(bootstrap: str, topic: str, group: str, keys: list[str], handled: set[int]) -> tuple[int, int]:
+def commits(
+    bootstrap: str, topic: str, group: str, keys: list[str], partitions: int, handled: set[int]
+) -> tuple[int, int]:
     """How many messages lie below the group's committed offsets, and how
     many of those were not handled (0 for an at-least-once consumer).  Partition ``p``'s
     offset ``i`` is the ``i``-th seq produced to it (``produce`` sends in seq
     order)."""
-    by_partition: list[list[int]] = [[] for _ in range(PARTITIONS)]
+    by_partition: list[list[int]] = [[] for _ in range(partitions)]
     for seq, key in enumerate(keys):
-        by_partition[queue_of(key, PARTITIONS)].append(seq)
+        by_partition[queue_of(key, partitions)].append(seq)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
-        offsets = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
+        offsets = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
     finally:
         consumer.close()
     below = [seq for tp in offsets for seq in by_partition[tp.partition][: max(tp.offset, 0)]]
@@ -69,16 +72,25 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--cap", type=float)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--workload", help="a workloads.py workload (io5, io1, ...) instead of the uniform shape")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--keep", type=Path, help="copy the runner's OUT.json here")
     args = parser.parse_args()
 
-    rng = random.Random(args.seed)
-    keys = [f"key-{rng.randrange(args.keys)}" for _ in range(args.messages)]
-    costs = [round(args.cost_ms * 1000)] * args.messages
+    partitions = PARTITIONS
+    if args.workload:
+        workload = get_workload(args.workload)
+        keys, costs = draw(workload)
+        partitions = workload.queues
+        args.messages = len(keys)
+    else:
+        rng = random.Random(args.seed)
+        keys = [f"key-{rng.randrange(args.keys)}" for _ in range(args.messages)]
+        costs = [round(args.cost_ms * 1000)] * args.messages
     bound = hot_key_rate(keys, costs)
     with MockKafkaCluster() as cluster, tempfile.TemporaryDirectory() as tmp:
-        cluster.create_topic("T", PARTITIONS)
-        produce(cluster.bootstrap, "T", keys, PARTITIONS, 64)
+        cluster.create_topic("T", partitions)
+        produce(cluster.bootstrap, "T", keys, partitions, 64)
         costs_file, out_file = Path(tmp) / "costs", Path(tmp) / "out.json"
         costs_file.write_bytes(array.array("q", costs).tobytes())
         group = f"try-{time.time_ns()}"
@@ -96,8 +108,10 @@ def main() -> int:
             print(f"runner exited {proc.returncode}:\n{proc.stderr[-3000:]}", file=sys.stderr)
             return 1
         out = json.loads(out_file.read_text())
+        if args.keep:
+            args.keep.write_text(out_file.read_text())
         handled = set(out["seq"])
-        committed, past = commits(cluster.bootstrap, "T", group, keys, handled)
+        committed, past = commits(cluster.bootstrap, "T", group, keys, partitions, handled)
     result = check(keys, out["seq"], out["start_ns"], out["end_ns"])
     seconds = (max(out["end_ns"]) - out["t0_ns"]) / 1e9 if out["end_ns"] else float("nan")
     rate = (args.messages - result.lost) / seconds
