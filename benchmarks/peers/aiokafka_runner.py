@@ -7,7 +7,7 @@ aiokafka and uvloop.
 
     benchmarks/out/peers/aiokafka-venv/bin/python benchmarks/peers/aiokafka_runner.py \\
         --bootstrap 127.0.0.1:PORT --topic T --group G --costs FILE --out OUT.json \\
-        --timeout 300 [--cap 60] [--set mode=chains --set max_in_flight=20000 ...]
+        --timeout 300 [--cap 60] [--set mode=keys --set max_in_flight=20000 ...]
 
 aiokafka 0.14.0 (pure-Python Kafka protocol) talks to librdkafka's mock
 cluster as it is: it negotiates each request's version from the broker's
@@ -99,7 +99,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 #: Each setting's default; ``--set`` values are parsed to the default's type.
 DEFAULTS: dict[str, Any] = {
-    "mode": "chains",
+    "mode": "keys",
     "max_in_flight": 20000,
     "max_records": 0,
     "commit_interval_ms": 1000,
@@ -271,6 +271,9 @@ async def consume_keyed(consumer: AIOKafkaConsumer, calls: Calls, settings: dict
     next_commit = time.monotonic() + interval
     try:
         while not calls.all_handled.is_set() and time.monotonic() < deadline:
+            if time.monotonic() >= next_commit:
+                await window.commit()
+                next_commit = time.monotonic() + interval
             if not window.room.is_set():
                 try:
                     await asyncio.wait_for(window.room.wait(), 0.1)
@@ -281,9 +284,6 @@ async def consume_keyed(consumer: AIOKafkaConsumer, calls: Calls, settings: dict
                 window.taken(len(messages))
                 for msg in messages:
                     keyed.submit(msg.key, msg.value, window.marks.add(tp, msg.offset))
-            if time.monotonic() >= next_commit:
-                await window.commit()
-                next_commit = time.monotonic() + interval
     finally:
         for task in list(keyed.tasks):
             task.cancel()  # only at the cap or a timeout: every message was handled otherwise

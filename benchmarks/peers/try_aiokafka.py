@@ -12,7 +12,7 @@ message that was not handled).  From the project venv, in the worktree:
     PYTHONPATH=$PWD .venv/bin/python benchmarks/peers/try_aiokafka.py \\
         --python benchmarks/out/peers/aiokafka-venv/bin/python \\
         --runner benchmarks/peers/aiokafka_runner.py --messages 5000 --cost-ms 10 \\
-        --set mode=chains --set max_in_flight=20000
+        --set mode=keys --set max_in_flight=20000
 """
 
 from __future__ import annotations
