@@ -21,7 +21,8 @@ import json
 import resource
 import sys
 import time
-from collections.abc import Mapping
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,22 @@ class Run:
             if self.distinct >= self.total:
                 self.stop_clock()
                 self.all_handled.set()
+
+    async def handle_batch(self, values: Sequence[bytes], keys: Sequence[object] | None = None) -> None:
+        """A batch of messages, all at once (``asyncio.gather``); with
+        ``keys`` (``keys[i]``: the key of ``values[i]``), a key's messages
+        one after another in batch order, the keys' chains at once."""
+        if keys is None:
+            await asyncio.gather(*(self.handle(value) for value in values))
+            return
+        chains: dict[object, list[bytes]] = defaultdict(list)
+        for key, value in zip(keys, values, strict=True):
+            chains[key].append(value)
+        await asyncio.gather(*(self._chain(chain) for chain in chains.values()))
+
+    async def _chain(self, values: list[bytes]) -> None:
+        for value in values:
+            await self.handle(value)
 
     async def wait(self, timeout: float, cap: float | None) -> tuple[bool, str | None]:
         """Wait until every ``seq`` was handled, ``cap`` seconds after

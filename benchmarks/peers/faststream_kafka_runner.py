@@ -10,7 +10,6 @@ import importlib.metadata
 import logging
 import sys
 import traceback
-from collections import defaultdict
 from typing import Any
 
 from aiokafka.client import AIOKafkaClient
@@ -23,42 +22,42 @@ from faststream_common import Run, describe, parse_args, settings_of
 
 #: The settings ``--set`` takes, at the values the runner uses unless told.
 DEFAULTS: dict[str, Any] = {
-    # subscriber(max_workers=...): with an after-handling ack policy, that
-    # many aiokafka consumers in the group (concurrency between partitions,
-    # one message at a time within one); with ack_first, that many handler
-    # tasks over one consumer (any message beside any other).
-    "max_workers": 8,
+    # per_partition: one subscriber per partition of the topic, subscriber i
+    #   given partition i (subscriber(partitions=[TopicPartition(topic, i)],
+    #   group_id=G): aiokafka's assign(), no group membership, commits to G),
+    #   each one message at a time: what max_workers gives with an
+    #   after-handling ack policy, without the group join that fails on the
+    #   mock cluster (see the module docstring).
+    # workers: one subscriber(max_workers=N): with an after-handling ack
+    #   policy, N aiokafka consumers in the group (concurrency between
+    #   partitions); with ack_first, N handler tasks over one consumer.
+    # batch: one subscriber(batch=True): the handler gets what one getmany
+    #   returned (at most max_records) and runs it with asyncio.gather; the
+    #   batch is committed when the handler returns.
+    "mode": "per_partition",
     # subscriber(ack_policy=...): nack_on_error (the docs' at-least-once
-    # concurrent mode), ack, or ack_first (at-most-once: aiokafka's auto commit)
+    # concurrent mode), ack, or ack_first (at-most-once: aiokafka's auto
+    # commit of what was fetched, every 5 s and at stop).
     "ack_policy": "nack_on_error",
-    # subscriber(batch=True): the handler gets up to max_records messages
-    # (getmany) and runs them with asyncio.gather; the batch is committed
-    # after the handler returns.
-    "batch": False,
-    "max_records": 0,  # 0: aiokafka's default (no limit)
-    # With batch: run a key's messages of a batch one after another (the
-    # keys' chains gathered), so that no two calls of a key overlap.
-    "batch_by_key": False,
+    "max_workers": 256,
+    "max_records": 0,  # 0: none (getmany returns what is buffered)
     "batch_timeout_ms": 200,
-    # One subscriber per partition of the topic, subscriber i given
-    # partition i (subscriber(partitions=[TopicPartition(topic, i)],
-    # group_id=G): aiokafka's assign(), no group membership, commits to G):
-    # what max_workers gives with an after-handling ack policy, without the
-    # group join that fails on the mock cluster (see the module docstring).
-    "per_partition": True,
+    # batch: a key's messages of a batch one after another (the keys'
+    # chains gathered), so that no two calls of a key overlap.
+    "batch_by_key": False,
     # faststream logs every message at INFO on its default logger; off here
     # (KafkaBroker(logger=None)) so the run measures consuming, not logging.
     "log_messages": False,
 }
-CHOICES = {"ack_policy": ("nack_on_error", "ack", "ack_first")}
+CHOICES = {"mode": ("per_partition", "workers", "batch"), "ack_policy": ("nack_on_error", "ack", "ack_first")}
 
 
 def keeps_key_order(settings: dict[str, Any]) -> bool:
-    """Whether faststream promises a key's messages in order, one at a time."""
-    if settings["batch"]:
+    """Whether the configuration keeps a key's messages in order, one at a time."""
+    if settings["mode"] == "batch":
         return bool(settings["batch_by_key"])
-    if settings["per_partition"]:
-        return True  # one subscriber per partition, each one message at a time
+    if settings["mode"] == "per_partition":
+        return True  # each partition one message at a time
     return settings["max_workers"] <= 1 or settings["ack_policy"] != "ack_first"
 
 
@@ -90,7 +89,7 @@ def build(args: Any, settings: dict[str, Any], run: Run, partitions: int) -> Fas
         "ack_policy": AckPolicy(settings["ack_policy"]),
     }
     topic = Topic(args.topic, declare=False)
-    if settings["per_partition"]:
+    if settings["mode"] == "per_partition":
 
         async def handle_one(body: bytes) -> None:
             await run.handle(body)
@@ -99,7 +98,7 @@ def build(args: Any, settings: dict[str, Any], run: Run, partitions: int) -> Fas
             part = TopicPartition(args.topic, i, declare=False)
             broker.subscriber(partitions=[part], **common)(handle_one)
 
-    elif not settings["batch"]:
+    elif settings["mode"] == "workers":
 
         @broker.subscriber(topic, max_workers=settings["max_workers"], **common)
         async def handle(body: bytes) -> None:
@@ -108,28 +107,18 @@ def build(args: Any, settings: dict[str, Any], run: Run, partitions: int) -> Fas
     else:
         by_key = settings["batch_by_key"]
 
-        async def chain(values: list[bytes]) -> None:
-            for value in values:
-                await run.handle(value)
-
         @broker.subscriber(
             topic, batch=True, max_records=settings["max_records"] or None,
             batch_timeout_ms=settings["batch_timeout_ms"], **common,
         )  # fmt: skip
         async def handle_batch(body: list[bytes], msg: KafkaMessage) -> None:
-            if not by_key:
-                await asyncio.gather(*(run.handle(value) for value in body))
-                return
-            chains: dict[bytes | None, list[bytes]] = defaultdict(list)
-            for record in msg.raw_message:
-                chains[record.key].append(record.value)
-            await asyncio.gather(*(chain(values) for values in chains.values()))
+            await run.handle_batch(body, [record.key for record in msg.raw_message] if by_key else None)
 
     return FastStream(broker, logger=None)
 
 
 async def main_async(args: Any, settings: dict[str, Any], run: Run) -> tuple[bool, str | None]:
-    partitions = await partitions_of(args.bootstrap, args.topic) if settings["per_partition"] else 0
+    partitions = await partitions_of(args.bootstrap, args.topic) if settings["mode"] == "per_partition" else 0
     settings["partitions"] = partitions
     run.start()
     app = build(args, settings, run, partitions)

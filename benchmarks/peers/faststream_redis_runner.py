@@ -10,7 +10,6 @@ import importlib.metadata
 import logging
 import sys
 import traceback
-from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -29,6 +28,10 @@ DATA_FIELD = b"__data__"
 
 #: The settings ``--set`` takes, at the values the runner uses unless told.
 DEFAULTS: dict[str, Any] = {
+    # workers: subscriber(max_workers=N); batch: StreamSub(batch=True), the
+    #   handler gets the entries of one XREADGROUP and runs them with
+    #   asyncio.gather; they are XACKed when it returns.
+    "mode": "workers",
     # subscriber(max_workers=...): that many handler tasks over the one
     # consumer (any message beside any other: no key order when > 1).
     "max_workers": 1,
@@ -38,21 +41,18 @@ DEFAULTS: dict[str, Any] = {
     "max_records": 0,
     # StreamSub(polling_interval=...): XREADGROUP BLOCK, milliseconds.
     "polling_interval": 100,
-    # StreamSub(batch=True): the handler gets the entries of one XREADGROUP
-    # and runs them with asyncio.gather; they are XACKed when it returns.
-    "batch": False,
     # With batch: a key's messages of a batch one after another (the keys'
     # chains gathered), so that no two calls of a key overlap.
     "batch_by_key": False,
     # faststream logs every message at INFO on its default logger; off here.
     "log_messages": False,
 }
-CHOICES = {"ack_policy": ("ack", "nack_on_error", "reject_on_error", "ack_first")}
+CHOICES = {"mode": ("workers", "batch"), "ack_policy": ("ack", "nack_on_error", "reject_on_error", "ack_first")}
 
 
 def keeps_key_order(settings: dict[str, Any]) -> bool:
     """Whether faststream promises a key's messages in order, one at a time."""
-    if settings["batch"]:
+    if settings["mode"] == "batch":
         return bool(settings["batch_by_key"])
     return settings["max_workers"] <= 1
 
@@ -97,12 +97,12 @@ def build(args: Any, settings: dict[str, Any], run: Run) -> FastStream:
         args.topic,
         group=args.group,
         consumer=f"{args.group}-runner",
-        batch=settings["batch"],
+        batch=settings["mode"] == "batch",
         max_records=settings["max_records"] or None,
         polling_interval=settings["polling_interval"],
     )
     ack_policy = AckPolicy(settings["ack_policy"])
-    if not settings["batch"]:
+    if settings["mode"] == "workers":
 
         @broker.subscriber(stream=stream, max_workers=settings["max_workers"], ack_policy=ack_policy)
         async def handle(body: bytes) -> None:
@@ -113,20 +113,11 @@ def build(args: Any, settings: dict[str, Any], run: Run) -> FastStream:
     by_key = settings["batch_by_key"]
     parse = BinaryMessageFormatV1.parse
 
-    async def chain(values: list[bytes]) -> None:
-        for value in values:
-            await run.handle(value)
-
     @broker.subscriber(stream=stream, ack_policy=ack_policy, parser=keep_entries)
     async def handle_batch(msg: RedisBatchStreamMessage) -> None:
         bodies = [parse(fields[DATA_FIELD]) for fields in msg.raw_message["entries"]]
-        if not by_key:
-            await asyncio.gather(*(run.handle(body) for body, _ in bodies))
-            return
-        chains: dict[str, list[bytes]] = defaultdict(list)
-        for body, headers in bodies:
-            chains[headers.get(KEY_HEADER, "")].append(body)
-        await asyncio.gather(*(chain(values) for values in chains.values()))
+        keys = [headers.get(KEY_HEADER) for _, headers in bodies] if by_key else None
+        await run.handle_batch([body for body, _ in bodies], keys)
 
     return FastStream(broker, logger=None)
 
