@@ -1,6 +1,78 @@
 """faststream's KafkaBroker (aiokafka) over a Kafka topic, as a runner of issue 31.
 
-DRAFT: settings and numbers below are filled in once measured.
+faststream 0.7.8 with aiokafka 0.14.0 (``faststream[kafka]``), on Python
+3.11 (lite_push's interpreter), pinned in
+``faststream_kafka.requirements.txt``.  Standard library, faststream and
+aiokafka only (and ``faststream_common`` beside it).
+
+The backend.  faststream's docs lead with ``faststream.kafka`` (aiokafka);
+``faststream.confluent`` is the alternative.  aiokafka talks to librdkafka's
+mock cluster, but a group of more than one aiokafka member never forms
+there: the leader's SyncGroup carries every member's assignment, the mock
+answers it and moves the group to Up, and a follower's SyncGroup that comes
+after that is refused with INVALID_REQUEST (42) (a real broker hands a late
+follower its assignment); aiokafka raises ``KafkaError(InvalidRequestError)``
+out of ``consumer.start()``.  ``faststream.confluent`` 0.7.8 was tried too:
+it refuses ``max_workers > 1`` with any ack policy but ``ack_first``
+(``SetupError: Max workers not work with manual commit mode``), so its
+at-least-once consumer handles one message at a time (~90 msg/s at 10 ms),
+and with ``ack_first`` it gave 1.9-2.0k msg/s at 10 ms where aiokafka gave
+5.5k.  So: aiokafka.
+
+The docs' concurrency (Kafka subscriber, "Concurrent processing"):
+``max_workers=N`` with ``AckPolicy.ACK_FIRST`` handles any message beside
+any other, at most once (aiokafka's auto commit of what was fetched); with
+``AckPolicy.NACK_ON_ERROR`` it is N consumers in the group, concurrent
+between partitions, one message at a time within one, at least once, no
+use beyond one worker per partition.  The runner's ``mode`` (``--set``):
+
+* ``per_partition`` (the default): the second, without the group join the
+  mock cannot do -- one subscriber per partition, each
+  ``subscriber(partitions=[TopicPartition(topic, i)], group_id=G,
+  ack_policy=NACK_ON_ERROR)`` (aiokafka's ``assign()``, offsets committed
+  to G after every message).  At least once; a partition's messages one
+  at a time in offset order, so a key's too.  (The partition count comes
+  from one metadata request before ``t0``.)
+* ``workers``: ``subscriber(topic, group_id=G, max_workers=N,
+  ack_policy=...)``.  ``ack_policy=ack_first``: at most once, no key order
+  (a key's messages overlap).  ``nack_on_error`` / ``ack``: fails on the
+  mock for N > 1 (above); N = 1 is one message at a time.
+* ``batch``: ``subscriber(topic, batch=True, max_records=M)``: the handler
+  gets what one ``getmany`` returned and awaits its messages with
+  ``asyncio.gather``; the batch is committed when the handler returns (at
+  least once).  No key order, unless ``batch_by_key``: the runner's own
+  handler then runs a key's messages of the batch one after another.
+
+Every mode: ``KafkaBroker(consumer_only=True, allow_auto_create_topics=False,
+logger=None)`` (no producer and no admin client -- the mock has no
+CreateTopics -- and no log line per message), ``auto_offset_reset=
+"earliest"``, an ``async def`` handler taking the body as ``bytes`` and
+awaiting ``asyncio.sleep(cost)``, the app ``FastStream(broker)`` started
+and stopped by the runner (``app.start()`` / ``app.stop()``: the broker
+waits up to its graceful timeout, 15 s, for handlers in flight).  ``t0``
+is taken just before ``KafkaBroker(...)``.
+
+Tried (rough msg/s on the mock cluster, 8 partitions, 1,000 keys uniform,
+20,000 messages at 1 and 10 ms, 5,000 at 100 ms, 10 s cap; a 2-core
+machine shared with other runs):
+
+    mode / setting                         1 ms     10 ms    100 ms   key order
+    per_partition (8 subscribers)          2,900      600        77   kept
+    workers nack_on_error N=1                  -       90         -   kept
+    workers nack_on_error N=64/256/1000    fails on the mock (SyncGroup)
+    workers ack_first N=64                     -    5,100         -   overlaps
+    workers ack_first N=256                6,500    5,500     2,400   overlaps
+    workers ack_first N=1000               6,000    5,500     4,100   overlaps
+    batch (max_records unset)             31,000   32,000    14,000   overlaps
+    batch, max_records=100 / 1000              -  6,700 / 26,000  -   overlaps
+    batch_by_key                          36,000   17,000     2,700   kept
+    batch_by_key, max_records=1000        27,000    7,500       950   kept
+
+``workers`` runs at one core at 1 and 10 ms (~180 us of CPU per message
+in faststream and aiokafka); ``per_partition`` is bound by its 8 serial
+partitions plus a commit round trip per message.  With ``max_records``
+unset a batch is whatever aiokafka has buffered (up to 1 MiB a partition):
+here, most of the backlog at once.
 """
 
 from __future__ import annotations
