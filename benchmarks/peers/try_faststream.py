@@ -3,7 +3,7 @@
 Run with the project's venv from the repository root:
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/peers/try_faststream.py kafka \\
-        --messages 3000 --cost-ms 10 --set max_workers=8
+        --messages 3000 --cost-ms 10 --set mode=per_partition
 
 ``kafka``: librdkafka's mock cluster, a topic of ``--partitions``
 partitions filled with ``kafka_peers.produce``; ``redis``: a
@@ -12,8 +12,11 @@ partitions filled with ``kafka_peers.produce``; ``redis``: a
 every message costs ``--cost-ms``.  The runner runs with the python of
 ``benchmarks/out/peers/faststream_<broker>-venv`` (made from the
 requirements file when missing); its OUT.json is checked with
-``bench_kafka.check`` and summed up on one line.  For Redis the group's
-acknowledgements are checked too (none past an unhandled message).
+``bench_kafka.check`` and summed up on one line, with the group's
+acknowledgements against the handled messages: Kafka, every ``seq`` below
+its partition's committed offset; Redis, every entry delivered and no
+longer pending (``redis_streams.committed_position``).  "acked but
+unhandled" must be 0.
 """
 
 from __future__ import annotations
