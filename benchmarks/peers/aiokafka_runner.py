@@ -1,0 +1,392 @@
+"""Run plain aiokafka once over a topic and write down every handler call.
+
+A peer runner of issue 31 (the protocol: ``benchmarks/RESULTS.md``'s
+side-by-side section and ``bench_kafka.py``), run by the python of its own
+venv (``aiokafka.requirements.txt``); it imports only the standard library,
+aiokafka and uvloop.
+
+    benchmarks/out/peers/aiokafka-venv/bin/python benchmarks/peers/aiokafka_runner.py \\
+        --bootstrap 127.0.0.1:PORT --topic T --group G --costs FILE --out OUT.json \\
+        --timeout 300 [--cap 60] [--set mode=keys --set max_in_flight=20000 ...]
+
+aiokafka 0.14.0 (pure-Python Kafka protocol) talks to librdkafka's mock
+cluster as it is: it negotiates each request's version from the broker's
+ApiVersions answer (``api_version`` is a deprecated no-op since 0.13) and
+used Metadata v5, FindCoordinator v1, JoinGroup v5, SyncGroup v3, Fetch v11,
+ListOffsets v3, OffsetFetch v3, OffsetCommit v3, LeaveGroup v1 there.
+
+aiokafka has no parallel-processing layer of its own: its docs show one
+``AIOKafkaConsumer`` with ``getmany()`` batches and manual commits of
+``{tp: last_offset + 1}`` after handling (at-least-once).  For many keys of
+I/O-bound work with per-key order the runner does what an experienced
+asyncio user writes on top of that, one event loop, one consumer:
+
+* ``getmany(timeout_ms=100, max_records=...)`` in one loop; each message is
+  handed at once to its key's lane, so a key runs one message at a time in
+  offset order (per-key order, kept by the runner, not by aiokafka) and
+  different keys run concurrently.  ``mode=keys`` (default): per key a
+  deque and, while it is not empty, one task draining it.  ``mode=chains``:
+  a task per message that first awaits its key's previous task (a dict key
+  -> last task).  Chains cost an extra task step per message that finds
+  its predecessor still running, so they are 2-3x slower once the loop is
+  CPU-bound (below); keys is what to run.
+* Backpressure: at most ``max_in_flight`` messages fetched and not yet
+  handled (a soft bound: a whole ``getmany`` batch is taken); the loop
+  waits for room before the next ``getmany``.
+* Commits: per partition the offsets in flight are kept in fetch order, and
+  every ``commit_interval_ms`` (and at the end) the runner commits, per
+  partition, the lowest offset not yet handled (one past the last fetched
+  when all are handled): never past an unhandled message, without waiting
+  for whole batches.  ``enable_auto_commit`` is off.
+
+``mode=gather`` is the naive form: ``asyncio.gather`` over each whole
+``getmany`` batch (no per-key chaining: a key's messages overlap and may
+end out of order), then commit the batch's last offsets + 1 and fetch the
+next.  ``keeps_key_order`` is false there; the checker counts its overlaps.
+
+The handler awaits ``asyncio.sleep(cost)`` and records ``(seq, start_ns,
+end_ns)``.  The run stops once every ``seq`` was handled; at ``--cap`` (or
+the timeout) fetching stops, the calls in flight are cancelled and the
+watermark is committed.  Then ``consumer.stop()`` (it leaves the group).
+One consumer in the group: a rebalance mid-run is not handled (none comes).
+
+Settings (``--set KEY=VALUE``):
+
+  mode                keys | chains | gather (default keys)
+  max_in_flight       messages fetched and not handled, at most (20000)
+  max_records         getmany's max_records, 0 = all that was fetched (0)
+  commit_interval_ms  how often the watermarks are committed (1000)
+  loop                uvloop | asyncio (uvloop)
+
+What they gave (``try_aiokafka.py``, one run each, this 2-core machine with
+other benchmarks running: rough; msg/s from client creation to the last
+call; KPipe's shape is 8 partitions, 1,000 uniform keys, every message the
+same cost):
+
+  shape                     keys      keys 2000  chains   gather (no order)   bound
+  io5 (2,000 x 5 ms)       10,125      9,972      9,380   79,203              11,111
+  io1 (20,000 x 1 ms zipf)  5,611      5,617      5,368   48,917               6,590
+  KPipe 1 ms, 100k        116,841     91,974     32,976   95,694             704,225
+  KPipe 10 ms, 50k         56,708     52,364     28,604   86,408              70,423
+  KPipe 100 ms, 20k         5,616      5,534      5,448   24,648               5,714
+
+("keys 2000": ``max_in_flight=2000``; with 100,000 it was 111k at 1 ms.)
+``loop=asyncio`` instead of uvloop: 77k at 1 ms, 52k at 10 ms.  Every
+key-ordered run: nothing lost, no duplicate, no order violation, no overlap,
+no commit past an unhandled message; gather overlaps on every key.  At 1
+and 10 ms the loop is CPU-bound (8-10 us of CPU per message with keys on
+uvloop).  io1 is held at ~85 % by its hot key: 3,035 calls of 1.14 ms each
+(``asyncio.sleep(0.001)`` on a busy loop), lite_push's limit there too.
+Chosen: ``mode=keys``, ``max_in_flight=20000``, uvloop, on every shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import asyncio
+import collections
+import importlib.metadata
+import json
+import logging
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+#: Each setting's default; ``--set`` values are parsed to the default's type.
+DEFAULTS: dict[str, Any] = {
+    "mode": "keys",
+    "max_in_flight": 20000,
+    "max_records": 0,
+    "commit_interval_ms": 1000,
+    "loop": "uvloop",
+}
+
+
+def parse_settings(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs over :data:`DEFAULTS`, each value of its default's type."""
+    settings = dict(DEFAULTS)
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in DEFAULTS:
+            raise SystemExit(f"--set {pair!r}: expected KEY=VALUE with KEY one of {sorted(DEFAULTS)}")
+        settings[key] = type(DEFAULTS[key])(value)
+    if settings["mode"] not in ("chains", "keys", "gather") or settings["loop"] not in ("uvloop", "asyncio"):
+        raise SystemExit(f"--set: mode is chains|keys|gather, loop is uvloop|asyncio (got {settings})")
+    return settings
+
+
+def cpu_seconds() -> float:
+    """User + system CPU of this process (every thread) and its children."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class Calls:
+    """The handler calls of a run, and when every ``seq`` was handled."""
+
+    def __init__(self, costs: array.array[int]) -> None:
+        self.costs = costs
+        self.seq, self.start_ns, self.end_ns = array.array("q"), array.array("q"), array.array("q")
+        self._seen = bytearray(len(costs))
+        self.distinct = 0
+        self.all_handled = asyncio.Event()
+        self.cpu_at_end = 0.0
+
+    async def handle(self, value: bytes) -> None:
+        """The work of one message: await its cost, record the call."""
+        seq = int.from_bytes(value[:8], "big")
+        start = time.perf_counter_ns()
+        cost = self.costs[seq]
+        if cost:
+            await asyncio.sleep(cost / 1e6)
+        self.end_ns.append(time.perf_counter_ns())
+        self.seq.append(seq)
+        self.start_ns.append(start)
+        if not self._seen[seq]:
+            self._seen[seq] = 1
+            self.distinct += 1
+            if self.distinct == len(self.costs):
+                self.cpu_at_end = cpu_seconds()
+                self.all_handled.set()
+
+
+class Watermarks:
+    """Per partition, the offsets fetched and not yet committable, in fetch
+    order; :meth:`safe` is what may be committed: the lowest unhandled
+    offset, or one past the last fetched when every one was handled."""
+
+    def __init__(self) -> None:
+        self._pending: dict[TopicPartition, collections.deque[list[Any]]] = collections.defaultdict(collections.deque)
+        self._next: dict[TopicPartition, int] = {}
+
+    def add(self, tp: TopicPartition, offset: int) -> list[Any]:
+        """Track ``offset``; the caller sets ``entry[1] = True`` once it is handled."""
+        entry = [offset, False]
+        self._pending[tp].append(entry)
+        self._next[tp] = offset + 1
+        return entry
+
+    def safe(self) -> dict[TopicPartition, int]:
+        out = {}
+        for tp, pending in self._pending.items():
+            while pending and pending[0][1]:
+                pending.popleft()
+            out[tp] = pending[0][0] if pending else self._next[tp]
+        return out
+
+
+class Window:
+    """The messages fetched and not yet handled: how many (backpressure at
+    ``limit``) and, per partition, which offsets (:class:`Watermarks`)."""
+
+    def __init__(self, consumer: AIOKafkaConsumer, limit: int) -> None:
+        self.consumer = consumer
+        self.limit = limit
+        self.in_flight = 0
+        self.room = asyncio.Event()
+        self.room.set()
+        self.marks = Watermarks()
+        self._committed: dict[TopicPartition, int] = {}
+
+    def taken(self, count: int) -> None:
+        self.in_flight += count
+        if self.in_flight >= self.limit:
+            self.room.clear()
+
+    def done(self, entry: list[Any]) -> None:
+        entry[1] = True
+        self.in_flight -= 1
+        if self.in_flight < self.limit:
+            self.room.set()
+
+    async def commit(self) -> None:
+        """Commit each partition's watermark where it moved."""
+        offsets = {tp: o for tp, o in self.marks.safe().items() if self._committed.get(tp) != o}
+        if offsets:
+            await self.consumer.commit(offsets)
+            self._committed.update(offsets)
+
+
+class Chains:
+    """``mode=chains``: a task per message, awaiting its key's previous task."""
+
+    def __init__(self, calls: Calls, window: Window) -> None:
+        self.calls, self.window = calls, window
+        self.last_of_key: dict[bytes | None, asyncio.Task[None]] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def submit(self, key: bytes | None, value: bytes, entry: list[Any]) -> None:
+        task = asyncio.create_task(self._run(self.last_of_key.get(key), value, entry))
+        self.last_of_key[key] = task
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _run(self, before: asyncio.Task[None] | None, value: bytes, entry: list[Any]) -> None:
+        if before is not None and not before.done():
+            await before  # the key's previous message first (the handler raises nothing)
+        await self.calls.handle(value)
+        self.window.done(entry)
+
+
+class KeyWorkers:
+    """``mode=keys``: per key a deque of its messages and, while it is not
+    empty, one task draining it in order."""
+
+    def __init__(self, calls: Calls, window: Window) -> None:
+        self.calls, self.window = calls, window
+        self.queues: dict[bytes | None, collections.deque[tuple[bytes, list[Any]]]] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def submit(self, key: bytes | None, value: bytes, entry: list[Any]) -> None:
+        queue = self.queues.get(key)
+        if queue is not None:
+            queue.append((value, entry))
+            return
+        self.queues[key] = collections.deque([(value, entry)])
+        task = asyncio.create_task(self._drain(key))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _drain(self, key: bytes | None) -> None:
+        queue = self.queues[key]
+        while queue:
+            value, entry = queue[0]
+            await self.calls.handle(value)
+            queue.popleft()
+            self.window.done(entry)
+        del self.queues[key]
+
+
+async def consume_keyed(consumer: AIOKafkaConsumer, calls: Calls, settings: dict[str, Any], deadline: float) -> None:
+    """Per-key order over ``getmany`` batches, many keys at once (see the
+    module docstring): ``Chains`` or ``KeyWorkers`` as ``mode`` says."""
+    window = Window(consumer, settings["max_in_flight"])
+    keyed = Chains(calls, window) if settings["mode"] == "chains" else KeyWorkers(calls, window)
+    interval = settings["commit_interval_ms"] / 1e3
+    next_commit = time.monotonic() + interval
+    try:
+        while not calls.all_handled.is_set() and time.monotonic() < deadline:
+            if time.monotonic() >= next_commit:
+                await window.commit()
+                next_commit = time.monotonic() + interval
+            if not window.room.is_set():
+                try:
+                    await asyncio.wait_for(window.room.wait(), 0.1)
+                except TimeoutError:
+                    continue
+            batch = await consumer.getmany(timeout_ms=100, max_records=settings["max_records"] or None)
+            for tp, messages in batch.items():
+                window.taken(len(messages))
+                for msg in messages:
+                    keyed.submit(msg.key, msg.value, window.marks.add(tp, msg.offset))
+    finally:
+        for task in list(keyed.tasks):
+            task.cancel()  # only at the cap or a timeout: every message was handled otherwise
+        await asyncio.gather(*keyed.tasks, return_exceptions=True)
+        await window.commit()
+
+
+async def consume_gather(consumer: AIOKafkaConsumer, calls: Calls, settings: dict[str, Any], deadline: float) -> None:
+    """The naive form: the whole batch at once, commit after it."""
+    while not calls.all_handled.is_set() and time.monotonic() < deadline:
+        batch = await consumer.getmany(timeout_ms=100, max_records=settings["max_records"] or None)
+        if not batch:
+            continue
+        handling = asyncio.gather(*(calls.handle(m.value) for msgs in batch.values() for m in msgs))
+        try:
+            await asyncio.wait_for(asyncio.shield(handling), max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            handling.cancel()  # the cap: this batch is not committed
+            await asyncio.gather(handling, return_exceptions=True)
+            return
+        await consumer.commit({tp: msgs[-1].offset + 1 for tp, msgs in batch.items()})
+
+
+async def run(args: argparse.Namespace, settings: dict[str, Any], calls: Calls) -> dict[str, Any]:
+    """Consume until every seq was handled, the cap or the timeout."""
+    limit = min(args.cap, args.timeout) if args.cap is not None else args.timeout
+    cpu0 = cpu_seconds()
+    t0 = time.perf_counter_ns()
+    deadline = time.monotonic() + limit
+    consumer = AIOKafkaConsumer(
+        args.topic,
+        bootstrap_servers=args.bootstrap,
+        group_id=args.group,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    error = None
+    try:
+        await consumer.start()
+        consume = consume_gather if settings["mode"] == "gather" else consume_keyed
+        await consume(consumer, calls, settings, deadline)
+    except Exception as exc:  # a peer's failure is a result to report
+        error = f"{type(exc).__name__}: {exc}"
+    finally:
+        await consumer.stop()
+    capped = not calls.all_handled.is_set() and error is None
+    if capped and not (args.cap is not None and args.cap <= args.timeout):
+        error, capped = f"timeout after {args.timeout:g}s ({calls.distinct} of {len(calls.costs)} handled)", False
+    end_cpu = calls.cpu_at_end if calls.all_handled.is_set() else cpu_seconds()
+    return {"t0_ns": t0, "cpu_s": end_cpu - cpu0, "capped": capped, "error": error}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--group", required=True)
+    parser.add_argument("--costs", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--cap", type=float)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
+    settings = parse_settings(args.set)
+    costs = array.array("q")
+    costs.frombytes(args.costs.read_bytes())
+    wall_minus_perf = time.time_ns() - time.perf_counter_ns()
+    calls = Calls(costs)
+    if settings["loop"] == "uvloop":
+        import uvloop
+
+        result = uvloop.run(run(args, settings, calls))
+    else:
+        result = asyncio.run(run(args, settings, calls))
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    version = importlib.metadata.version
+    config = {
+        "package": f"aiokafka=={version('aiokafka')}",
+        "python": sys.version.split()[0],
+        **settings,
+        "uvloop": f"uvloop=={version('uvloop')}" if settings["loop"] == "uvloop" else None,
+        "enable_auto_commit": False,
+        "commit": "after each whole batch" if settings["mode"] == "gather"
+        else "watermark (lowest unhandled offset per partition)",
+        "handler": "async def: await asyncio.sleep(cost)",
+        "keeps_key_order": settings["mode"] != "gather",
+    }
+    args.out.write_text(
+        json.dumps(
+            {
+                **result,
+                "wall_minus_perf_ns": wall_minus_perf,
+                "peak_rss_kb": max(own.ru_maxrss, kids.ru_maxrss),
+                "config": config,
+                "seq": calls.seq.tolist(),
+                "start_ns": calls.start_ns.tolist(),
+                "end_ns": calls.end_ns.tolist(),
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""What the two faststream runners share: the runner protocol's arguments,
+the handler's record of calls, the run's clock and CPU, and OUT.json.
+
+Standard library only: it is imported by ``faststream_kafka_runner.py`` and
+``faststream_redis_runner.py`` from their own directory (``sys.path[0]``
+when run as scripts), under the python of a faststream venv.
+
+The protocol (``bench_peers``' runners, issue 31): arguments
+``(--bootstrap HOST:PORT | --redis URL) --topic T --group G --costs FILE
+--out OUT.json --timeout S [--cap S] [--set KEY=VALUE ...]``; a message's
+value starts with its ``seq`` (8 bytes big endian); ``--costs`` is each
+message's cost in microseconds by ``seq`` (``array('q')``, native order).
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import asyncio
+import json
+import resource
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Run", "describe", "parse_args", "settings_of"]
+
+
+def parse_args(description: str, broker: str) -> argparse.Namespace:
+    """The protocol's arguments; ``broker`` is ``"kafka"`` or ``"redis"``."""
+    parser = argparse.ArgumentParser(description=description)
+    if broker == "kafka":
+        parser.add_argument("--bootstrap", required=True, help="HOST:PORT of the Kafka cluster")
+    else:
+        parser.add_argument("--redis", required=True, help="redis://HOST:PORT")
+    parser.add_argument("--topic", required=True, help="the topic (Kafka) or stream (Redis)")
+    parser.add_argument("--group", required=True)
+    parser.add_argument("--costs", type=Path, required=True, help="int64 cost in microseconds by seq")
+    parser.add_argument("--out", type=Path, required=True, help="OUT.json")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds after t0 before it is an error")
+    parser.add_argument("--cap", type=float, help="seconds after t0 at which the run stops (not an error)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a faststream setting")
+    return parser.parse_args()
+
+
+def settings_of(
+    pairs: list[str], defaults: Mapping[str, Any], choices: Mapping[str, tuple[str, ...]]
+) -> dict[str, Any]:
+    """``defaults`` with the ``KEY=VALUE`` pairs applied, each converted to
+    its default's type (a bool takes true/false/1/0; a str must be one of
+    ``choices[key]`` when given); anything else exits naming the setting."""
+    out = dict(defaults)
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in defaults:
+            raise SystemExit(f"--set {pair!r}: KEY=VALUE with KEY one of {sorted(defaults)}")
+        kind = type(defaults[key])
+        if kind is bool:
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise SystemExit(f"--set {pair!r}: {key} is true or false")
+            out[key] = value.lower() in ("true", "1")
+        elif kind is int:
+            try:
+                out[key] = int(value)
+            except ValueError:
+                raise SystemExit(f"--set {pair!r}: {key} takes an int") from None
+        else:
+            if key in choices and value not in choices[key]:
+                raise SystemExit(f"--set {pair!r}: {key} is one of {choices[key]}")
+            out[key] = value
+    return out
+
+
+def _cpu_s() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class Run:
+    """One run: the handler's calls ``(seq, start_ns, end_ns)`` in three
+    int64 columns, ``t0`` and the CPU from it, and the event set once every
+    ``seq`` was handled at least once.  Everything runs on one event loop:
+    :meth:`handle` is the handler's body, awaited by faststream."""
+
+    def __init__(self, costs_path: Path) -> None:
+        self.costs = array.array("q")
+        self.costs.frombytes(costs_path.read_bytes())
+        self.total = len(self.costs)
+        self.seq = array.array("q")
+        self.start_ns = array.array("q")
+        self.end_ns = array.array("q")
+        self._seen = bytearray(self.total)
+        self.distinct = 0
+        self.all_handled = asyncio.Event()
+        self.t0_ns = 0
+        self.wall_minus_perf_ns = 0
+        self._cpu0 = 0.0
+        self.cpu_s: float | None = None
+
+    def start(self) -> None:
+        """Just before the peer's broker/app is made: ``t0`` and the CPU
+        baseline."""
+        self.wall_minus_perf_ns = time.time_ns() - time.perf_counter_ns()
+        self._cpu0 = _cpu_s()
+        self.t0_ns = time.perf_counter_ns()
+
+    def stop_clock(self) -> None:
+        """The CPU from ``t0`` until now (the first call wins: when the
+        last message was handled, or when the run gave up)."""
+        if self.cpu_s is None:
+            self.cpu_s = _cpu_s() - self._cpu0
+
+    async def handle(self, value: bytes) -> None:
+        """The I/O-bound work of one message: await its cost, record the call."""
+        seq = int.from_bytes(value[:8], "big")
+        start = time.perf_counter_ns()
+        cost = self.costs[seq] if 0 <= seq < self.total else 0
+        if cost:
+            await asyncio.sleep(cost / 1e6)
+        self.end_ns.append(time.perf_counter_ns())
+        self.seq.append(seq)
+        self.start_ns.append(start)
+        if 0 <= seq < self.total and not self._seen[seq]:
+            self._seen[seq] = 1
+            self.distinct += 1
+            if self.distinct >= self.total:
+                self.stop_clock()
+                self.all_handled.set()
+
+    async def handle_batch(self, values: Sequence[bytes], keys: Sequence[object] | None = None) -> None:
+        """A batch of messages, all at once (``asyncio.gather``); with
+        ``keys`` (``keys[i]``: the key of ``values[i]``), a key's messages
+        one after another in batch order, the keys' chains at once."""
+        if keys is None:
+            await asyncio.gather(*(self.handle(value) for value in values))
+            return
+        chains: dict[object, list[bytes]] = defaultdict(list)
+        for key, value in zip(keys, values, strict=True):
+            chains[key].append(value)
+        await asyncio.gather(*(self._chain(chain) for chain in chains.values()))
+
+    async def _chain(self, values: list[bytes]) -> None:
+        for value in values:
+            await self.handle(value)
+
+    async def wait(self, timeout: float, cap: float | None) -> tuple[bool, str | None]:
+        """Wait until every ``seq`` was handled, ``cap`` seconds after
+        ``t0`` (capped) or ``timeout`` seconds after it (an error);
+        returns ``(capped, error)``."""
+        limit = timeout if cap is None else min(cap, timeout)
+        left = limit - (time.perf_counter_ns() - self.t0_ns) / 1e9
+        try:
+            await asyncio.wait_for(self.all_handled.wait(), max(left, 0.0))
+        except TimeoutError:
+            self.stop_clock()
+            if cap is not None and cap <= timeout:
+                return True, None
+            return False, f"timeout after {timeout:g}s ({self.distinct} of {self.total} handled)"
+        return False, None
+
+    def write(self, path: Path, *, capped: bool, error: str | None, config: Mapping[str, Any]) -> None:
+        """OUT.json: the protocol's fields and every call."""
+        self.stop_clock()
+        peak = max(
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+        )
+        out = {
+            "t0_ns": self.t0_ns,
+            "wall_minus_perf_ns": self.wall_minus_perf_ns,
+            "cpu_s": self.cpu_s,
+            "peak_rss_kb": peak,
+            "capped": capped,
+            "error": error,
+            "config": {"python": sys.version.split()[0], **config},
+            "seq": self.seq.tolist(),
+            "start_ns": self.start_ns.tolist(),
+            "end_ns": self.end_ns.tolist(),
+        }
+        path.write_text(json.dumps(out))
+
+
+def describe(exc: BaseException) -> str:
+    """One line for OUT.json's ``error``: the exception, or the first
+    exception inside a group (anyio's task groups wrap what failed)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"
