@@ -6,7 +6,8 @@ with an environment stripped of the variables peers read their settings from
 arguments configures it; lite_push's runners get ``PYTHONPATH`` set to this
 repository, so they run the lite_push of this working copy.  A runner still
 alive ``GRACE`` seconds after its ``--timeout`` is killed, with its
-process group (its own session, whose id is the PID of the shell below).
+process group (its own session, whose id is the PID of the shell below);
+so is a runner whose orchestrator is interrupted.
 
 The runner is started through ``/bin/sh``, which forks it and waits: Linux
 keeps a process's peak RSS (``ru_maxrss``) across ``execve``, so a runner
@@ -105,6 +106,10 @@ def launch(
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # the shell and the runner (their own session)
         _, stderr = proc.communicate()
+    except BaseException:  # interrupted: the runner (in a session of its own) must not outlive the run
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
     wall = time.perf_counter() - t0
     tail = " | ".join(line.strip() for line in (stderr or "").strip().splitlines()[-3:])[-600:]
     data = None
