@@ -17,6 +17,19 @@ __all__ = ["chart", "markdown", "summarize"]
 
 COUNTS = ("lost", "duplicates", "order_violations", "overlaps")
 
+#: What the columns mean, printed under the table.
+NOTES = """\
+msg/s: distinct messages handled over the seconds from just before the peer's client was made to the end of its \
+last call (median of the rounds). A capped run (stopped --cap seconds after it started, then let finish what it \
+held) is rated over what it handled; its % of the hot-key bound is against the bound of the whole topic. p99 ms: \
+from when a message was there for this consumer (the topic is filled before the first one runs: the later of its \
+send time and the run's start) to the end of its call, so with a backlog mostly how long it waited in it. CPU s: \
+the runner's process and its children, start to last message; peak RSS: its largest resident set. lost: messages \
+the group's committed offsets passed that were never handled (and, for a run neither capped nor failed, any \
+message never handled); duplicates: calls beyond a message's first; order violations: per key, first deliveries \
+out of offset order; overlaps: per key, a call that started before an earlier one ended. Counts are summed over \
+the rounds; '-': the committed offsets could not be read."""
+
 
 def _median(rows: list[dict[str, Any]], key: str) -> float | None:
     values = [float(r[key]) for r in rows if r.get(key) is not None]
@@ -77,7 +90,7 @@ def markdown(shapes: dict[str, dict[str, Any]], not_run: dict[str, str]) -> str:
         for peer, reason in not_run.items():
             lines.append(f"| {peer} | {shape} | not run: {reason} |")
     bounds = ", ".join(f"`{shape}` {data['hot_key_rate']:,.0f}" for shape, data in shapes.items())
-    out = lines + ["", f"Hot-key bound (msg/s): {bounds}."]
+    out = lines + ["", f"Hot-key bound (msg/s): {bounds}.", "", NOTES]
     if notes:
         out += ["", "Errors:", *notes]
     return "\n".join(out)
@@ -85,7 +98,8 @@ def markdown(shapes: dict[str, dict[str, Any]], not_run: dict[str, str]) -> str:
 
 def chart(shapes: dict[str, dict[str, Any]], path: Path) -> None:
     """Grouped bars: each peer's median msg/s per shape, log scale, the
-    shape's hot-key bound as a line across its group."""
+    shape's hot-key bound as a line across its group; a peer that does not
+    keep per-key order has hatched bars."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -96,15 +110,18 @@ def chart(shapes: dict[str, dict[str, Any]], path: Path) -> None:
         {p for data in shapes.values() for p in data["summary"]}, key=lambda p: (not p.startswith("lite_push"), p)
     )
     width = 0.8 / max(1, len(peers))
-    fig, ax = plt.subplots(figsize=(max(8.0, 1.6 * len(names) * max(1, len(peers)) / 3), 5.0))
+    fig, ax = plt.subplots(figsize=(min(14.0, max(8.0, 0.3 * len(names) * len(peers))), 6.0))
     for i, peer in enumerate(peers):
         xs, ys = [], []
+        keeps = True
         for j, shape in enumerate(names):
             s = shapes[shape]["summary"].get(peer)
             if s and s["rate"] > 0:
                 xs.append(j - 0.4 + width * (i + 0.5))
                 ys.append(s["rate"])
-        ax.bar(xs, ys, width, label=peer)
+                keeps = keeps and s["config"].get("keeps_key_order") is not False
+        # hatched: a peer that does not keep per-key order (its bars are not bound by the hot key)
+        ax.bar(xs, ys, width, label=peer if keeps else f"{peer} (no key order)", hatch=None if keeps else "//")
     for j, shape in enumerate(names):
         bound = shapes[shape]["hot_key_rate"]
         label = "hot-key bound" if j == 0 else None
