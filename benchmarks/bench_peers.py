@@ -3,7 +3,7 @@ every peer on the same brokers, the same messages, one run.
 
     .venv/bin/python benchmarks/bench_peers.py --markdown --chart benchmarks/charts/peers.png   # the whole grid
     .venv/bin/python benchmarks/bench_peers.py --shapes kpipe-10ms --peers lite_push_kafka,serial --repeat 1
-    .venv/bin/python benchmarks/bench_peers.py --set lite_push_kafka:lanes=2048 --set pyrallel:max_in_flight=2000
+    .venv/bin/python benchmarks/bench_peers.py --set lite_push_kafka:lanes=4096 --set pyrallel:max_in_flight=4000
 
 Brokers: one librdkafka mock cluster (``MockKafkaCluster``, one broker) for
 every Kafka peer and one ``redis-server`` (``RedisServer``, no AOF) for the
@@ -81,7 +81,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--peers", help="comma-separated (default: every runner and UNRUNNABLE.md's peers)")
     parser.add_argument("--repeat", type=int, default=3, help="rounds; the table gives medians (default 3)")
     parser.add_argument("--cap", type=float, default=20.0, help="seconds after which a run stops (default 20)")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds before a run is an error")
+    parser.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds before a run is an error (default 120; killed 60 s later)"
+    )
     parser.add_argument("--messages", type=int, help="messages per shape instead of its default (smoke runs)")
     parser.add_argument("--set", action="append", default=[], metavar="PEER:KEY=VALUE", help="a peer's setting")
     parser.add_argument("--python", action="append", default=[], metavar="PEER=PATH", help="run PEER with PATH")
