@@ -106,7 +106,7 @@ def _pythons(peers: dict[str, Peer], overrides: dict[str, list[str]], not_run: d
             out[name] = sys.executable
         else:
             try:
-                out[name] = str(peer_python(name))
+                out[name] = str(peer_python(peer.base or name))
             except VenvError as e:
                 not_run[name] = str(e)
     return out
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
                     result = launch(
                         pythons[name], peer.runner, brokers.broker_args(peer), topic=topic, group=group,
                         costs_us=msgs.costs_us, work_dir=WORK / "runs", timeout=args.timeout, cap=args.cap,
-                        settings=settings.get(name, []), project_python=peer.requirements is None,
+                        settings=[*peer.settings, *settings.get(name, [])], project_python=peer.requirements is None,
                     )
                     acked = brokers.acked(peer, topic, group, placed)
                     try:

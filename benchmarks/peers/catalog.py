@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Peer", "discover", "unrunnable"]
+__all__ = ["VARIANTS", "Peer", "discover", "unrunnable"]
 
 HERE = Path(__file__).resolve().parent
 
@@ -38,6 +38,11 @@ class Peer:
     source: str
     #: Its pinned requirements, or None for the project's own python.
     requirements: Path | None
+    #: The runner's name (its venv's): ``name`` itself, or for a variant
+    #: (``faust@ordered``) the peer it is a setting of.
+    base: str = ""
+    #: ``KEY=VALUE`` settings a variant passes to its runner (before ``--set``'s).
+    settings: tuple[str, ...] = ()
 
     @property
     def broker(self) -> str:
@@ -45,8 +50,21 @@ class Peer:
         return "kafka" if self.source == "kafka" else "redis"
 
 
+#: Second rows of one runner at other settings, measured beside its default:
+#: ``variant -> (runner, settings)``.  A peer's default is its best throughput
+#: by its own features; a variant is the setting of it that keeps per-key
+#: order (faust), or its documented high-throughput form (faststream's
+#: batch subscribers).
+VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "faust@ordered": ("faust", ("concurrency=1", "isolated_partitions=1")),
+    "faststream_kafka@batch": ("faststream_kafka", ("mode=batch",)),
+    "faststream_redis@batch": ("faststream_redis", ("mode=batch",)),
+}
+
+
 def discover(peers_dir: Path = HERE) -> dict[str, Peer]:
-    """The peers with a runner, by name (lite_push's first, then by name)."""
+    """The peers with a runner, by name (lite_push's first, then by name),
+    and the :data:`VARIANTS` of those found."""
     found = {}
     for runner in sorted(peers_dir.glob("*_runner.py")):
         name = runner.name.removesuffix("_runner.py")
@@ -57,7 +75,11 @@ def discover(peers_dir: Path = HERE) -> dict[str, Peer]:
         requirements = None if name.startswith("lite_push_") else peers_dir / f"{name}.requirements.txt"
         if requirements is not None and not requirements.exists():
             continue  # a helper script, not a peer (a peer's runner comes with its pins)
-        found[name] = Peer(name, runner, source, requirements)
+        found[name] = Peer(name, runner, source, requirements, name)
+    for variant, (base, settings) in VARIANTS.items():
+        if base in found:
+            b = found[base]
+            found[variant] = Peer(variant, b.runner, b.source, b.requirements, base, settings)
     return dict(sorted(found.items(), key=lambda item: (not item[0].startswith("lite_push"), item[0])))
 
 
