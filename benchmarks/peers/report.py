@@ -110,7 +110,7 @@ def chart(shapes: dict[str, dict[str, Any]], path: Path) -> None:
         {p for data in shapes.values() for p in data["summary"]}, key=lambda p: (not p.startswith("lite_push"), p)
     )
     width = 0.8 / max(1, len(peers))
-    fig, ax = plt.subplots(figsize=(min(14.0, max(8.0, 0.3 * len(names) * len(peers))), 6.0))
+    fig, ax = plt.subplots(figsize=(min(14.0, max(8.0, 0.3 * len(names) * len(peers))), 7.5))
     for i, peer in enumerate(peers):
         xs, ys = [], []
         keeps = True
@@ -121,7 +121,10 @@ def chart(shapes: dict[str, dict[str, Any]], path: Path) -> None:
                 ys.append(s["rate"])
                 keeps = keeps and s["config"].get("keeps_key_order") is not False
         # hatched: a peer that does not keep per-key order (its bars are not bound by the hot key)
-        ax.bar(xs, ys, width, label=peer if keeps else f"{peer} (no key order)", hatch=None if keeps else "//")
+        ax.bar(
+            xs, ys, width, label=peer if keeps else f"{peer} (no key order)", hatch=None if keeps else "//",
+            color=plt.get_cmap("tab20")(i % 20), edgecolor="black", linewidth=0.3,
+        )
     for j, shape in enumerate(names):
         bound = shapes[shape]["hot_key_rate"]
         label = "hot-key bound" if j == 0 else None
@@ -130,7 +133,7 @@ def chart(shapes: dict[str, dict[str, Any]], path: Path) -> None:
     ax.set_xticks(range(len(names)), names)
     ax.set_ylabel("messages per second (median of rounds)")
     ax.set_title("Key-ordered throughput side by side, one broker per protocol")
-    ax.legend(fontsize="small", ncol=2)
+    ax.legend(fontsize="small", ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.08))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
