@@ -128,8 +128,10 @@ def main() -> int:
     seconds = (max(out["end_ns"]) - out["t0_ns"]) / 1e9 if out["end_ns"] else float("nan")
     first = (min(out["start_ns"]) - out["t0_ns"]) / 1e6 if out["start_ns"] else float("nan")
     rate = n / seconds if out["end_ns"] else 0.0
+    after = n / (seconds - first / 1e3) if out["end_ns"] else 0.0
     print(
-        f"{rate:,.0f} msg/s ({rate / bound:.1%} of the hot-key bound), {seconds:.2f}s, first call {first:.0f} ms, "
+        f"{rate:,.0f} msg/s ({rate / bound:.1%} of the hot-key bound), {seconds:.2f}s, first call {first:.0f} ms "
+        f"({after:,.0f} msg/s after it), "
         f"CPU {out['cpu_s']:.2f}s, peak RSS {out['peak_rss_kb'] / 1024:.0f} MiB, capped {out['capped']}, "
         f"error {out['error']}"
     )
