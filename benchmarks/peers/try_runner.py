@@ -22,7 +22,9 @@ from __future__ import annotations
 import argparse
 import array
 import json
+import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -79,6 +81,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--cap", type=float)
     parser.add_argument("--seed", type=int, default=31)
+    parser.add_argument("--rebalance-delay-ms", type=int, default=0, help="the mock's initial rebalance delay")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--keep", type=Path, help="copy OUT.json here")
     args = parser.parse_args()
@@ -87,7 +90,7 @@ def main() -> int:
     keys = [f"key-{rng.randrange(args.keys)}" for _ in range(args.messages)]
     costs = [round(args.cost_ms * 1000)] * args.messages
     bound = hot_key_rate(keys, costs)
-    with tempfile.TemporaryDirectory() as tmp, MockKafkaCluster() as cluster:
+    with tempfile.TemporaryDirectory() as tmp, MockKafkaCluster(rebalance_delay_ms=args.rebalance_delay_ms) as cluster:
         topic, group = f"try-{time.strftime('%H%M%S')}", "try-group"
         cluster.create_topic(topic, args.partitions)
         secs = produce(cluster.bootstrap, topic, keys, args.partitions, 64)
@@ -104,7 +107,13 @@ def main() -> int:
         for pair in args.set:
             cmd += ["--set", pair]
         began = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=tmp, timeout=args.timeout + 60)
+        # a session of its own, so that a runner which hangs is killed with whatever it started
+        proc = subprocess.Popen(cmd, cwd=tmp, start_new_session=True)
+        try:
+            proc.wait(args.timeout + 60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
         print(f"runner exited {proc.returncode} after {time.perf_counter() - began:.1f}s", file=sys.stderr)
         if not out_file.exists():
             print("no OUT.json", file=sys.stderr)
@@ -119,8 +128,10 @@ def main() -> int:
     seconds = (max(out["end_ns"]) - out["t0_ns"]) / 1e9 if out["end_ns"] else float("nan")
     first = (min(out["start_ns"]) - out["t0_ns"]) / 1e6 if out["start_ns"] else float("nan")
     rate = n / seconds if out["end_ns"] else 0.0
+    after = n / (seconds - first / 1e3) if out["end_ns"] else 0.0
     print(
-        f"{rate:,.0f} msg/s ({rate / bound:.1%} of the hot-key bound), {seconds:.2f}s, first call {first:.0f} ms, "
+        f"{rate:,.0f} msg/s ({rate / bound:.1%} of the hot-key bound), {seconds:.2f}s, first call {first:.0f} ms "
+        f"({after:,.0f} msg/s after it), "
         f"CPU {out['cpu_s']:.2f}s, peak RSS {out['peak_rss_kb'] / 1024:.0f} MiB, capped {out['capped']}, "
         f"error {out['error']}"
     )
