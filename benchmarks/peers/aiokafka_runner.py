@@ -89,13 +89,13 @@ import collections
 import importlib.metadata
 import json
 import logging
-import resource
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from runner_protocol import cpu_seconds, peak_rss_kb, settings_of  # beside this file: standard library only
 
 #: Each setting's default; ``--set`` values are parsed to the default's type.
 DEFAULTS: dict[str, Any] = {
@@ -109,21 +109,11 @@ DEFAULTS: dict[str, Any] = {
 
 def parse_settings(pairs: list[str]) -> dict[str, Any]:
     """``KEY=VALUE`` pairs over :data:`DEFAULTS`, each value of its default's type."""
-    settings = dict(DEFAULTS)
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or key not in DEFAULTS:
-            raise SystemExit(f"--set {pair!r}: expected KEY=VALUE with KEY one of {sorted(DEFAULTS)}")
-        settings[key] = type(DEFAULTS[key])(value)
+    settings = settings_of(pairs, DEFAULTS)
     if settings["mode"] not in ("chains", "keys", "gather") or settings["loop"] not in ("uvloop", "asyncio"):
         raise SystemExit(f"--set: mode is chains|keys|gather, loop is uvloop|asyncio (got {settings})")
     return settings
 
-
-def cpu_seconds() -> float:
-    """User + system CPU of this process (every thread) and its children."""
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 class Calls:
@@ -359,7 +349,6 @@ def main() -> int:
         result = uvloop.run(run(args, settings, calls))
     else:
         result = asyncio.run(run(args, settings, calls))
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     version = importlib.metadata.version
     config = {
         "package": f"aiokafka=={version('aiokafka')}",
@@ -377,7 +366,7 @@ def main() -> int:
             {
                 **result,
                 "wall_minus_perf_ns": wall_minus_perf,
-                "peak_rss_kb": max(own.ru_maxrss, kids.ru_maxrss),
+                "peak_rss_kb": peak_rss_kb(),
                 "config": config,
                 "seq": calls.seq.tolist(),
                 "start_ns": calls.start_ns.tolist(),

@@ -92,13 +92,14 @@ import importlib.metadata
 import json
 import logging
 import os
-import resource
 import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from runner_protocol import cpu_seconds, peak_rss_kb, settings_of  # beside this file: standard library only
 
 #: Each setting's default; ``--set`` values are parsed to the default's type.
 DEFAULTS: dict[str, Any] = {
@@ -114,23 +115,13 @@ DEFAULTS: dict[str, Any] = {
 
 def parse_settings(pairs: list[str]) -> dict[str, Any]:
     """``KEY=VALUE`` pairs over :data:`DEFAULTS`, each value of its default's type."""
-    settings = dict(DEFAULTS)
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or key not in DEFAULTS:
-            raise SystemExit(f"--set {pair!r}: expected KEY=VALUE with KEY one of {sorted(DEFAULTS)}")
-        settings[key] = type(DEFAULTS[key])(value)
+    settings = settings_of(pairs, DEFAULTS)
     if settings["loop"] not in ("uvloop", "asyncio") or settings["concurrency"] < 1:
         raise SystemExit(f"--set: loop is uvloop|asyncio, concurrency >= 1 (got {settings})")
     if settings["isolated_partitions"] and settings["concurrency"] != 1:
         raise SystemExit("--set isolated_partitions=1 needs concurrency=1 (faust refuses both)")
     return settings
 
-
-def cpu_seconds() -> float:
-    """User + system CPU of this process (every thread) and its children."""
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 class Calls:
@@ -239,7 +230,6 @@ def main() -> int:
     calls = Calls(costs)
     with tempfile.TemporaryDirectory(prefix="faust-runner-") as datadir:
         result = run_worker(args, settings, calls, datadir)
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     version = importlib.metadata.version
     config = {
         "package": f"faust-streaming=={version('faust-streaming')}",
@@ -259,7 +249,7 @@ def main() -> int:
             {
                 **result,
                 "wall_minus_perf_ns": wall_minus_perf,
-                "peak_rss_kb": max(own.ru_maxrss, kids.ru_maxrss),
+                "peak_rss_kb": peak_rss_kb(),
                 "config": config,
                 "seq": calls.seq.tolist(),
                 "start_ns": calls.start_ns.tolist(),

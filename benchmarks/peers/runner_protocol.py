@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Calls", "Usage", "load_costs", "parse_args", "peak_rss_kb", "settings_of", "write_out"]
+__all__ = ["Calls", "Usage", "cpu_seconds", "load_costs", "parse_args", "peak_rss_kb", "settings_of", "write_out"]
 
 
 def parse_args(description: str, broker: str) -> argparse.Namespace:
@@ -121,7 +121,8 @@ class Calls:
         return self.distinct >= self.total
 
 
-def _cpu_s() -> float:
+def cpu_seconds() -> float:
+    """User + system CPU of this process (every thread) and its waited-for children."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
@@ -140,13 +141,13 @@ class Usage:
 
     def start(self) -> int:
         self.wall_minus_perf_ns = time.time_ns() - time.perf_counter_ns()
-        self._cpu0 = _cpu_s()
+        self._cpu0 = cpu_seconds()
         self.t0_ns = time.perf_counter_ns()
         return self.t0_ns
 
     def stop(self) -> None:
         if self.cpu_s is None:
-            self.cpu_s = _cpu_s() - self._cpu0
+            self.cpu_s = cpu_seconds() - self._cpu0
 
     def over(self, seconds: float | None) -> bool:
         return seconds is not None and time.perf_counter_ns() - self.t0_ns > seconds * 1e9
