@@ -87,7 +87,6 @@ import array
 import asyncio
 import collections
 import importlib.metadata
-import json
 import logging
 import sys
 import time
@@ -95,7 +94,13 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from runner_protocol import cpu_seconds, peak_rss_kb, settings_of  # beside this file: standard library only
+from runner_protocol import (
+    AsyncCalls,  # beside this file: standard library only
+    cpu_seconds,
+    peak_rss_kb,
+    settings_of,
+    write_record,
+)
 
 #: Each setting's default; ``--set`` values are parsed to the default's type.
 DEFAULTS: dict[str, Any] = {
@@ -115,34 +120,6 @@ def parse_settings(pairs: list[str]) -> dict[str, Any]:
     return settings
 
 
-
-class Calls:
-    """The handler calls of a run, and when every ``seq`` was handled."""
-
-    def __init__(self, costs: array.array[int]) -> None:
-        self.costs = costs
-        self.seq, self.start_ns, self.end_ns = array.array("q"), array.array("q"), array.array("q")
-        self._seen = bytearray(len(costs))
-        self.distinct = 0
-        self.all_handled = asyncio.Event()
-        self.cpu_at_end = 0.0
-
-    async def handle(self, value: bytes) -> None:
-        """The work of one message: await its cost, record the call."""
-        seq = int.from_bytes(value[:8], "big")
-        start = time.perf_counter_ns()
-        cost = self.costs[seq]
-        if cost:
-            await asyncio.sleep(cost / 1e6)
-        self.end_ns.append(time.perf_counter_ns())
-        self.seq.append(seq)
-        self.start_ns.append(start)
-        if not self._seen[seq]:
-            self._seen[seq] = 1
-            self.distinct += 1
-            if self.distinct == len(self.costs):
-                self.cpu_at_end = cpu_seconds()
-                self.all_handled.set()
 
 
 class Watermarks:
@@ -205,7 +182,7 @@ class Window:
 class Chains:
     """``mode=chains``: a task per message, awaiting its key's previous task."""
 
-    def __init__(self, calls: Calls, window: Window) -> None:
+    def __init__(self, calls: AsyncCalls, window: Window) -> None:
         self.calls, self.window = calls, window
         self.last_of_key: dict[bytes | None, asyncio.Task[None]] = {}
         self.tasks: set[asyncio.Task[None]] = set()
@@ -227,7 +204,7 @@ class KeyWorkers:
     """``mode=keys``: per key a deque of its messages and, while it is not
     empty, one task draining it in order."""
 
-    def __init__(self, calls: Calls, window: Window) -> None:
+    def __init__(self, calls: AsyncCalls, window: Window) -> None:
         self.calls, self.window = calls, window
         self.queues: dict[bytes | None, collections.deque[tuple[bytes, list[Any]]]] = {}
         self.tasks: set[asyncio.Task[None]] = set()
@@ -252,7 +229,9 @@ class KeyWorkers:
         del self.queues[key]
 
 
-async def consume_keyed(consumer: AIOKafkaConsumer, calls: Calls, settings: dict[str, Any], deadline: float) -> None:
+async def consume_keyed(
+    consumer: AIOKafkaConsumer, calls: AsyncCalls, settings: dict[str, Any], deadline: float
+) -> None:
     """Per-key order over ``getmany`` batches, many keys at once (see the
     module docstring): ``Chains`` or ``KeyWorkers`` as ``mode`` says."""
     window = Window(consumer, settings["max_in_flight"])
@@ -281,7 +260,9 @@ async def consume_keyed(consumer: AIOKafkaConsumer, calls: Calls, settings: dict
         await window.commit()
 
 
-async def consume_gather(consumer: AIOKafkaConsumer, calls: Calls, settings: dict[str, Any], deadline: float) -> None:
+async def consume_gather(
+    consumer: AIOKafkaConsumer, calls: AsyncCalls, settings: dict[str, Any], deadline: float
+) -> None:
     """The naive form: the whole batch at once, commit after it."""
     while not calls.all_handled.is_set() and time.monotonic() < deadline:
         batch = await consumer.getmany(timeout_ms=100, max_records=settings["max_records"] or None)
@@ -297,7 +278,7 @@ async def consume_gather(consumer: AIOKafkaConsumer, calls: Calls, settings: dic
         await consumer.commit({tp: msgs[-1].offset + 1 for tp, msgs in batch.items()})
 
 
-async def run(args: argparse.Namespace, settings: dict[str, Any], calls: Calls) -> dict[str, Any]:
+async def run(args: argparse.Namespace, settings: dict[str, Any], calls: AsyncCalls) -> dict[str, Any]:
     """Consume until every seq was handled, the cap or the timeout."""
     limit = min(args.cap, args.timeout) if args.cap is not None else args.timeout
     cpu0 = cpu_seconds()
@@ -342,7 +323,7 @@ def main() -> int:
     costs = array.array("q")
     costs.frombytes(args.costs.read_bytes())
     wall_minus_perf = time.time_ns() - time.perf_counter_ns()
-    calls = Calls(costs)
+    calls = AsyncCalls(costs)
     if settings["loop"] == "uvloop":
         import uvloop
 
@@ -361,19 +342,8 @@ def main() -> int:
         "handler": "async def: await asyncio.sleep(cost)",
         "keeps_key_order": settings["mode"] != "gather",
     }
-    args.out.write_text(
-        json.dumps(
-            {
-                **result,
-                "wall_minus_perf_ns": wall_minus_perf,
-                "peak_rss_kb": peak_rss_kb(),
-                "config": config,
-                "seq": calls.seq.tolist(),
-                "start_ns": calls.start_ns.tolist(),
-                "end_ns": calls.end_ns.tolist(),
-            }
-        )
-    )
+    run_fields = {**result, "wall_minus_perf_ns": wall_minus_perf, "peak_rss_kb": peak_rss_kb()}
+    write_record(args.out, run_fields, config, calls)
     return 0
 
 

@@ -68,7 +68,6 @@ import argparse
 import array
 import functools
 import importlib.metadata as md
-import json
 import logging
 import resource
 import sys
@@ -92,6 +91,7 @@ from arroyo.processing.strategies import (
 )
 from arroyo.processing.strategies.run_task_with_multiprocessing import MultiprocessingPool
 from arroyo.types import Commit, Message, Partition, Topic
+from runner_protocol import write_record  # beside this file: standard library only
 
 PACKAGE = "sentry-arroyo"
 DEFAULTS: dict[str, Any] = {
@@ -246,31 +246,25 @@ def main() -> int:
     own = (recorder.cpu_at_done if recorder.cpu_at_done is not None else cpu_s(resource.RUSAGE_SELF)) - cpu0
     kids = cpu_s(resource.RUSAGE_CHILDREN) - kids0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss + resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    args.out.write_text(
-        json.dumps(
-            {
-                "t0_ns": t0,
-                "wall_minus_perf_ns": wall_minus_perf,
-                "cpu_s": own + kids,
-                "peak_rss_kb": rss,
-                "capped": stop_at["capped"],
-                "error": stop_at["error"],
-                "config": {
-                    "package": f"{PACKAGE}=={md.version(PACKAGE)}",
-                    "confluent_kafka": md.version("confluent-kafka"),
-                    "python": sys.version.split()[0],
-                    **settings,
-                    "max_pending_futures": settings["max_pending_futures"] or 4 * settings["concurrency"],
-                    "commit_policy": "ONCE_PER_SECOND",
-                    "handler": "time.sleep(cost) on the strategy's threads (or pool processes)",
-                    "keeps_key_order": False,
-                },
-                "seq": recorder.seq.tolist(),
-                "start_ns": recorder.start_ns.tolist(),
-                "end_ns": recorder.end_ns.tolist(),
-            }
-        )
-    )
+    run = {
+        "t0_ns": t0,
+        "wall_minus_perf_ns": wall_minus_perf,
+        "cpu_s": own + kids,
+        "peak_rss_kb": rss,
+        "capped": stop_at["capped"],
+        "error": stop_at["error"],
+    }
+    described = {
+        "package": f"{PACKAGE}=={md.version(PACKAGE)}",
+        "confluent_kafka": md.version("confluent-kafka"),
+        "python": sys.version.split()[0],
+        **settings,
+        "max_pending_futures": settings["max_pending_futures"] or 4 * settings["concurrency"],
+        "commit_policy": "ONCE_PER_SECOND",
+        "handler": "time.sleep(cost) on the strategy's threads (or pool processes)",
+        "keeps_key_order": False,
+    }
+    write_record(args.out, run, described, recorder)
     return 0
 
 

@@ -17,16 +17,19 @@ from __future__ import annotations
 import argparse
 import array
 import asyncio
+import importlib.metadata
 import json
+import logging
 import resource
 import sys
 import time
+import traceback
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Run", "describe", "parse_args", "settings_of"]
+__all__ = ["Run", "describe", "main_of", "parse_args", "settings_of"]
 
 
 def parse_args(description: str, broker: str) -> argparse.Namespace:
@@ -190,3 +193,37 @@ def describe(exc: BaseException) -> str:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     return f"{type(exc).__name__}: {exc}"
+
+
+def main_of(
+    broker: str,
+    description: str,
+    defaults: Mapping[str, Any],
+    choices: Mapping[str, Sequence[str]],
+    main_async: Callable[[argparse.Namespace, dict[str, Any], Run], Awaitable[tuple[bool, str | None]]],
+    client_config: Callable[[dict[str, Any]], Mapping[str, Any]],
+) -> int:
+    """A faststream runner's ``main``: the protocol's arguments for
+    ``broker``, the settings, ``main_async(args, settings, run)`` on
+    asyncio's own loop (it says whether the run was capped and what went
+    wrong), then OUT.json with the package, ``client_config(settings)``
+    (the client and every setting) and the handler; exit status 1 when
+    the run failed."""
+    args = parse_args(description, broker)
+    settings = settings_of(args.set, defaults, choices)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    run = Run(args.costs)
+    error: str | None
+    try:
+        capped, error = asyncio.run(main_async(args, settings, run))
+    except Exception as exc:  # the run's record says what broke, stderr has the traceback
+        traceback.print_exc()
+        capped, error = False, describe(exc)
+    config = {
+        "package": f"faststream=={importlib.metadata.version('faststream')}",
+        **client_config(settings),
+        "handler": "async def: await asyncio.sleep(cost)",
+        "loop": "asyncio.run (default loop)",
+    }
+    run.write(args.out, capped=capped, error=error, config=config)
+    return 0 if error is None else 1

@@ -77,11 +77,9 @@ here, most of the backlog at once.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.metadata
 import logging
 import sys
-import traceback
 from typing import Any
 
 from aiokafka.client import AIOKafkaClient
@@ -90,7 +88,7 @@ from faststream.kafka import KafkaBroker, TopicPartition
 from faststream.kafka.annotations import KafkaMessage
 from faststream.kafka.schemas import Topic
 from faststream.middlewares import AckPolicy
-from faststream_common import Run, describe, parse_args, settings_of
+from faststream_common import Run, main_of
 
 #: The settings ``--set`` takes, at the values the runner uses unless told.
 DEFAULTS: dict[str, Any] = {
@@ -201,27 +199,17 @@ async def main_async(args: Any, settings: dict[str, Any], run: Run) -> tuple[boo
         await app.stop()
 
 
-def main() -> int:
-    args = parse_args(__doc__.splitlines()[0], "kafka")
-    settings = settings_of(args.set, DEFAULTS, CHOICES)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    run = Run(args.costs)
-    error: str | None
-    try:
-        capped, error = asyncio.run(main_async(args, settings, run))
-    except Exception as exc:  # the run's record says what broke, stderr has the traceback
-        traceback.print_exc()
-        capped, error = False, describe(exc)
-    config = {
-        "package": f"faststream=={importlib.metadata.version('faststream')}",
+def client_config(settings: dict[str, Any]) -> dict[str, Any]:
+    """What OUT.json says of the client and the settings."""
+    return {
         "client": f"aiokafka=={importlib.metadata.version('aiokafka')}",
         **settings,
-        "handler": "async def: await asyncio.sleep(cost)",
-        "loop": "asyncio.run (default loop)",
         "keeps_key_order": keeps_key_order(settings),
     }
-    run.write(args.out, capped=capped, error=error, config=config)
-    return 0 if error is None else 1
+
+
+def main() -> int:
+    return main_of("kafka", __doc__.splitlines()[0], DEFAULTS, CHOICES, main_async, client_config)
 
 
 if __name__ == "__main__":

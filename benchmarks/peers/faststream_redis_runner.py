@@ -64,11 +64,9 @@ read takes what is there) and faststream's 100 ms block.  With
 
 from __future__ import annotations
 
-import asyncio
 import importlib.metadata
 import logging
 import sys
-import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -78,7 +76,7 @@ from faststream.middlewares import AckPolicy
 from faststream.redis import RedisBroker, StreamSub
 from faststream.redis.annotations import RedisBatchStreamMessage
 from faststream.redis.parser import BinaryMessageFormatV1
-from faststream_common import Run, describe, parse_args, settings_of
+from faststream_common import Run, main_of
 
 #: The header ``redis_streams.fill_faststream_stream`` puts the key in.
 KEY_HEADER = "key"
@@ -211,28 +209,18 @@ def hiredis_version() -> str | None:
         return None
 
 
-def main() -> int:
-    args = parse_args(__doc__.splitlines()[0], "redis")
-    settings = settings_of(args.set, DEFAULTS, CHOICES)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    run = Run(args.costs)
-    error: str | None
-    try:
-        capped, error = asyncio.run(main_async(args, settings, run))
-    except Exception as exc:  # the run's record says what broke, stderr has the traceback
-        traceback.print_exc()
-        capped, error = False, describe(exc)
-    config = {
-        "package": f"faststream=={importlib.metadata.version('faststream')}",
+def client_config(settings: dict[str, Any]) -> dict[str, Any]:
+    """What OUT.json says of the client and the settings."""
+    return {
         "client": f"redis=={importlib.metadata.version('redis')}, hiredis=={hiredis_version()}",
         **settings,
         "max_connections": pool_size(settings),
-        "handler": "async def: await asyncio.sleep(cost)",
-        "loop": "asyncio.run (default loop)",
         "keeps_key_order": keeps_key_order(settings),
     }
-    run.write(args.out, capped=capped, error=error, config=config)
-    return 0 if error is None else 1
+
+
+def main() -> int:
+    return main_of("redis", __doc__.splitlines()[0], DEFAULTS, CHOICES, main_async, client_config)
 
 
 if __name__ == "__main__":

@@ -89,7 +89,6 @@ import argparse
 import array
 import asyncio
 import importlib.metadata
-import json
 import logging
 import os
 import signal
@@ -99,7 +98,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runner_protocol import cpu_seconds, peak_rss_kb, settings_of  # beside this file: standard library only
+from runner_protocol import (
+    AsyncCalls,  # beside this file: standard library only
+    cpu_seconds,
+    peak_rss_kb,
+    settings_of,
+    write_record,
+)
 
 #: Each setting's default; ``--set`` values are parsed to the default's type.
 DEFAULTS: dict[str, Any] = {
@@ -124,36 +129,8 @@ def parse_settings(pairs: list[str]) -> dict[str, Any]:
 
 
 
-class Calls:
-    """The handler calls of a run, and when every ``seq`` was handled."""
 
-    def __init__(self, costs: array.array[int]) -> None:
-        self.costs = costs
-        self.seq, self.start_ns, self.end_ns = array.array("q"), array.array("q"), array.array("q")
-        self._seen = bytearray(len(costs))
-        self.distinct = 0
-        self.all_handled = asyncio.Event()
-        self.cpu_at_end = 0.0
-
-    async def handle(self, value: bytes) -> None:
-        """The work of one message: await its cost, record the call."""
-        seq = int.from_bytes(value[:8], "big")
-        start = time.perf_counter_ns()
-        cost = self.costs[seq]
-        if cost:
-            await asyncio.sleep(cost / 1e6)
-        self.end_ns.append(time.perf_counter_ns())
-        self.seq.append(seq)
-        self.start_ns.append(start)
-        if not self._seen[seq]:
-            self._seen[seq] = 1
-            self.distinct += 1
-            if self.distinct == len(self.costs):
-                self.cpu_at_end = cpu_seconds()
-                self.all_handled.set()
-
-
-def run_worker(args: argparse.Namespace, settings: dict[str, Any], calls: Calls, datadir: str) -> dict[str, Any]:
+def run_worker(args: argparse.Namespace, settings: dict[str, Any], calls: AsyncCalls, datadir: str) -> dict[str, Any]:
     """Make the app, run a faust ``Worker`` until every seq was handled, the
     cap or the timeout (then it stops itself with SIGTERM, as ``faust
     worker`` is stopped), and say how it went."""
@@ -227,7 +204,7 @@ def main() -> int:
     costs = array.array("q")
     costs.frombytes(args.costs.read_bytes())
     wall_minus_perf = time.time_ns() - time.perf_counter_ns()
-    calls = Calls(costs)
+    calls = AsyncCalls(costs)
     with tempfile.TemporaryDirectory(prefix="faust-runner-") as datadir:
         result = run_worker(args, settings, calls, datadir)
     version = importlib.metadata.version
@@ -244,19 +221,8 @@ def main() -> int:
         "tables": None,
         "keeps_key_order": settings["concurrency"] == 1,  # one actor (per partition when isolated)
     }
-    args.out.write_text(
-        json.dumps(
-            {
-                **result,
-                "wall_minus_perf_ns": wall_minus_perf,
-                "peak_rss_kb": peak_rss_kb(),
-                "config": config,
-                "seq": calls.seq.tolist(),
-                "start_ns": calls.start_ns.tolist(),
-                "end_ns": calls.end_ns.tolist(),
-            }
-        )
-    )
+    run_fields = {**result, "wall_minus_perf_ns": wall_minus_perf, "peak_rss_kb": peak_rss_kb()}
+    write_record(args.out, run_fields, config, calls)
     return 0
 
 

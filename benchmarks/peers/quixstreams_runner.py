@@ -97,7 +97,6 @@ import ctypes
 import faulthandler
 import gc
 import importlib.metadata as md
-import json
 import logging
 import multiprocessing
 import resource
@@ -113,6 +112,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 from quixstreams import Application
 from quixstreams.models.topics import TopicAdmin, TopicConfig, TopicManager
+from runner_protocol import write_record  # beside this file: standard library only
 
 PACKAGE = "quixstreams"
 DEFAULTS: dict[str, Any] = {
@@ -423,33 +423,27 @@ def main() -> int:
         more = len(replica_errors) - 3
         error = "; ".join(replica_errors[:3]) + (f" (and {more} more)" if more > 0 else "")
 
-    args.out.write_text(
-        json.dumps(
-            {
-                "t0_ns": t0,
-                "wall_minus_perf_ns": wall_minus_perf,
-                "cpu_s": own_cpu + replica_cpu,
-                "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss + replica_rss,
-                "capped": capped,
-                "error": error,
-                "config": {
-                    "package": f"{PACKAGE}=={md.version(PACKAGE)}",
-                    "confluent_kafka": md.version("confluent-kafka"),
-                    "python": sys.version.split()[0],
-                    **settings,
-                    "processing_guarantee": "at-least-once",
-                    "auto_offset_reset": "earliest",
-                    "handler": "time.sleep(cost) in StreamingDataFrame.update, one message at a time per replica",
-                    "peak_rss_kb": "the sum over the launcher and its replicas",
-                    "shutdown": shutdown,
-                    "keeps_key_order": True,
-                },
-                "seq": calls.seq.tolist(),
-                "start_ns": calls.start_ns.tolist(),
-                "end_ns": calls.end_ns.tolist(),
-            }
-        )
-    )
+    run = {
+        "t0_ns": t0,
+        "wall_minus_perf_ns": wall_minus_perf,
+        "cpu_s": own_cpu + replica_cpu,
+        "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss + replica_rss,
+        "capped": capped,
+        "error": error,
+    }
+    config = {
+        "package": f"{PACKAGE}=={md.version(PACKAGE)}",
+        "confluent_kafka": md.version("confluent-kafka"),
+        "python": sys.version.split()[0],
+        **settings,
+        "processing_guarantee": "at-least-once",
+        "auto_offset_reset": "earliest",
+        "handler": "time.sleep(cost) in StreamingDataFrame.update, one message at a time per replica",
+        "peak_rss_kb": "the sum over the launcher and its replicas",
+        "shutdown": shutdown,
+        "keeps_key_order": True,
+    }
+    write_record(args.out, run, config, calls)
     return 0
 
 

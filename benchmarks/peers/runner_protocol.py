@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import array
+import asyncio
 import json
 import resource
 import sys
@@ -39,7 +40,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Calls", "Usage", "cpu_seconds", "load_costs", "parse_args", "peak_rss_kb", "settings_of", "write_out"]
+__all__ = [
+    "AsyncCalls",
+    "Calls",
+    "Usage",
+    "cpu_seconds",
+    "load_costs",
+    "parse_args",
+    "peak_rss_kb",
+    "settings_of",
+    "write_out",
+    "write_record",
+]
 
 
 def parse_args(description: str, broker: str) -> argparse.Namespace:
@@ -121,6 +133,30 @@ class Calls:
         return self.distinct >= self.total
 
 
+class AsyncCalls(Calls):
+    """The calls of an ``async def`` handler: :meth:`handle` awaits a
+    message's cost and records the call; ``all_handled`` is set (and
+    ``cpu_at_end`` taken) once every ``seq`` was handled."""
+
+    def __init__(self, costs: array.array[int]) -> None:
+        super().__init__(len(costs))
+        self.costs = costs
+        self.all_handled = asyncio.Event()
+        self.cpu_at_end = 0.0
+
+    async def handle(self, value: bytes) -> None:
+        """The work of one message (its value starts with its ``seq``)."""
+        seq = int.from_bytes(value[:8], "big")
+        start = time.perf_counter_ns()
+        cost = self.costs[seq]
+        if cost:
+            await asyncio.sleep(cost / 1e6)
+        self.record(seq, start, time.perf_counter_ns())
+        if self.done and not self.all_handled.is_set():
+            self.cpu_at_end = cpu_seconds()
+            self.all_handled.set()
+
+
 def cpu_seconds() -> float:
     """User + system CPU of this process (every thread) and its waited-for children."""
     own = resource.getrusage(resource.RUSAGE_SELF)
@@ -160,25 +196,36 @@ def peak_rss_kb() -> int:
     )
 
 
-def write_out(
-    path: Path, usage: Usage, calls: Calls, *, capped: bool, error: str | None, config: Mapping[str, Any]
-) -> None:
-    """Write OUT.json (see the module docstring)."""
-    usage.stop()
-    config = {"python": sys.version.split()[0], **config}
+def write_record(path: Path, run: Mapping[str, Any], config: Mapping[str, Any], calls: Any) -> None:
+    """Write OUT.json: ``run``'s own measurements (``t0_ns``,
+    ``wall_minus_perf_ns``, ``cpu_s``, ``peak_rss_kb``, ``capped``,
+    ``error``), its ``config`` (with the python version unless it names
+    one) and the three columns of ``calls`` (anything with ``seq``,
+    ``start_ns`` and ``end_ns`` arrays)."""
     path.write_text(
         json.dumps(
             {
-                "t0_ns": usage.t0_ns,
-                "wall_minus_perf_ns": usage.wall_minus_perf_ns,
-                "cpu_s": usage.cpu_s,
-                "peak_rss_kb": peak_rss_kb(),
-                "capped": capped,
-                "error": error,
-                "config": config,
+                **run,
+                "config": {"python": sys.version.split()[0], **config},
                 "seq": calls.seq.tolist(),
                 "start_ns": calls.start_ns.tolist(),
                 "end_ns": calls.end_ns.tolist(),
             }
         )
     )
+
+
+def write_out(
+    path: Path, usage: Usage, calls: Calls, *, capped: bool, error: str | None, config: Mapping[str, Any]
+) -> None:
+    """Write OUT.json from a :class:`Usage` (see :func:`write_record`)."""
+    usage.stop()
+    run = {
+        "t0_ns": usage.t0_ns,
+        "wall_minus_perf_ns": usage.wall_minus_perf_ns,
+        "cpu_s": usage.cpu_s,
+        "peak_rss_kb": peak_rss_kb(),
+        "capped": capped,
+        "error": error,
+    }
+    write_record(path, run, config, calls)
