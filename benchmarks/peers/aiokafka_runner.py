@@ -58,7 +58,8 @@ Settings (``--set KEY=VALUE``):
   commit_interval_ms  how often the watermarks are committed (1000)
   loop                uvloop | asyncio (uvloop)
 
-What they gave (``try_aiokafka.py``, one run each, this 2-core machine with
+What they gave (a driver since folded into ``try_runner.py``; io5 and io1
+through ``bench_peers.py --peers ... --shapes io5,io1``; one run each, this 2-core machine with
 other benchmarks running: rough; msg/s from client creation to the last
 call; KPipe's shape is 8 partitions, 1,000 uniform keys, every message the
 same cost):

@@ -50,7 +50,8 @@ Settings (``--set KEY=VALUE``):
   loop                    uvloop | asyncio (uvloop; via mode.loop.use)
   loglevel                the worker's log level (WARNING)
 
-What they gave (``try_aiokafka.py``, one run each, 2-core machine with other
+What they gave (a driver since folded into ``try_runner.py``; io5 and io1
+through ``bench_peers.py --peers ... --shapes io5,io1``; one run each, 2-core machine with other
 benchmarks running: rough).  Every run first calls the handler ~1.4 s after
 the app is made, 1.0 s of it a fixed ``sleep(1.0)`` in faust's
 ``TableManager.on_start`` (there even without tables), so short runs are
