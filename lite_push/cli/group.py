@@ -80,9 +80,7 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
 def _source(args: argparse.Namespace) -> tuple[Settings, str, str]:
     settings = settings_of(args, ("source", "group", "topic"))
     url = require(settings, "source", "--source")
-    group = require(settings, "group", "--group").strip()
-    if not group:
-        raise CliError("group: must be a non-empty string")
+    group = require(settings, "group", "--group").strip()  # require refuses a blank one
     return settings, url, group
 
 
