@@ -1,9 +1,11 @@
 """What the two faststream runners share: the runner protocol's arguments,
 the handler's record of calls, the run's clock and CPU, and OUT.json.
 
-Standard library only: it is imported by ``faststream_kafka_runner.py`` and
-``faststream_redis_runner.py`` from their own directory (``sys.path[0]``
-when run as scripts), under the python of a faststream venv.
+Standard library only (and ``runner_protocol`` beside it, for the
+arguments, the settings and the CPU): it is imported by
+``faststream_kafka_runner.py`` and ``faststream_redis_runner.py`` from their
+own directory (``sys.path[0]`` when run as scripts), under the python of a
+faststream venv.
 
 The protocol (``bench_peers``' runners, issue 31): arguments
 ``(--bootstrap HOST:PORT | --redis URL) --topic T --group G --costs FILE
@@ -29,58 +31,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Run", "describe", "main_of", "parse_args", "settings_of"]
+from runner_protocol import cpu_seconds, parse_args, settings_of  # beside this file: standard library only
+
+__all__ = ["Run", "describe", "main_of"]
 
 
-def parse_args(description: str, broker: str) -> argparse.Namespace:
-    """The protocol's arguments; ``broker`` is ``"kafka"`` or ``"redis"``."""
-    parser = argparse.ArgumentParser(description=description)
-    if broker == "kafka":
-        parser.add_argument("--bootstrap", required=True, help="HOST:PORT of the Kafka cluster")
-    else:
-        parser.add_argument("--redis", required=True, help="redis://HOST:PORT")
-    parser.add_argument("--topic", required=True, help="the topic (Kafka) or stream (Redis)")
-    parser.add_argument("--group", required=True)
-    parser.add_argument("--costs", type=Path, required=True, help="int64 cost in microseconds by seq")
-    parser.add_argument("--out", type=Path, required=True, help="OUT.json")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds after t0 before it is an error")
-    parser.add_argument("--cap", type=float, help="seconds after t0 at which the run stops (not an error)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a faststream setting")
-    return parser.parse_args()
 
-
-def settings_of(
-    pairs: list[str], defaults: Mapping[str, Any], choices: Mapping[str, tuple[str, ...]]
-) -> dict[str, Any]:
-    """``defaults`` with the ``KEY=VALUE`` pairs applied, each converted to
-    its default's type (a bool takes true/false/1/0; a str must be one of
-    ``choices[key]`` when given); anything else exits naming the setting."""
-    out = dict(defaults)
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or key not in defaults:
-            raise SystemExit(f"--set {pair!r}: KEY=VALUE with KEY one of {sorted(defaults)}")
-        kind = type(defaults[key])
-        if kind is bool:
-            if value.lower() not in ("true", "false", "1", "0"):
-                raise SystemExit(f"--set {pair!r}: {key} is true or false")
-            out[key] = value.lower() in ("true", "1")
-        elif kind is int:
-            try:
-                out[key] = int(value)
-            except ValueError:
-                raise SystemExit(f"--set {pair!r}: {key} takes an int") from None
-        else:
-            if key in choices and value not in choices[key]:
-                raise SystemExit(f"--set {pair!r}: {key} is one of {choices[key]}")
-            out[key] = value
-    return out
-
-
-def _cpu_s() -> float:
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 class Run:
@@ -108,14 +64,14 @@ class Run:
         """Just before the peer's broker/app is made: ``t0`` and the CPU
         baseline."""
         self.wall_minus_perf_ns = time.time_ns() - time.perf_counter_ns()
-        self._cpu0 = _cpu_s()
+        self._cpu0 = cpu_seconds()
         self.t0_ns = time.perf_counter_ns()
 
     def stop_clock(self) -> None:
         """The CPU from ``t0`` until now (the first call wins: when the
         last message was handled, or when the run gave up)."""
         if self.cpu_s is None:
-            self.cpu_s = _cpu_s() - self._cpu0
+            self.cpu_s = cpu_seconds() - self._cpu0
 
     async def handle(self, value: bytes) -> None:
         """The I/O-bound work of one message: await its cost, record the call."""

@@ -36,7 +36,7 @@ import json
 import resource
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,15 +74,19 @@ def parse_args(description: str, broker: str) -> argparse.Namespace:
     return parser.parse_args()
 
 
-def settings_of(pairs: list[str], defaults: Mapping[str, Any]) -> dict[str, Any]:
+def settings_of(
+    pairs: list[str], defaults: Mapping[str, Any], choices: Mapping[str, Sequence[str]] | None = None
+) -> dict[str, Any]:
     """``defaults`` with ``KEY=VALUE`` pairs applied, each value converted to
-    its default's type (``bool``: true/false/1/0); an unknown key or a bad
-    value exits naming it."""
+    its default's type (``bool``: true/false/1/0; a key of ``choices`` must
+    take one of its values); an unknown key or a bad value exits naming it."""
     out = dict(defaults)
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or key not in defaults:
             raise SystemExit(f"--set {pair!r}: KEY=VALUE with KEY one of {sorted(defaults)}")
+        if choices and key in choices and value not in choices[key]:
+            raise SystemExit(f"--set {pair!r}: {key} is one of {tuple(choices[key])}")
         kind = type(defaults[key])
         try:
             if kind is bool:
