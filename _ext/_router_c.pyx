@@ -48,6 +48,9 @@ cdef extern from *:
     """
     int _str_ready "__lite_push_str_ready"(object) except -1
 
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(void*)
+
 cdef extern from "_slots.h":
     Py_ssize_t _slot_offset "lite_push_slot_offset"(PyObject*)
     PyObject* _slot "lite_push_slot"(object, Py_ssize_t)
@@ -414,6 +417,7 @@ cdef class KeyRouter:
             raise MemoryError()
         cdef Py_ssize_t lane, keyless, ntouched = 0, i, j, nitems
         cdef list sub
+        cdef tuple seg
         cdef PyObject* hit
         cdef _Placed placed
         cdef dict table = self._table
@@ -465,13 +469,21 @@ cdef class KeyRouter:
                         else:
                             touched[ntouched] = lane
                             ntouched += 1
+                        # A segment and its (tag, sub) pair are held until the
+                        # lane is done with them, thousands at once with a
+                        # backlog: out of the cyclic collector's lists (they
+                        # hold messages and the tag, nothing that holds them;
+                        # see lite_push._untrack_py).
                         sub = [item]
+                        PyObject_GC_UnTrack(<void*>sub)
+                        seg = (tag, sub)
+                        PyObject_GC_UnTrack(<void*>seg)
                         cur[lane] = <PyObject*>sub
                         segs_obj = segments[lane]
                         if segs_obj is None:
-                            segments[lane] = [(tag, sub)]
+                            segments[lane] = [seg]
                         else:
-                            (<list>segs_obj).append((tag, sub))
+                            (<list>segs_obj).append(seg)
                     else:
                         PyList_Append(<object>cur[lane], item)
                 for i in range(ntouched):

@@ -23,9 +23,11 @@ from __future__ import annotations
 import asyncio
 import heapq
 import time
+from collections.abc import Callable
 
 __all__ = [
-    "ADMISSION_HOLD", "ADMISSION_MIN", "ADMISSION_PROBE", "HEAD_START_PER_MESSAGE", "TURN_PER_CALL", "Admission",
+    "ADMISSION_HOLD", "ADMISSION_MIN", "ADMISSION_PROBE", "HEAD_START_PER_MESSAGE", "LATENCY_SHARE", "TURN_PER_CALL",
+    "Admission",
 ]  # fmt: skip
 
 #: Seconds between two measurements of a turn of the loop (admission).
@@ -35,6 +37,14 @@ ADMISSION_PROBE = 0.005
 #: turns that long with any number of lanes, and fewer lanes would only
 #: cost throughput.
 TURN_PER_CALL = 4.0
+#: Admission never aims at a turn shorter than this share of the listener's
+#: own latency (its awaited time, estimated from the calls made: see
+#: :meth:`Admission.turned`): a lane resumed a turn after its await ends
+#: loses little when turns are short against the await, and limiting lanes
+#: then only costs throughput (a 10 ms listener ran at 30,000-39,000 msg/s
+#: against 47,000 without admission, the limit pulled under the keys with
+#: work by turns of 2 ms; benchmarks/RESULTS.md, issue 31).
+LATENCY_SHARE = 0.5
 #: Seconds a lane keeps its slot while it has work and other lanes wait
 #: for one (so none waits forever).
 ADMISSION_HOLD = 1.0
@@ -63,10 +73,12 @@ class Admission:
     with the most work first, see :data:`HEAD_START_PER_MESSAGE`); a
     lane keeps its slot while it has work (up to :data:`ADMISSION_HOLD`
     while others wait), and ``limit`` follows the length of a turn,
-    measured every :data:`ADMISSION_PROBE`: down while a turn takes longer
-    than ``target`` (or :data:`TURN_PER_CALL` times the loop's CPU per
-    call, if more), never under :data:`ADMISSION_MIN`, and up while it
-    takes less than half of that.  A loop that keeps up (few lanes busy,
+    measured every :data:`ADMISSION_PROBE` in the loop thread's CPU (a
+    turn spent waiting for the GIL is not the lanes' doing): down while a
+    turn takes longer than ``target`` (or :data:`TURN_PER_CALL` times the
+    loop's CPU per call, or :data:`LATENCY_SHARE` of the listener's own
+    latency, whichever is most), never under :data:`ADMISSION_MIN`, and up
+    while it takes less than half of that.  A loop that keeps up (few lanes busy,
     or listeners that mostly await) turns fast: the limit stays at the
     lane count and nothing changes.  The pull thread also places new keys
     on the first ``limit`` lanes only (:meth:`AsyncExecutor.lane_limit`),
@@ -74,11 +86,18 @@ class Admission:
     """
 
     __slots__ = (
-        "_calls_seen", "_closed", "_cpu", "_handle", "_loop", "_probe_at", "_seq", "_waiters", "active", "calls",
-        "limit", "most", "target", "turn",
+        "_calls_seen", "_closed", "_cpu", "_handle", "_loop", "_monotonic", "_probe_at", "_probe_cpu", "_seen_at",
+        "_seq", "_thread_time", "_waiters", "active", "calls", "limit", "most", "target", "turn",
     )  # fmt: skip
 
-    def __init__(self, lanes: int, loop: asyncio.AbstractEventLoop, target: float) -> None:
+    def __init__(
+        self,
+        lanes: int,
+        loop: asyncio.AbstractEventLoop,
+        target: float,
+        monotonic: Callable[[], float] = time.monotonic,
+        thread_time: Callable[[], float] = time.thread_time,
+    ) -> None:
         self.most = lanes
         self.limit = lanes
         self.target = target
@@ -88,13 +107,18 @@ class Admission:
         #: A turn of the loop, a moving average (seconds).
         self.turn = 0.0
         self._loop = loop
+        #: The clocks (injectable for tests): wall time, and the loop thread's CPU.
+        self._monotonic = monotonic
+        self._thread_time = thread_time
         #: A heap of ``(when, seq, future)``: who runs next (see
         #: :data:`HEAD_START_PER_MESSAGE`).
         self._waiters: list[tuple[float, int, asyncio.Future[None]]] = []
         self._seq = 0
-        self._cpu = time.thread_time()
+        self._cpu = self._thread_time()
+        self._seen_at = self._monotonic()
         self._calls_seen = 0
         self._probe_at = 0.0
+        self._probe_cpu = 0.0
         self._handle: asyncio.TimerHandle | None = None
         self._closed = False
 
@@ -121,13 +145,17 @@ class Admission:
             self._loop.call_soon(self._probe_turn)
 
     def _probe_turn(self) -> None:
-        self._probe_at = time.monotonic()
+        self._probe_at = self._monotonic()
+        self._probe_cpu = self._thread_time()
         self._loop.call_soon(self._probed)
 
     def _probed(self) -> None:
         if self._closed:
             return
-        self.turned(time.monotonic() - self._probe_at)
+        # the loop thread's CPU in the turn too: a turn that waited for the
+        # GIL (the pull thread routing a dispatch, the cyclic GC run by
+        # another thread) is not the lanes' doing
+        self.turned(self._monotonic() - self._probe_at, self._thread_time() - self._probe_cpu)
         self._handle = self._loop.call_later(ADMISSION_PROBE, self._probe)
 
     # -- slots ----------------------------------------------------------------------
@@ -145,7 +173,7 @@ class Admission:
             return None
         fut: asyncio.Future[None] = self._loop.create_future()
         self._seq += 1
-        heapq.heappush(self._waiters, (time.monotonic() - backlog * HEAD_START_PER_MESSAGE, self._seq, fut))
+        heapq.heappush(self._waiters, (self._monotonic() - backlog * HEAD_START_PER_MESSAGE, self._seq, fut))
         return fut
 
     def must_yield(self, held: float) -> bool:
@@ -183,16 +211,25 @@ class Admission:
 
     # -- the limit ------------------------------------------------------------------
 
-    def turned(self, seconds: float) -> None:
-        """(the probe) A turn of the loop took ``seconds``: adjust the
-        limit, on the moving average (one stall -- the cyclic GC, another
-        thread holding the GIL -- moves it little)."""
-        cpu = time.thread_time()
+    def turned(self, seconds: float, cpu_seconds: float | None = None) -> None:
+        """(the probe) A turn of the loop took ``seconds``, ``cpu_seconds``
+        of them on the loop thread's CPU: adjust the limit on the shorter,
+        as a moving average (one stall -- the cyclic GC, another thread
+        holding the GIL -- moves it little)."""
+        if cpu_seconds is not None and cpu_seconds < seconds:
+            seconds = cpu_seconds
+        cpu = self._thread_time()
+        now = self._monotonic()
         calls = self.calls - self._calls_seen
         target = self.target
         if calls > 0:
-            target = max(target, TURN_PER_CALL * (cpu - self._cpu) / calls)
+            # Little's law: the lanes holding slots times the time since the
+            # last look, over the calls made, is a call's time in a slot; less
+            # the turn it waits to be resumed, the listener's own latency.
+            latency = self.active * (now - self._seen_at) / calls - self.turn
+            target = max(target, TURN_PER_CALL * (cpu - self._cpu) / calls, LATENCY_SHARE * latency)
             self._cpu = cpu
+            self._seen_at = now
             self._calls_seen = self.calls
         # a turn far past the target is a stall, not the lanes' doing (the
         # cyclic GC, another thread holding the GIL): count it as 4 targets

@@ -23,7 +23,7 @@ from lite_push import (
     MessageExt,
     _router_py,
 )
-from lite_push._admission import ADMISSION_MIN, Admission
+from lite_push._admission import ADMISSION_MIN, LATENCY_SHARE, Admission
 
 
 def _msgs(keys: list[str | None], queue: int = 0, start: int = 0) -> list[MessageExt]:
@@ -125,6 +125,69 @@ def test_the_limit_follows_the_length_of_a_turn() -> None:
         for _ in range(60):
             small.turned(0.010)
         assert small.limit == 16  # never fewer than ADMISSION_MIN: 16 lanes are never limited
+
+    asyncio.run(main())
+
+
+class FakeClocks:
+    """Wall time and the loop thread's CPU, moved by the test."""
+
+    def __init__(self) -> None:
+        self.wall = 100.0
+        self.cpu = 10.0
+
+    def step(self, wall: float, cpu: float) -> None:
+        self.wall += wall
+        self.cpu += cpu
+
+
+def _run_probes(adm: Admission, clocks: FakeClocks, latency: float, turn: float, probes: int) -> None:
+    """``probes`` looks at a loop whose ``adm.active`` lanes each make a
+    call of ``latency`` seconds plus a turn, every 5 ms; the loop's CPU is
+    what the turns take."""
+    for _ in range(probes):
+        clocks.step(0.005, 0.004)
+        adm.calls += round(adm.active * 0.005 / (latency + turn))
+        adm.turned(turn)
+
+
+@pytest.mark.parametrize(("latency", "limited"), [(0.001, True), (0.010, False), (0.100, False)])
+def test_turns_short_against_the_listeners_latency_leave_every_lane_in(latency: float, limited: bool) -> None:
+    """Turns of 3 ms: past the 1.5 ms target, so with a 1 ms listener the
+    limit comes down; with a 10 ms or 100 ms listener a lane resumed 3 ms
+    late loses little, and admission lets every lane with work in (it cut
+    a 10 ms listener's throughput by a third before it weighed latency)."""
+
+    async def main() -> None:
+        clocks = FakeClocks()
+        adm = Admission(2048, asyncio.get_running_loop(), 0.0015, lambda: clocks.wall, lambda: clocks.cpu)
+        for _ in range(1000):
+            assert adm.enter(1) is None or adm.limit < 1000
+        _run_probes(adm, clocks, latency, 0.003, 80)
+        if limited:
+            assert adm.limit < 1000
+        else:
+            assert adm.limit == 2048 and adm.waiting == 0
+            assert LATENCY_SHARE * latency > 0.003  # the reason
+
+    asyncio.run(main())
+
+
+def test_a_turn_spent_waiting_for_the_gil_does_not_count() -> None:
+    """A turn is weighed by the loop thread's CPU when that is less than
+    its wall time: 10 ms of wall time of which 0.2 ms on the loop's CPU
+    (the rest waiting for the GIL held by the pull thread, or the cyclic GC
+    run by it) leaves the limit alone; 10 ms on the CPU brings it down."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        waited = Admission(1024, loop, 0.0015)
+        busy = Admission(1024, loop, 0.0015)
+        for _ in range(40):
+            waited.turned(0.010, 0.0002)
+            busy.turned(0.010, 0.010)
+        assert waited.limit == 1024 and waited.turn < 0.0015
+        assert busy.limit == ADMISSION_MIN
 
     asyncio.run(main())
 

@@ -155,3 +155,23 @@ def test_bad_broker_settings_raise_at_construction_naming_the_field(kwargs: dict
     with pytest.raises(ConfigError) as e:
         KafkaBroker("127.0.0.1:1", **kwargs)
     assert field in str(e.value)
+
+
+def test_a_member_fetches_with_a_short_wait_unless_told_otherwise() -> None:
+    """A member's ``fetch.wait.max.ms`` is 100 (a partition resumed after a
+    flow-control pause waits for the fetch in flight); the broker's
+    ``config`` or ``consumer_config`` sets another."""
+    from lite_push import ConsumeFromWhere
+    from lite_push.sources.kafka.settings import FETCH_WAIT_MAX_MS, member_settings
+
+    def member(base: dict[str, str]) -> dict[str, object]:
+        return member_settings(base, "g", "c", ConsumeFromWhere.FIRST_OFFSET, 10.0, lambda _s: None)
+
+    assert FETCH_WAIT_MAX_MS == "100"
+    assert member({})["fetch.wait.max.ms"] == "100"
+    assert member({"fetch.wait.max.ms": "500"})["fetch.wait.max.ms"] == "500"
+    broker = KafkaBroker("127.0.0.1:1", consumer_config={"fetch.wait.max.ms": 20})
+    try:
+        assert member(broker.client_settings())["fetch.wait.max.ms"] == "20"
+    finally:
+        broker.close()

@@ -20,6 +20,7 @@ from typing import Any, overload
 
 from ..._errors import ConfigError, SourceClosedError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
+from ..._untrack import untracked
 from ...rebalance.allocate import AVERAGELY, AllocateStrategy
 from .._base import (
     DEFAULT_DELAY_LEVELS,
@@ -288,7 +289,8 @@ class EmbeddedBroker:
         try:
             for body, keys, tags, props, q in checked_items(items, topic, n, limit, t.rr):
                 rt = reconsume_times_of(props) if props else 0
-                m = MessageExt(name, q, -1, body, keys or None, tags, props, born, 0, rt, "", bname)
+                # stored for the broker's life: see lite_push._untrack_py
+                m = untracked(MessageExt(name, q, -1, body, keys or None, tags, props, born, 0, rt, "", bname))
                 per_q[q].append(m)
                 add(m)
                 if durable:

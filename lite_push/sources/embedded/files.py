@@ -21,6 +21,7 @@ import orjson
 
 from ..._errors import LitePushError
 from ..._types import MessageExt
+from ..._untrack import untracked
 from .._base import DLQ_REASON, reconsume_times_of
 
 try:  # POSIX advisory lock; elsewhere the directory is simply not locked
@@ -223,7 +224,7 @@ class QueueLog:
                         props = {}
                         times = 0
                     append(
-                        MessageExt(
+                        untracked(MessageExt(  # stored for the broker's life: see lite_push._untrack_py
                             topic,
                             queue_id,
                             offset,
@@ -236,7 +237,7 @@ class QueueLog:
                             times,
                             prefix + str(offset),
                             broker_name,
-                        )
+                        ))
                     )
                     expected += 1
                     pos = end + 4

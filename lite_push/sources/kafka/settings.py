@@ -12,7 +12,7 @@ from .._base import ConsumeFromWhere
 from .client_log import LIBRDKAFKA_LOGGER
 from .ownership import STATS_INTERVAL
 
-__all__ = ["RECONNECT_BACKOFF_MS", "RESERVED", "checked_settings", "member_settings"]
+__all__ = ["FETCH_WAIT_MAX_MS", "RECONNECT_BACKOFF_MS", "RESERVED", "checked_settings", "member_settings"]
 
 #: librdkafka properties lite_push sets itself.
 RESERVED = frozenset(
@@ -32,6 +32,16 @@ RESERVED = frozenset(
 )
 #: librdkafka's ``reconnect.backoff.ms`` of a member unless set (its default is 100).
 RECONNECT_BACKOFF_MS = "10"
+#: librdkafka's ``fetch.wait.max.ms`` of a member unless set (its default,
+#: like the Java client's, is 500).  librdkafka keeps one fetch request in
+#: flight per broker, and a partition resumed after a flow-control pause
+#: joins only the next one: with nothing new to return the broker holds the
+#: request this long, and the resumed queue's lanes ran dry meanwhile (a
+#: median 300 ms from resume to its next records; at the default
+#: ``pull_threshold_for_queue`` and 1 ms listeners 23,000 msg/s against
+#: 46,000-49,000 with 50-100 ms: benchmarks/RESULTS.md, issue 31).  The cost
+#: is an idle member's fetches: ten a second per broker instead of two.
+FETCH_WAIT_MAX_MS = "100"
 
 
 def checked_settings(name: str, raw: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -83,6 +93,8 @@ def member_settings(
     # librdkafka holds back new broker connections for half of this
     # (50 ms by default): at start that delays joining the group.
     settings.setdefault("reconnect.backoff.ms", RECONNECT_BACKOFF_MS)
+    # A queue resumed after a flow-control pause waits for the fetch in flight.
+    settings.setdefault("fetch.wait.max.ms", FETCH_WAIT_MAX_MS)
     # Connect to every broker as soon as it is known, not when first
     # needed: joining waits for one (measured on the mock cluster: the
     # join took 4 ms, or 15 ms half of the time with sparse connections).

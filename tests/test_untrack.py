@@ -1,0 +1,137 @@
+"""Messages and the router's segments are left to their reference counts:
+the compiled ``untracked`` takes them out of the cyclic collector's lists
+(a consumer holds thousands of them with a backlog, and every full
+collection walked them all), the Python twin leaves them as they are, and
+either way nothing leaks and nothing is freed early.
+
+The compiled cases skip when ``lite_push._untrack_c`` (or ``_router_c``) was
+not built, unless ``LITE_PUSH_REQUIRE_EXTENSIONS=1`` (then they fail).
+"""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+from types import ModuleType
+
+import orjson
+import pytest
+from conftest import assert_compiled_selected, compiled_twin
+
+from lite_push import ConsumeFromWhere, EmbeddedBroker, MessageExt, MessageQueue, _untrack, _untrack_py
+from lite_push.sources.kafka.codec import decode as kafka_decode
+from lite_push.sources.redis.codec import decode as redis_decode
+
+
+@pytest.fixture(scope="module")
+def untrack_c() -> ModuleType:
+    return compiled_twin("_untrack_c")
+
+
+def test_untrack_c_loaded() -> None:
+    """Fails when ``_untrack_c`` was built (or is required) but the selector
+    silently fell back to the Python twin."""
+    assert_compiled_selected("_untrack_c", _untrack.UNTRACK_IMPL, _untrack.untracked, "untracked")
+
+
+def _msg(offset: int = 0) -> MessageExt:
+    return MessageExt("T", 0, offset, b"body", keys=f"k{offset}", properties={"a": "b"})
+
+
+def test_the_twins_return_the_object_and_only_the_compiled_one_untracks(untrack_c: ModuleType) -> None:
+    m = _msg()
+    assert gc.is_tracked(m)
+    assert _untrack_py.untracked(m) is m and gc.is_tracked(m)
+    assert untrack_c.untracked(m) is m and not gc.is_tracked(m)
+    assert untrack_c.untracked(m) is m and not gc.is_tracked(m)  # twice: a no-op
+    assert untrack_c.untracked(7) == 7 and untrack_c.untracked("s") == "s"  # never tracked: unchanged
+    assert (m.topic, m.queue_offset, m.body, m.keys, m.properties) == ("T", 0, b"body", "k0", {"a": "b"})
+
+
+def test_untracked_messages_are_freed_by_their_reference_count_and_kept_while_held(untrack_c: ModuleType) -> None:
+    """200,000 untracked messages made and dropped leave no memory behind
+    (freed as their last reference goes, not left for a collection); the
+    ones still held survive full collections whole."""
+    held = [untrack_c.untracked(_msg(i)) for i in range(1000)]
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for i in range(200_000):
+            untrack_c.untracked(_msg(i))
+        grown = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert grown < 64 * 1024, grown  # one message is ~300 bytes: 200,000 kept would be ~60 MB
+    gc.collect()
+    gc.collect()
+    assert [m.queue_offset for m in held] == list(range(1000))
+    assert all(m.keys == f"k{m.queue_offset}" and m.properties == {"a": "b"} for m in held)
+
+
+def _expect_untracked(msgs: list[MessageExt]) -> None:
+    assert msgs
+    if _untrack.UNTRACK_IMPL == "cython":
+        assert not any(gc.is_tracked(m) for m in msgs)
+    else:
+        assert all(gc.is_tracked(m) for m in msgs)
+
+
+def test_the_sources_hand_out_untracked_messages() -> None:
+    """What the embedded broker stores and hands out, and what the Kafka
+    and Redis codecs decode, is untracked with the compiled twin."""
+    broker = EmbeddedBroker()
+    broker.create_topic("T", queue_count=2)
+    broker.send_batch("T", [(b"x", f"k{i}") for i in range(20)])
+    source = broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET)
+    source.subscribe("T")
+    batches = source.poll(1.0, 32)
+    _expect_untracked([m for b in batches for m in b.messages])
+    source.close()
+
+    class Record:
+        def key(self) -> bytes:
+            return b"k"
+
+        def value(self) -> bytes:
+            return b"v"
+
+        def headers(self) -> list[tuple[str, bytes]]:
+            return [("p", b"1")]
+
+        def topic(self) -> str:
+            return "T"
+
+        def partition(self) -> int:
+            return 0
+
+        def offset(self) -> int:
+            return 5
+
+        def timestamp(self) -> tuple[int, int]:
+            return (1, 1_700_000_000_000)
+
+    _expect_untracked([kafka_decode(Record(), "T", bytes.decode, "tags", "kafka")])
+
+    meta = orjson.dumps({"k": "k", "p": {"x": "y"}})
+    entries = [(f"{i + 1}-0".encode(), [b"b", b"v", b"m", meta, b"s", b"1"]) for i in range(3)]
+    bad: list[tuple[MessageExt, str]] = []
+    decoded = redis_decode("ns", MessageQueue("T", "ns", 0), entries, bad)
+    assert bad == [] and [m.queue_offset for m in decoded] == [0, 1, 2]
+    _expect_untracked(decoded)
+
+
+def test_the_compiled_router_untracks_its_segments() -> None:
+    """A segment (its list of messages and its ``(tag, list)`` pair) is
+    held until its lane is done: the compiled router untracks both; the
+    segments still hold what was routed."""
+    router_c = compiled_twin("_router_c")
+    r = router_c.KeyRouter(16, "load", None, 8)
+    tag = object()
+    msgs = [_msg(i) for i in range(40)]
+    segments, counts = r.route([(tag, msgs, 0)])
+    routed = [(seg, sub) for segs in segments if segs for seg in segs for sub in [seg[1]]]
+    assert sum(counts) == 40 and sorted(m.queue_offset for _, sub in routed for m in sub) == list(range(40))
+    assert all(seg[0] is tag for seg, _ in routed)
+    assert not any(gc.is_tracked(seg) or gc.is_tracked(sub) for seg, sub in routed)
+    gc.collect()
+    assert sorted(m.queue_offset for _, sub in routed for m in sub) == list(range(40))
