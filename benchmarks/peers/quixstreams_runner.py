@@ -55,7 +55,11 @@ whose SyncGroup arrives after the leader's gets INVALID_REQUEST and makes
 the group rebalance again.  So the replicas must form the group's first
 generation together, which takes the cluster's initial rebalance delay
 (``MockKafkaCluster(rebalance_delay_ms=...)``, Kafka's
-``group.initial.rebalance.delay.ms``, 3 s on a broker by default).  With 0,
+``group.initial.rebalance.delay.ms``, 3 s on a broker by default):
+``bench_peers.py`` runs this peer on a mock cluster of its own with 3,000
+ms (``catalog.REBALANCE_DELAY_MS``; every other Kafka peer shares one
+without a delay), and the wait is in its "start ms", not its msg/s (rated
+from its first call's start, as every peer's).  With 0,
 the first replica forms the group alone and the others' joins rebalance it:
 every run of 7 (8 replicas, 2,000 messages of 10 ms) had replicas fail;
 those that finished ran at 68-189 msg/s with 88-900 duplicates.  With a delay the first generation has
