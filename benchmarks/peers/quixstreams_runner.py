@@ -67,7 +67,9 @@ every replica, but the SyncGroup race above still hits some runs (seen in
 the cgrp debug log: "SyncGroup error: Broker: Invalid request", then
 replicas failing one after another and the last ones finishing the work,
 ~27 s, ~600 duplicates): clean runs with 500 ms 3 of 4, with 1,000 ms 12 of
-17, with 3,000 ms 19 of 21.  A run that was hit completes all the same
+17, with 3,000 ms 19 of 21; through ``bench_peers.py`` (5 shapes, 20 s
+cap, 3,000 ms) 17 of 20, the 3 hit on ``io1``, ``io5`` and ``kpipe-100ms``
+(that one with every replica failed: 152 handled, nothing committed).  A run that was hit completes all the same
 (the launcher keeps the replicas left) and says so in ``error``; one
 replica (``processes=1``) has no group to form and is never hit.  Static
 membership (``group.instance.id``, on by default) keeps replicas that stop
