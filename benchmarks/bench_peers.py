@@ -8,7 +8,11 @@ every peer on the same brokers, the same messages, one run.
 Brokers: one librdkafka mock cluster (``MockKafkaCluster``, one broker) for
 every Kafka peer and one ``redis-server`` (``RedisServer``, no AOF) for the
 Redis peers, both started here on 127.0.0.1 and stopped by their PID at the
-end.  Peers (``peers/catalog.py``): every ``peers/<name>_runner.py``, each run
+end.  A peer that asks for an initial rebalance delay (``peers/catalog.py``'s
+``REBALANCE_DELAY_MS``: quixstreams, 3,000 ms, so its replicas form their
+group's first generation together) runs on one more mock cluster with that
+delay, started only when such a peer is selected and filled like the first.
+Peers (``peers/catalog.py``): every ``peers/<name>_runner.py``, each run
 as a subprocess by the python of its own venv (``peers/venvs.py`` makes
 ``benchmarks/out/peers/<name>-venv`` from ``peers/<name>.requirements.txt``
 when missing; lite_push's runners use this project's python), plus the
@@ -113,17 +117,30 @@ def _pythons(peers: dict[str, Peer], overrides: dict[str, list[str]], not_run: d
 
 
 class Brokers:
-    """The mock cluster and the redis-server of the run, and each shape's
-    filled topics (:meth:`fill`)."""
+    """The mock clusters and the redis-server of the run, and each shape's
+    filled topics (:meth:`fill`).
 
-    def __init__(self, stack: ExitStack, kafka: bool, redis_: bool) -> None:
-        self.cluster: Any = None
+    One mock cluster without an initial rebalance delay for every Kafka
+    peer, and one more per delay a selected peer asks for
+    (``Peer.rebalance_delay_ms``: quixstreams' 3,000 ms), started only then.
+    Each shape's topic is created and produced into every cluster in use
+    (same name, keys and partitions; its own :class:`Placement` per cluster,
+    since offsets and send times are the producer's); a peer reads, and its
+    group's commit is read, on its own cluster.  A filled topic's slot
+    (:meth:`slot`) is the peer's source, ``kafka@<ms>ms`` for a delayed
+    cluster."""
+
+    def __init__(self, stack: ExitStack, kafka_delays: set[int], redis_: bool) -> None:
+        self.clusters: dict[int, Any] = {}  # initial rebalance delay (ms) -> its MockKafkaCluster
         self.redis_url = ""
-        if kafka:
+        if kafka_delays:
             from lite_push.sources.kafka.mock_cluster import MockKafkaCluster
 
-            self.cluster = stack.enter_context(MockKafkaCluster(brokers=1))
-            print(f"mock Kafka cluster pid {self.cluster.pid} on {self.cluster.bootstrap}", file=sys.stderr)
+            for delay in sorted(kafka_delays):
+                cluster = stack.enter_context(MockKafkaCluster(brokers=1, rebalance_delay_ms=delay))
+                self.clusters[delay] = cluster
+                why = f" (initial rebalance delay {delay:,} ms)" if delay else ""
+                print(f"mock Kafka cluster pid {cluster.pid} on {cluster.bootstrap}{why}", file=sys.stderr)
         if redis_:
             import redis
 
@@ -136,37 +153,52 @@ class Brokers:
             self.broker = stack.enter_context(RedisBroker(server.url))
             print(f"redis-server pid {server.pid} on {server.url}", file=sys.stderr)
 
-    def fill(self, msgs: Messages, sources: set[str], stamp: str) -> dict[str, tuple[str, Placement]]:
-        """Store the shape's messages once per source: ``source -> (topic, placement)``."""
+    @staticmethod
+    def slot(peer: Peer) -> str:
+        """Which filled topic ``peer`` reads: its source, and for a Kafka
+        peer on a delayed cluster ``kafka@<ms>ms``."""
+        if peer.source == "kafka" and peer.rebalance_delay_ms:
+            return f"kafka@{peer.rebalance_delay_ms}ms"
+        return peer.source
+
+    def cluster_of(self, peer: Peer) -> Any:
+        return self.clusters[peer.rebalance_delay_ms]
+
+    def fill(self, msgs: Messages, slots: set[str], stamp: str) -> dict[str, tuple[str, Placement]]:
+        """Store the shape's messages once per slot (:meth:`slot`): ``slot -> (topic, placement)``."""
         w = msgs.workload
         out: dict[str, tuple[str, Placement]] = {}
-        if "kafka" in sources:
-            topic = f"peers-{w.name}-{stamp}"
-            self.cluster.create_topic(topic, w.queues)
-            out["kafka"] = (topic, produce_kafka(self.cluster.bootstrap, topic, msgs.keys, w.queues, w.body_size))
-        if "lite_push_redis" in sources:
+        for delay, cluster in self.clusters.items():
+            slot = f"kafka@{delay}ms" if delay else "kafka"
+            if slot in slots:
+                topic = f"peers-{w.name}-{stamp}"
+                cluster.create_topic(topic, w.queues)
+                out[slot] = (topic, produce_kafka(cluster.bootstrap, topic, msgs.keys, w.queues, w.body_size))
+        if "lite_push_redis" in slots:
             topic = f"peers-{w.name}-{stamp}"
             placed = fill_lite_push_redis(self.broker, topic, msgs.keys, w.queues, w.body_size)
             out["lite_push_redis"] = (topic, placed)
-        if "faststream_redis" in sources:
+        if "faststream_redis" in slots:
             from peers.redis_streams import fill_faststream_stream  # faststream's runner's module
 
             stream = f"faststream-{w.name}-{stamp}"
             placed = fill_faststream_redis(self.client, stream, msgs.keys, w.body_size, fill_faststream_stream)
             out["faststream_redis"] = (stream, placed)
-        for source, (topic, placed) in out.items():
-            print(f"{w.name}: {len(msgs.keys):,} messages to {source} {topic} in {placed.seconds:.1f}s",
+        for slot, (topic, placed) in out.items():
+            print(f"{w.name}: {len(msgs.keys):,} messages to {slot} {topic} in {placed.seconds:.1f}s",
                   file=sys.stderr)
         return out
 
     def broker_args(self, peer: Peer) -> list[str]:
-        return ["--bootstrap", self.cluster.bootstrap] if peer.broker == "kafka" else ["--redis", self.redis_url]
+        if peer.broker == "kafka":
+            return ["--bootstrap", self.cluster_of(peer).bootstrap]
+        return ["--redis", self.redis_url]
 
     def acked(self, peer: Peer, topic: str, group: str, placed: Placement) -> bytearray | None:
         """What the peer's group committed (None when it cannot be read)."""
         try:
             if peer.source == "kafka":
-                return kafka_acked(self.cluster.bootstrap, topic, group, placed)
+                return kafka_acked(self.cluster_of(peer).bootstrap, topic, group, placed)
             if peer.source == "lite_push_redis":
                 return lite_push_redis_acked(self.broker, topic, group, placed)
             return stream_group_acked(self.client, topic, group, placed)
@@ -184,7 +216,8 @@ def progress_line(rnd: int, row: dict[str, Any]) -> str:
         return f"  round {rnd + 1} {row['peer']:18s} ERROR {row['error']}"
     line = (
         f"  round {rnd + 1} {row['peer']:18s} {row['rate']:>9,.0f} msg/s ({row['of_bound']:.0%} of bound) "
-        f"{row['handled']:,} handled{' (capped)' if row['capped'] else ''}, p99 {row['p99_ms'] or 0:,.0f} ms, "
+        f"{row['handled']:,} handled{' (capped)' if row['capped'] else ''}, "
+        f"first call at {row['first_call_ms'] or 0:,.0f} ms, p99 {row['p99_ms'] or 0:,.0f} ms, "
         f"CPU {row['cpu_s'] or 0:.1f} s, RSS {row['peak_rss_mb'] or 0:.0f} MB, committed {row['committed']}, "
         f"lost {row['lost']} "
         f"dup {row['duplicates']} order {row['order_violations']} overlap {row['overlaps']}"
@@ -213,23 +246,24 @@ def main(argv: list[str] | None = None) -> int:
     }
     t_start = time.perf_counter()
     with ExitStack() as stack:
-        brokers = Brokers(stack, any(p.broker == "kafka" for p in peers), any(p.broker == "redis" for p in peers))
+        delays = {p.rebalance_delay_ms for p in peers if p.broker == "kafka"}
+        brokers = Brokers(stack, delays, any(p.broker == "redis" for p in peers))
         for shape in shapes:
             msgs = messages_of(shape, args.messages)
             print(f"{shape}: hot-key bound {msgs.hot_key_rate:,.0f} msg/s", file=sys.stderr)
-            sources = {p.source for p in peers}
+            slots = {brokers.slot(p) for p in peers}
             try:
-                filled = brokers.fill(msgs, sources, stamp)
+                filled = brokers.fill(msgs, slots, stamp)
             except ImportError as e:  # faststream's filler is not there: its peers do not run
                 missing = {p.name: f"no Redis stream filler ({e})" for p in peers if p.source == "faststream_redis"}
                 not_run.update(missing)
-                filled = brokers.fill(msgs, sources - {"faststream_redis"}, stamp)
-            runnable = [p for p in peers if p.source in filled]
+                filled = brokers.fill(msgs, slots - {"faststream_redis"}, stamp)
+            runnable = [p for p in peers if brokers.slot(p) in filled]
             runs: dict[str, list[dict[str, Any]]] = {p.name: [] for p in runnable}
             for rnd in range(args.repeat):
                 for name in rounds_order([p.name for p in runnable], rnd):
                     peer = found[name]
-                    topic, placed = filled[peer.source]
+                    topic, placed = filled[brokers.slot(peer)]
                     group = f"{name}-{shape}-{stamp}-{rnd}"
                     gc.collect()
                     result = launch(

@@ -23,6 +23,7 @@ if str(BENCHMARKS) not in sys.path:
 from peers.catalog import discover, unrunnable  # noqa: E402  (benchmarks/ is put on sys.path above)
 from peers.loading import Placement  # noqa: E402
 from peers.measure import lost_count, measure  # noqa: E402
+from peers.report import markdown, summarize  # noqa: E402
 from peers.runner_protocol import settings_of  # noqa: E402
 
 #: seq -> key: "a" has seqs 0, 2, 4; "b" has 1, 3.  Partition 0 holds a, 1 holds b.
@@ -58,7 +59,23 @@ def test_a_clean_run_passes_and_is_timed() -> None:
     row = measure("p", out(*CLEAN), None, KEYS, placement(), bytearray(5), hot_rate=1e9)
     assert counts(row) == (0, 0, 0, 0)
     assert row["handled"] == 5 and row["rate"] == pytest.approx(5 / 30e-9)
+    assert row["of_bound"] == pytest.approx(row["rate"] / 1e9) and row["first_call_ms"] == 0
     assert row["peak_rss_mb"] == 2.0 and row["p99_ms"] == pytest.approx(30e-6)
+
+
+def test_the_rate_runs_from_the_first_call_start_to_the_last_call_end() -> None:
+    # the same calls 3 s after t0 (a group join): the rate is unchanged, the wait is first_call_ms
+    late = 3_000_000_000
+    shifted = [(seq, start + late, end + late) for seq, start, end in CLEAN]
+    row = measure("p", out(*shifted), None, KEYS, placement(), bytearray(5), hot_rate=1e9)
+    assert row["rate"] == pytest.approx(5 / 30e-9) and row["seconds"] == pytest.approx(30e-9)
+    assert row["first_call_ms"] == pytest.approx(3000.0) and row["of_bound"] == pytest.approx(row["rate"] / 1e9)
+    # first start, not first end: a first call that ends last spans the whole run
+    row = measure("p", out((0, 5, 100), (1, 10, 20), (2, 100, 110)), None, KEYS[:3], placement(), bytearray(3), 1e9)
+    assert row["seconds"] == pytest.approx(105e-9) and row["first_call_ms"] == pytest.approx(5e-6)
+    table = markdown({"s": {"summary": {"p": summarize([row], 1e9)}, "hot_key_rate": 1e9}}, {})
+    header = table.splitlines()[0].split(" | ")
+    assert header[5] == "start ms" and table.splitlines()[2].split(" | ")[5] == "0"
 
 
 def test_a_message_below_the_committed_offset_never_handled_is_lost() -> None:
@@ -102,6 +119,9 @@ def test_the_catalog_and_the_settings() -> None:
     assert {"lite_push_kafka", "lite_push_redis", "serial", "pyrallel"} <= set(peers)
     assert peers["lite_push_redis"].broker == "redis" and peers["serial"].broker == "kafka"
     assert peers["lite_push_kafka"].requirements is None and peers["serial"].requirements is not None
+    # quixstreams' replicas need the delayed cluster; every other peer shares the one without a delay
+    assert peers["quixstreams"].rebalance_delay_ms == 3000
+    assert {p.rebalance_delay_ms for n, p in peers.items() if n != "quixstreams"} == {0}
     assert all(p.requirements is None or p.requirements.exists() for p in peers.values())
     assert isinstance(unrunnable(), dict)
     assert settings_of(["lanes=8", "loop=asyncio", "on=false"], {"lanes": 1, "loop": "uvloop", "on": True}) == {
@@ -112,15 +132,18 @@ def test_the_catalog_and_the_settings() -> None:
 
 
 def test_a_runner_is_a_peer_with_its_pins_and_unrunnable_peers_have_reasons(tmp_path: Path) -> None:
-    for name in ("lite_push_x_runner.py", "a_runner.py", "b_redis_runner.py", "try_runner.py", "helper.py"):
+    for name in ("lite_push_x_runner.py", "a_runner.py", "b_redis_runner.py", "try_runner.py", "helper.py",
+                 "quixstreams_runner.py"):
         (tmp_path / name).write_text("")
-    (tmp_path / "a.requirements.txt").write_text("# python 3.12\na==1\n")
+    for name in ("a", "quixstreams"):
+        (tmp_path / f"{name}.requirements.txt").write_text("# python 3.12\na==1\n")
     (tmp_path / "b_redis.requirements.txt").write_text("# python 3.11\nb==2\n")
     (tmp_path / "UNRUNNABLE.md").write_text(
         "# peers\n\n| peer | reason |\n|---|---|\n| `faust` | needs kafka-python's admin client |\n"
     )
     peers = discover(tmp_path)
-    assert list(peers) == ["lite_push_x", "a", "b_redis"]  # try_runner.py has no pins: a helper
+    assert list(peers) == ["lite_push_x", "a", "b_redis", "quixstreams"]  # try_runner.py has no pins: a helper
+    assert peers["quixstreams"].rebalance_delay_ms == 3000 and peers["a"].rebalance_delay_ms == 0
     assert peers["b_redis"].source == "faststream_redis" and peers["a"].source == "kafka"
     assert unrunnable(tmp_path) == {"faust": "needs kafka-python's admin client"}
 
@@ -171,3 +194,27 @@ def test_a_stream_group_acks_what_was_delivered_and_not_pending(redis_server: Re
     client.xack("s", "g", ids[0], ids[2])  # 1 stays pending
     assert stream_group_acked(client, "s", "g", placed) == bytearray([1, 0, 1, 0, 0])
     client.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_peer_asking_for_a_rebalance_delay_gets_its_own_cluster_with_the_shape_filled() -> None:
+    from contextlib import ExitStack
+
+    from bench_peers import Brokers
+    from peers.shapes import messages_of
+
+    peers = discover()
+    quix, serial = peers["quixstreams"], peers["serial"]
+    msgs = messages_of("kpipe-1ms", 40)
+    with ExitStack() as stack:
+        brokers = Brokers(stack, {0, quix.rebalance_delay_ms}, redis_=False)
+        assert [c.rebalance_delay_ms for c in brokers.clusters.values()] == [0, 3000]
+        slots = {brokers.slot(quix), brokers.slot(serial)}
+        assert slots == {"kafka", "kafka@3000ms"}
+        filled = brokers.fill(msgs, slots, "t")
+        (topic, plain), (topic2, delayed) = filled["kafka"], filled["kafka@3000ms"]
+        assert topic == topic2 and list(plain.part) == list(delayed.part)
+        assert list(plain.offset) == list(delayed.offset)
+        assert brokers.broker_args(quix) == ["--bootstrap", brokers.clusters[3000].bootstrap]
+        assert brokers.broker_args(serial) == ["--bootstrap", brokers.clusters[0].bootstrap]
+        assert brokers.acked(quix, topic, "nobody", delayed) == bytearray(40)  # read on its own cluster

@@ -9,6 +9,12 @@ Redis format a Redis peer reads: ``lite_push_redis`` lite_push's topic
 (queues of Redis streams in lite_push's entry format), every other
 ``*_redis`` peer one stream in faststream's format (the only one so far).
 
+A Kafka peer may ask for a mock cluster whose group coordinator waits
+before it forms a new group's first generation (:data:`REBALANCE_DELAY_MS`,
+Kafka's ``group.initial.rebalance.delay.ms``): the orchestrator then starts
+one more cluster with that delay for it.  Every other Kafka peer shares one
+cluster without a delay.
+
 ``UNRUNNABLE.md`` holds a markdown table whose rows are ``| peer | reason |``
 (more columns are ignored): a peer that cannot be installed or run here
 still gets its row in the results, with that reason.
@@ -20,7 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["VARIANTS", "Peer", "discover", "unrunnable"]
+__all__ = ["REBALANCE_DELAY_MS", "VARIANTS", "Peer", "discover", "unrunnable"]
 
 HERE = Path(__file__).resolve().parent
 
@@ -43,6 +49,9 @@ class Peer:
     base: str = ""
     #: ``KEY=VALUE`` settings a variant passes to its runner (before ``--set``'s).
     settings: tuple[str, ...] = ()
+    #: The initial rebalance delay (ms) of the mock cluster it runs on
+    #: (:data:`REBALANCE_DELAY_MS`; 0 for most).
+    rebalance_delay_ms: int = 0
 
     @property
     def broker(self) -> str:
@@ -62,6 +71,14 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+#: Kafka peers that need the mock cluster's initial rebalance delay, in ms:
+#: quixstreams runs N replicas in one group (one per partition), which must
+#: all be in the group's first generation (``quixstreams_runner.py``'s
+#: docstring: with 0 ms the replicas fail).  3,000 ms is Kafka's default
+#: ``group.initial.rebalance.delay.ms``, what a fresh group waits on a broker.
+REBALANCE_DELAY_MS: dict[str, int] = {"quixstreams": 3000}
+
+
 def discover(peers_dir: Path = HERE) -> dict[str, Peer]:
     """The peers with a runner, by name (lite_push's first, then by name),
     and the :data:`VARIANTS` of those found."""
@@ -75,11 +92,12 @@ def discover(peers_dir: Path = HERE) -> dict[str, Peer]:
         requirements = None if name.startswith("lite_push_") else peers_dir / f"{name}.requirements.txt"
         if requirements is not None and not requirements.exists():
             continue  # a helper script, not a peer (a peer's runner comes with its pins)
-        found[name] = Peer(name, runner, source, requirements, name)
+        delay = REBALANCE_DELAY_MS.get(name, 0)
+        found[name] = Peer(name, runner, source, requirements, name, rebalance_delay_ms=delay)
     for variant, (base, settings) in VARIANTS.items():
         if base in found:
             b = found[base]
-            found[variant] = Peer(variant, b.runner, b.source, b.requirements, base, settings)
+            found[variant] = Peer(variant, b.runner, b.source, b.requirements, base, settings, b.rebalance_delay_ms)
     return dict(sorted(found.items(), key=lambda item: (not item[0].startswith("lite_push"), item[0])))
 
 

@@ -1,10 +1,11 @@
 """The grid's results as RESULTS.md's table and as a chart.
 
 A row is one peer on one shape over ``--repeat`` rounds: the median rate
-and its share of the hot-key bound, every round's rate, the medians of p99
-latency, CPU seconds and peak RSS, and the delivery counts summed over the
-rounds (``-`` where a count could not be known).  A peer that did not run
-(no venv, ``UNRUNNABLE.md``) gets one row per shape with its reason.
+and its share of the hot-key bound, every round's rate, the medians of the
+time to its first call ("start ms"), p99 latency, CPU seconds and peak RSS,
+and the delivery counts summed over the rounds (``-`` where a count could
+not be known).  A peer that did not run (no venv, ``UNRUNNABLE.md``) gets
+one row per shape with its reason.
 """
 
 from __future__ import annotations
@@ -19,16 +20,19 @@ COUNTS = ("lost", "duplicates", "order_violations", "overlaps")
 
 #: What the columns mean, printed under the table.
 NOTES = """\
-msg/s: distinct messages handled over the seconds from just before the peer's client was made to the end of its \
-last call (median of the rounds). A capped run (stopped --cap seconds after it started, then let finish what it \
-held) is rated over what it handled; its % of the hot-key bound is against the bound of the whole topic. p99 ms: \
-from when a message was there for this consumer (the topic is filled before the first one runs: the later of its \
-send time and the run's start) to the end of its call, so with a backlog mostly how long it waited in it. CPU s: \
-the runner's process and its children, start to last message; peak RSS: its largest resident set. lost: messages \
-the group's committed offsets passed that were never handled (and, for a run neither capped nor failed, any \
-message never handled); duplicates: calls beyond a message's first; order violations: per key, first deliveries \
-out of offset order; overlaps: per key, a call that started before an earlier one ended. Counts are summed over \
-the rounds; '-': the committed offsets could not be read."""
+msg/s: distinct messages handled over the seconds from the start of the peer's first call to the end of its last call \
+(median of the rounds): its throughput once it consumes. start ms: from just before the peer's client was made to the \
+start of its first call (connecting, joining the group, the first fetch; not in msg/s: quixstreams' replicas run on a \
+mock cluster with Kafka's default initial rebalance delay of 3 s, which a fresh group waits on a broker, so that they \
+form their group together; every other Kafka peer on one without a delay). A capped run (stopped --cap seconds after \
+it started, then let finish what it held) is rated over what it handled; its % of the hot-key bound is against the \
+bound of the whole topic. p99 ms: from when a message was there for this consumer (the topic is filled before the \
+first one runs: the later of its send time and the run's start) to the end of its call, so with a backlog mostly how \
+long it waited in it. CPU s: the runner's process and its children, start to last message; peak RSS: its largest \
+resident set. lost: messages the group's committed offsets passed that were never handled (and, for a run neither \
+capped nor failed, any message never handled); duplicates: calls beyond a message's first; order violations: per key, \
+first deliveries out of offset order; overlaps: per key, a call that started before an earlier one ended. Counts are \
+summed over the rounds; '-': the committed offsets could not be read."""
 
 
 def _median(rows: list[dict[str, Any]], key: str) -> float | None:
@@ -44,6 +48,7 @@ def summarize(rows: list[dict[str, Any]], hot_rate: float) -> dict[str, Any]:
         "rate": rate,
         "rates": rates,
         "of_bound": rate / hot_rate,
+        "first_call_ms": _median(rows, "first_call_ms"),
         "p99_ms": _median(rows, "p99_ms"),
         "cpu_s": _median(rows, "cpu_s"),
         "peak_rss_mb": _median(rows, "peak_rss_mb"),
@@ -65,9 +70,9 @@ def _cell(value: float | None, fmt: str) -> str:
 def markdown(shapes: dict[str, dict[str, Any]], not_run: dict[str, str]) -> str:
     """RESULTS.md's table: a row per peer and shape, then the reasons."""
     lines = [
-        "| peer | shape | msg/s (median) | runs msg/s | % of hot-key bound | p99 ms | CPU s | peak RSS MB "
-        "| lost | duplicates | order violations | overlaps | capped | keeps key order | version |",
-        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "| peer | shape | msg/s (median) | runs msg/s | % of hot-key bound | start ms | p99 ms | CPU s "
+        "| peak RSS MB | lost | duplicates | order violations | overlaps | capped | keeps key order | version |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     notes: list[str] = []
     for shape, data in shapes.items():
@@ -79,8 +84,8 @@ def markdown(shapes: dict[str, dict[str, Any]], not_run: dict[str, str]) -> str:
             keeps = config.get("keeps_key_order")
             cells = [
                 peer, shape, f"{s['rate']:,.0f}", ", ".join(f"{r:,.0f}" for r in s["rates"]),
-                f"{s['of_bound']:.1%}", _cell(s["p99_ms"], ",.0f"), _cell(s["cpu_s"], ".1f"),
-                _cell(s["peak_rss_mb"], ",.0f"), *(_cell(s[k], "d") for k in COUNTS),
+                f"{s['of_bound']:.1%}", _cell(s.get("first_call_ms"), ",.0f"), _cell(s["p99_ms"], ",.0f"),
+                _cell(s["cpu_s"], ".1f"), _cell(s["peak_rss_mb"], ",.0f"), *(_cell(s[k], "d") for k in COUNTS),
                 f"{s['capped']}/{s['runs']}", "-" if keeps is None else ("yes" if keeps else "no"),
                 str(config.get("package", "-")),
             ]
