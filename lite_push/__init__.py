@@ -39,6 +39,8 @@ Layout (one concern per module; underscored modules are implementation;
 * ``_offsets``         offset tracker selector (``_offsets_c`` / ``_offsets_py``)
 * ``_lanemetrics``     the lanes' histogram recorder selector (``_lanemetrics_c`` /
                        ``_lanemetrics_py``)
+* ``_untrack``         messages left to their reference counts, out of the cyclic GC
+                       (``_untrack_c`` / ``_untrack_py``, which leaves them tracked)
 * ``_offset_map``      the finished offsets committed above the committed one
 * ``_snapshots``       ``stats()`` and the metrics snapshot
 * ``supervisor``       ProcessSupervisor: N member processes of one group, one per
