@@ -40,7 +40,7 @@ __all__ = ["DEFAULTS", "consume"]
 
 DEFAULTS: dict[str, Any] = {
     "lanes": 2048,
-    "pull_batch_size": 32,
+    "pull_batch_size": 128,
     "pull_threshold_for_queue": 5000,
     "lane_capacity": 1000,
     "loop_turn_target": 0.0015,
