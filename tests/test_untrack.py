@@ -1,5 +1,5 @@
 """Messages and the router's segments are left to their reference counts:
-the compiled ``untracked`` takes them out of the cyclic collector's lists
+the compiled ``untrack_all`` takes a batch out of the cyclic collector's lists
 (a consumer holds thousands of them with a backlog, and every full
 collection walked them all), the Python twin leaves them as they are, and
 either way nothing leaks and nothing is freed early.
@@ -19,7 +19,8 @@ import pytest
 from conftest import assert_compiled_selected, compiled_twin
 
 from lite_push import ConsumeFromWhere, EmbeddedBroker, MessageExt, MessageQueue, _untrack, _untrack_py
-from lite_push.sources.kafka.codec import decode as kafka_decode
+from lite_push.sources.kafka.codec import RecordFormat
+from lite_push.sources.kafka.reading import PartitionState, take_batches
 from lite_push.sources.redis.codec import decode as redis_decode
 
 
@@ -31,20 +32,24 @@ def untrack_c() -> ModuleType:
 def test_untrack_c_loaded() -> None:
     """Fails when ``_untrack_c`` was built (or is required) but the selector
     silently fell back to the Python twin."""
-    assert_compiled_selected("_untrack_c", _untrack.UNTRACK_IMPL, _untrack.untracked, "untracked")
+    assert_compiled_selected("_untrack_c", _untrack.UNTRACK_IMPL, _untrack.untrack_all, "untrack_all")
 
 
 def _msg(offset: int = 0) -> MessageExt:
     return MessageExt("T", 0, offset, b"body", keys=f"k{offset}", properties={"a": "b"})
 
 
-def test_the_twins_return_the_object_and_only_the_compiled_one_untracks(untrack_c: ModuleType) -> None:
-    m = _msg()
+def test_only_the_compiled_twin_untracks_and_both_leave_the_objects_as_they_were(untrack_c: ModuleType) -> None:
+    m, other = _msg(), _msg(1)
     assert gc.is_tracked(m)
-    assert _untrack_py.untracked(m) is m and gc.is_tracked(m)
-    assert untrack_c.untracked(m) is m and not gc.is_tracked(m)
-    assert untrack_c.untracked(m) is m and not gc.is_tracked(m)  # twice: a no-op
-    assert untrack_c.untracked(7) == 7 and untrack_c.untracked("s") == "s"  # never tracked: unchanged
+    _untrack_py.untrack_all([m])
+    assert gc.is_tracked(m)
+    batch = [m, 7, "s", other]  # never tracked (7, "s"): unchanged
+    untrack_c.untrack_all(batch)
+    assert not gc.is_tracked(m) and not gc.is_tracked(other)
+    untrack_c.untrack_all(batch)  # twice: a no-op
+    untrack_c.untrack_all([])
+    assert batch == [m, 7, "s", other] and not gc.is_tracked(m)
     assert (m.topic, m.queue_offset, m.body, m.keys, m.properties) == ("T", 0, b"body", "k0", {"a": "b"})
 
 
@@ -52,12 +57,13 @@ def test_untracked_messages_are_freed_by_their_reference_count_and_kept_while_he
     """200,000 untracked messages made and dropped leave no memory behind
     (freed as their last reference goes, not left for a collection); the
     ones still held survive full collections whole."""
-    held = [untrack_c.untracked(_msg(i)) for i in range(1000)]
+    held = [_msg(i) for i in range(1000)]
+    untrack_c.untrack_all(held)
     tracemalloc.start()
     try:
         base = tracemalloc.get_traced_memory()[0]
-        for i in range(200_000):
-            untrack_c.untracked(_msg(i))
+        for i in range(0, 200_000, 100):
+            untrack_c.untrack_all([_msg(j) for j in range(i, i + 100)])
         grown = tracemalloc.get_traced_memory()[0] - base
     finally:
         tracemalloc.stop()
@@ -77,8 +83,9 @@ def _expect_untracked(msgs: list[MessageExt]) -> None:
 
 
 def test_the_sources_hand_out_untracked_messages() -> None:
-    """What the embedded broker stores and hands out, and what the Kafka
-    and Redis codecs decode, is untracked with the compiled twin."""
+    """What the embedded broker stores and hands out, a Kafka partition's
+    batch and what the Redis codec decodes are untracked with the compiled
+    twin."""
     broker = EmbeddedBroker()
     broker.create_topic("T", queue_count=2)
     broker.send_batch("T", [(b"x", f"k{i}") for i in range(20)])
@@ -110,7 +117,12 @@ def test_the_sources_hand_out_untracked_messages() -> None:
         def timestamp(self) -> tuple[int, int]:
             return (1, 1_700_000_000_000)
 
-    _expect_untracked([kafka_decode(Record(), "T", bytes.decode, "tags", "kafka")])
+    st = PartitionState(MessageQueue("T", "kafka", 0), "T", 5, None)
+    st.file.append(Record())
+    fmt = RecordFormat(bytes.decode, "tags", "kafka")
+    (batch,) = take_batches([st], 32, fmt, lambda _r, _e: None, None)
+    assert [m.queue_offset for m in batch.messages] == [5]
+    _expect_untracked(batch.messages)
 
     meta = orjson.dumps({"k": "k", "p": {"x": "y"}})
     entries = [(f"{i + 1}-0".encode(), [b"b", b"v", b"m", meta, b"s", b"1"]) for i in range(3)]

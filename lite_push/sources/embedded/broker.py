@@ -20,7 +20,7 @@ from typing import Any, overload
 
 from ..._errors import ConfigError, SourceClosedError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
-from ..._untrack import untracked
+from ..._untrack import untrack_all
 from ...rebalance.allocate import AVERAGELY, AllocateStrategy
 from .._base import (
     DEFAULT_DELAY_LEVELS,
@@ -289,8 +289,7 @@ class EmbeddedBroker:
         try:
             for body, keys, tags, props, q in checked_items(items, topic, n, limit, t.rr):
                 rt = reconsume_times_of(props) if props else 0
-                # stored for the broker's life: see lite_push._untrack_py
-                m = untracked(MessageExt(name, q, -1, body, keys or None, tags, props, born, 0, rt, "", bname))
+                m = MessageExt(name, q, -1, body, keys or None, tags, props, born, 0, rt, "", bname)
                 per_q[q].append(m)
                 add(m)
                 if durable:
@@ -302,6 +301,7 @@ class EmbeddedBroker:
                         meta = encode_meta(keys, tags, props)
                     meta_lens[q].append(len(meta))
                     payloads[q].append(meta + body if meta else body)
+            untrack_all(ordered)  # stored for the broker's life: see lite_push._untrack_py
             # Store: one lock per group of queue slices totalling ~_CHUNK messages.
             group: list[tuple[int, int, int]] = []  # (queue, start, stop)
             size = 0

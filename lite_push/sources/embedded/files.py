@@ -21,7 +21,7 @@ import orjson
 
 from ..._errors import LitePushError
 from ..._types import MessageExt
-from ..._untrack import untracked
+from ..._untrack import untrack_all
 from .._base import DLQ_REASON, reconsume_times_of
 
 try:  # POSIX advisory lock; elsewhere the directory is simply not locked
@@ -224,7 +224,7 @@ class QueueLog:
                         props = {}
                         times = 0
                     append(
-                        untracked(MessageExt(  # stored for the broker's life: see lite_push._untrack_py
+                        MessageExt(
                             topic,
                             queue_id,
                             offset,
@@ -237,7 +237,7 @@ class QueueLog:
                             times,
                             prefix + str(offset),
                             broker_name,
-                        ))
+                        )
                     )
                     expected += 1
                     pos = end + 4
@@ -278,6 +278,7 @@ class QueueLog:
             )
             self._file.truncate(pos)
             self.size = self._file.seek(pos)
+        untrack_all(messages)  # stored for the broker's life: see lite_push._untrack_py
         return messages
 
     def append(self, data: bytes) -> None:

@@ -44,7 +44,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..._types import MessageExt
-from ..._untrack import untracked
 from .._base import DLQ_PREFIX, RECONSUME_TIME, RETRY_PREFIX, reconsume_times_of
 
 __all__ = [
@@ -193,7 +192,7 @@ def decode(
     ts = record.timestamp()[1]
     partition = record.partition()
     offset = record.offset()
-    return untracked(MessageExt(  # held until finished: see lite_push._untrack_py
+    return MessageExt(
         topic,
         partition,
         offset,
@@ -206,7 +205,7 @@ def decode(
         times,
         f"{record.topic()}-{partition}-{offset}",
         broker_name,
-    ))
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ..._types import MessageExt, MessageQueue, PollBatch
+from ..._untrack import untrack_all
 from .._base import ConsumeFromWhere
 from .._common import warn_skipped_start
 from .codec import MalformedRecord, RecordFormat, lite_topic
@@ -126,6 +127,7 @@ def take_batches(
                 messages.append(m)
         if pos != st.pos:
             st.pos = pos
+            untrack_all(messages)  # held until finished: see lite_push._untrack_py
             out.append(PollBatch(st.mq, messages, pos))
     return out
 

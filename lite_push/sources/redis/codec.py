@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from ..._types import MessageExt, MessageQueue
-from ..._untrack import untracked
+from ..._untrack import untrack_all
 from .._base import reconsume_times_of
 
 __all__ = ["ForeignIdError", "decode", "encode_meta", "malformed_reason", "offset_of"]
@@ -137,10 +137,11 @@ def _decode(namespace: str, q: MessageQueue, entries: Sequence[Any]) -> list[Mes
         else:
             props = {}
         out.append(
-            untracked(MessageExt(  # held until finished: see lite_push._untrack_py
+            MessageExt(
                 topic, qid, off, body, meta.get("k"), meta.get("t"), props, meta.get("bt", 0), int(stored), rt,
                 prefix + str(off), namespace,
-            ))  # fmt: skip
+            )  # fmt: skip
         )
         off += 1
+    untrack_all(out)  # held until finished: see lite_push._untrack_py
     return out
