@@ -84,20 +84,20 @@ Chosen: ``mode=keys``, ``max_in_flight=20000``, uvloop, on every shape.
 from __future__ import annotations
 
 import argparse
-import array
 import asyncio
 import collections
 import importlib.metadata
 import logging
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from runner_protocol import (
     AsyncCalls,  # beside this file: standard library only
     cpu_seconds,
+    load_costs,
+    parse_args,
     peak_rss_kb,
     settings_of,
     write_record,
@@ -113,12 +113,8 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-def parse_settings(pairs: list[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` pairs over :data:`DEFAULTS`, each value of its default's type."""
-    settings = settings_of(pairs, DEFAULTS)
-    if settings["mode"] not in ("chains", "keys", "gather") or settings["loop"] not in ("uvloop", "asyncio"):
-        raise SystemExit(f"--set: mode is chains|keys|gather, loop is uvloop|asyncio (got {settings})")
-    return settings
+#: The settings that take one of a few values.
+CHOICES = {"mode": ("chains", "keys", "gather"), "loop": ("uvloop", "asyncio")}
 
 
 
@@ -309,20 +305,10 @@ async def run(args: argparse.Namespace, settings: dict[str, Any], calls: AsyncCa
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--topic", required=True)
-    parser.add_argument("--group", required=True)
-    parser.add_argument("--costs", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--timeout", type=float, default=300.0)
-    parser.add_argument("--cap", type=float)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    args = parser.parse_args()
+    args = parse_args(__doc__.splitlines()[0], "kafka")
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
-    settings = parse_settings(args.set)
-    costs = array.array("q")
-    costs.frombytes(args.costs.read_bytes())
+    settings = settings_of(args.set, DEFAULTS, CHOICES)
+    costs = load_costs(args.costs)
     wall_minus_perf = time.time_ns() - time.perf_counter_ns()
     calls = AsyncCalls(costs)
     if settings["loop"] == "uvloop":

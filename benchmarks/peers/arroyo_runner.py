@@ -64,7 +64,6 @@ CPU (every thread) from ``t0`` to the last message recorded, plus for
 
 from __future__ import annotations
 
-import argparse
 import array
 import functools
 import importlib.metadata as md
@@ -91,7 +90,7 @@ from arroyo.processing.strategies import (
 )
 from arroyo.processing.strategies.run_task_with_multiprocessing import MultiprocessingPool
 from arroyo.types import Commit, Message, Partition, Topic
-from runner_protocol import write_record  # beside this file: standard library only
+from runner_protocol import Calls, parse_args, settings_of, write_record  # beside this file: stdlib only
 
 PACKAGE = "sentry-arroyo"
 DEFAULTS: dict[str, Any] = {
@@ -124,52 +123,26 @@ def work(message: Message[KafkaPayload]) -> tuple[int, int, int]:
     return seq, start, time.perf_counter_ns()
 
 
-def settings_of(pairs: list[str]) -> dict[str, Any]:
-    """:data:`DEFAULTS` with ``KEY=VALUE`` pairs, each of its default's type."""
-    out = dict(DEFAULTS)
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or key not in DEFAULTS:
-            raise SystemExit(f"--set {pair!r}: KEY=VALUE with KEY one of {sorted(DEFAULTS)}")
-        try:
-            out[key] = type(DEFAULTS[key])(value)
-        except ValueError:
-            raise SystemExit(f"--set {pair!r}: {key} takes a {type(DEFAULTS[key]).__name__}") from None
-    if out["strategy"] not in ("threads", "processes"):
-        raise SystemExit("--set strategy=threads or strategy=processes")
-    return out
-
-
 def cpu_s(who: int) -> float:
     usage = resource.getrusage(who)
     return usage.ru_utime + usage.ru_stime
 
 
-class Recorder:
-    """Every handler call, recorded on the processor's thread; ``done`` is
-    set once every seq was handled, with the CPU used until then."""
+class Recorder(Calls):
+    """Every handler call, recorded on the processor's thread (arroyo's
+    next step); ``done`` is set once every seq was handled, with the CPU
+    used until then."""
 
     def __init__(self, total: int) -> None:
-        self.total = total
-        self.seq = array.array("q")
-        self.start_ns = array.array("q")
-        self.end_ns = array.array("q")
-        self._seen = bytearray(total)
-        self.distinct = 0
+        super().__init__(total)
         self.cpu_at_done: float | None = None
-        self.done = threading.Event()
+        self.all_handled = threading.Event()
 
     def __call__(self, message: Message[tuple[int, int, int]]) -> None:
-        seq, start, end = message.payload
-        self.seq.append(seq)
-        self.start_ns.append(start)
-        self.end_ns.append(end)
-        if not self._seen[seq]:
-            self._seen[seq] = 1
-            self.distinct += 1
-            if self.distinct == self.total:
-                self.cpu_at_done = cpu_s(resource.RUSAGE_SELF)
-                self.done.set()
+        self.record(*message.payload)
+        if self.done and not self.all_handled.is_set():
+            self.cpu_at_done = cpu_s(resource.RUSAGE_SELF)
+            self.all_handled.set()
 
 
 class Factory(ProcessingStrategyFactory[KafkaPayload]):
@@ -200,18 +173,9 @@ class Factory(ProcessingStrategyFactory[KafkaPayload]):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--topic", required=True)
-    parser.add_argument("--group", required=True)
-    parser.add_argument("--costs", required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--timeout", type=float, default=300.0)
-    parser.add_argument("--cap", type=float)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    args = parser.parse_args()
+    args = parse_args(__doc__.splitlines()[0], "kafka")
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
-    settings = settings_of(args.set)
+    settings = settings_of(args.set, DEFAULTS, {"strategy": ("threads", "processes")})
     load_costs(args.costs)
     recorder = Recorder(len(COSTS))
 
@@ -231,7 +195,7 @@ def main() -> int:
         or at the timeout (arroyo's own shutdown: join the strategy, which
         commits, then close the consumer)."""
         limit = min(args.cap if args.cap is not None else args.timeout, args.timeout)
-        if not recorder.done.wait(limit):
+        if not recorder.all_handled.wait(limit):
             if args.cap is not None and args.cap <= args.timeout:
                 stop_at["capped"] = True
             else:

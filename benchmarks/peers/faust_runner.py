@@ -87,7 +87,6 @@ keeps per-key order: the orchestrator should run both.
 from __future__ import annotations
 
 import argparse
-import array
 import asyncio
 import importlib.metadata
 import logging
@@ -96,12 +95,13 @@ import signal
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 from runner_protocol import (
     AsyncCalls,  # beside this file: standard library only
     cpu_seconds,
+    load_costs,
+    parse_args,
     peak_rss_kb,
     settings_of,
     write_record,
@@ -121,9 +121,9 @@ DEFAULTS: dict[str, Any] = {
 
 def parse_settings(pairs: list[str]) -> dict[str, Any]:
     """``KEY=VALUE`` pairs over :data:`DEFAULTS`, each value of its default's type."""
-    settings = settings_of(pairs, DEFAULTS)
-    if settings["loop"] not in ("uvloop", "asyncio") or settings["concurrency"] < 1:
-        raise SystemExit(f"--set: loop is uvloop|asyncio, concurrency >= 1 (got {settings})")
+    settings = settings_of(pairs, DEFAULTS, {"loop": ("uvloop", "asyncio")})
+    if settings["concurrency"] < 1:
+        raise SystemExit(f"--set concurrency={settings['concurrency']}: at least 1")
     if settings["isolated_partitions"] and settings["concurrency"] != 1:
         raise SystemExit("--set isolated_partitions=1 needs concurrency=1 (faust refuses both)")
     return settings
@@ -190,20 +190,10 @@ def run_worker(args: argparse.Namespace, settings: dict[str, Any], calls: AsyncC
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--topic", required=True)
-    parser.add_argument("--group", required=True)
-    parser.add_argument("--costs", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--timeout", type=float, default=300.0)
-    parser.add_argument("--cap", type=float)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    args = parser.parse_args()
+    args = parse_args(__doc__.splitlines()[0], "kafka")
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
     settings = parse_settings(args.set)
-    costs = array.array("q")
-    costs.frombytes(args.costs.read_bytes())
+    costs = load_costs(args.costs)
     wall_minus_perf = time.time_ns() - time.perf_counter_ns()
     calls = AsyncCalls(costs)
     with tempfile.TemporaryDirectory(prefix="faust-runner-") as datadir:

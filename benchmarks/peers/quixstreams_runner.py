@@ -112,13 +112,12 @@ import tempfile
 import threading
 import time
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
 from quixstreams import Application
 from quixstreams.models.topics import TopicAdmin, TopicConfig, TopicManager
-from runner_protocol import write_record  # beside this file: standard library only
+from runner_protocol import load_costs, parse_args, settings_of, write_record  # beside this file: stdlib only
 
 PACKAGE = "quixstreams"
 DEFAULTS: dict[str, Any] = {
@@ -134,22 +133,9 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 STOP_GRACE_S = 30.0
 
 
-def settings_of(pairs: list[str]) -> dict[str, Any]:
-    """:data:`DEFAULTS` with ``KEY=VALUE`` pairs, each of its default's type."""
-    out = dict(DEFAULTS)
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or key not in DEFAULTS:
-            raise SystemExit(f"--set {pair!r}: KEY=VALUE with KEY one of {sorted(DEFAULTS)}")
-        try:
-            if isinstance(DEFAULTS[key], bool):
-                if value.lower() not in ("true", "false", "1", "0"):
-                    raise ValueError(value)
-                out[key] = value.lower() in ("true", "1")
-            else:
-                out[key] = type(DEFAULTS[key])(value)
-        except ValueError:
-            raise SystemExit(f"--set {pair!r}: {key} takes a {type(DEFAULTS[key]).__name__}") from None
+def checked_settings(pairs: list[str]) -> dict[str, Any]:
+    """:data:`DEFAULTS` with ``--set`` pairs (``runner_protocol.settings_of``)."""
+    out = settings_of(pairs, DEFAULTS)
     if out["processes"] < 0:
         raise SystemExit("--set processes=N with N >= 1 (or 0: one per partition)")
     return out
@@ -374,23 +360,13 @@ def collect(
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--topic", required=True)
-    parser.add_argument("--group", required=True)
-    parser.add_argument("--costs", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--timeout", type=float, default=300.0)
-    parser.add_argument("--cap", type=float)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    args = parser.parse_args()
-    settings = settings_of(args.set)
+    args = parse_args(__doc__.splitlines()[0], "kafka")
+    settings = checked_settings(args.set)
     if not settings["processes"]:
         settings["processes"] = partitions_of(args.bootstrap, args.topic)
     # the last resort if anything hangs: print every thread's stack and exit
     faulthandler.dump_traceback_later(args.timeout + STOP_GRACE_S + 60, exit=True)
-    costs = array.array("q")
-    costs.frombytes(args.costs.read_bytes())
+    costs = load_costs(args.costs)
     ctx = multiprocessing.get_context("fork")
     shared = Shared(ctx, len(costs))
 
