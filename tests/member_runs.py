@@ -128,7 +128,8 @@ def run_three_and_kill(source_lines: str, log: Path, total: int, *, sleep: float
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait(10)
         killed_at = time.time_ns()
-        assert wait_until(lambda: len({(q, o) for _, q, o, _, _, _ in read_log(log)}) == total, timeout=90)
+        if not wait_until(lambda: len({(q, o) for _, q, o, _, _, _ in read_log(log)}) == total, timeout=90):
+            raise AssertionError(_stalled(read_log(log), total, victim.pid, killed_at, procs))
     finally:
         for p in procs:
             if p.poll() is None:
@@ -136,6 +137,33 @@ def run_three_and_kill(source_lines: str, log: Path, total: int, *, sleep: float
                 p.wait(10)
     errs = {p.pid: p.stderr.read().decode(errors="replace") for p in procs if p is not victim}  # type: ignore[union-attr]
     return KillRun(read_log(log), victim.pid, killed_at, errs)
+
+
+def _stalled(rows: list[Row], total: int, victim: int, killed_at: int, procs: list[subprocess.Popen[bytes]]) -> str:
+    """Why a run did not finish: per queue, the highest offset delivered and
+    who delivered last, and how long ago; the survivors' stderr tails."""
+    now = time.time_ns()
+    done = len({(q, o) for _, q, o, *_ in rows})
+    lines = [f"{done} of {total} delivered; victim {victim}, killed {(now - killed_at) / 1e9:.1f} s ago"]
+    by_queue: dict[int, list[Row]] = {}
+    for r in rows:
+        by_queue.setdefault(r[1], []).append(r)
+    for q in sorted(by_queue):
+        last = max(by_queue[q], key=lambda r: r[5])
+        lines.append(
+            f"  queue {q}: {len({r[2] for r in by_queue[q]})} offsets, max {max(r[2] for r in by_queue[q])}, "
+            f"last by {last[0]} {(now - last[5]) / 1e9:.1f} s ago"
+        )
+    for p in procs:
+        if p.pid != victim and p.poll() is None:
+            p.terminate()
+            try:
+                _, err = p.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                _, err = p.communicate()
+            lines.append(f"  member {p.pid} stderr: {err.decode(errors='replace')[-3000:]}")
+    return "\n".join(lines)
 
 
 def check_kill_run(run: KillRun, stored: set[tuple[int, int]], *, resume_within: float = 15.0) -> None:

@@ -167,6 +167,32 @@ class GroupContract:
         for q in kept:
             assert offs[q] == list(range(10))
 
+    def test_a_queue_paused_when_it_moved_away_is_read_when_it_comes_back(self, harness: SourceHarness) -> None:
+        """Pause is the member's own state of a queue it owns: a queue that
+        moves away while paused and comes back is a new assignment, not
+        paused (Kafka: librdkafka keeps a partition's pause across a revoke
+        and a later assign, so the source resumes what it gives up)."""
+        queues = harness.create_topic("T", 8)
+        a = harness.consumer("g", client_id="member-a")
+        a.subscribe("T")
+        wait_assigned(a, 8)
+        a.pause(queues)
+        for i in range(40):
+            harness.send("T", b"%d" % i, queue_id=i % 8)
+        b = harness.consumer("g", client_id="member-b")
+        b.subscribe("T")
+        split(a, b)
+        kept, moved = halves(harness, a, b, queues)
+        assert a.paused() == frozenset(kept)
+        b.close()  # nothing committed: a reads the moved queues from the start
+        got = poll_until(a, lambda got: len(a.assignment()) == 8 and count_of(got) >= 20, timeout=10.0)
+        assert a.assignment() == frozenset(queues)
+        assert a.paused() == frozenset(kept)
+        offs = offsets(got)
+        assert sorted(offs) == moved, offs
+        for q in moved:
+            assert offs[q] == list(range(5))
+
     # broker-side queue locks (orderly consumption)
 
     def test_queue_lock_is_exclusive_renewable_and_released(self, harness: SourceHarness) -> None:

@@ -9,13 +9,15 @@ lite_push drains their listener calls (up to ``revoke_timeout``) and
 commits, and only then does the callback return and librdkafka give them
 up.  Partitions *lost* (the session expired) are dropped at once and their
 commits are ignored; ``on_revoked`` is told so the runtime drops them.
+A partition given up while paused is resumed first: librdkafka keeps the
+pause with the partition, so one assigned back later would never be fetched.
 """
 
 from __future__ import annotations
 
 import logging
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from ..._types import MessageQueue
 from .._base import ConsumeFromWhere
@@ -83,12 +85,22 @@ class Partitions:
         self._ownership.assigned()
         owned.notify("on_assigned", sorted(added))
 
-    def _drop(self, partitions: list[TopicPartition]) -> list[MessageQueue]:
+    def _drop(self, kc: Consumer, partitions: list[TopicPartition]) -> list[MessageQueue]:
         gone = []
+        paused = []
         for tp in partitions:
             st = self.by_name.pop((tp.topic, tp.partition), None)
             if st is not None:
                 gone.append(st.mq)
+                if st.paused:
+                    paused.append(TopicPartition(tp.topic, tp.partition))
+        if paused:
+            # librdkafka keeps a partition's pause after it is given up: one
+            # assigned back later would never be fetched.
+            try:
+                kc.resume(paused)
+            except KafkaException as e:  # a partition the client no longer knows: nothing to keep paused
+                logger.debug("resume of %s given up failed: %s", paused, e)
         self._owned.drop(gone)
         return sorted(gone)
 
@@ -103,10 +115,10 @@ class Partitions:
                 self._owned.notify("on_revoked", queues)  # drains and commits while still owned
             finally:
                 self.revoking = False
-        self._drop(partitions)
+        self._drop(kc, partitions)
 
     def on_lost(self, kc: Consumer, partitions: list[TopicPartition]) -> None:
-        gone = self._drop(partitions)  # first: their commits are now ignored
+        gone = self._drop(kc, partitions)  # first: their commits are now ignored
         if gone and not self.closing:
             owned = self._owned
             logger.warning("group %r: %r lost %s (its session expired)", owned.group, owned.client_id,
