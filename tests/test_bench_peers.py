@@ -25,6 +25,7 @@ from peers.loading import Placement  # noqa: E402
 from peers.measure import lost_count, measure  # noqa: E402
 from peers.report import markdown, summarize  # noqa: E402
 from peers.runner_protocol import settings_of  # noqa: E402
+from peers.thread_cpu import shares, snapshot  # noqa: E402
 
 #: seq -> key: "a" has seqs 0, 2, 4; "b" has 1, 3.  Partition 0 holds a, 1 holds b.
 KEYS = ["a", "b", "a", "b", "a"]
@@ -218,3 +219,25 @@ def test_a_peer_asking_for_a_rebalance_delay_gets_its_own_cluster_with_the_shape
         assert brokers.broker_args(quix) == ["--bootstrap", brokers.clusters[3000].bootstrap]
         assert brokers.broker_args(serial) == ["--bootstrap", brokers.clusters[0].bootstrap]
         assert brokers.acked(quix, topic, "nobody", delayed) == bytearray(40)  # read on its own cluster
+
+
+def test_thread_shares_name_each_thread_and_its_share_of_a_core() -> None:
+    """A thread's name may hold spaces and parentheses; the process's own
+    thread is ``main``; each share is the ticks it used over the window,
+    busiest first; threads that used nothing or are new and idle are left out."""
+    import os
+    import threading
+
+    tick = os.sysconf("SC_CLK_TCK")
+    pid = 100
+    before = {100: ("python", 10), 101: ("rdk:broker1", 5), 102: ("python", 7)}
+    after = {100: ("python", 10 + tick), 101: ("rdk:broker1", 5 + tick // 2), 102: ("python", 7), 103: ("a (b) c", 0)}
+    assert shares(pid, before, after, 2.0) == [("main 100", 0.5), ("rdk:broker1 101", (tick // 2) / tick / 2.0)]
+    # this process, read from /proc: every thread is there under its id
+    t = threading.Thread(target=threading.Event().wait, args=(5.0,), daemon=True)
+    t.start()
+    Path(f"/proc/self/task/{t.native_id}/comm").write_text("a (b) c")  # the kernel's name of that thread
+    now = snapshot(os.getpid())
+    assert os.getpid() in now
+    assert now[t.native_id][0] == "a (b) c"
+    assert all(ticks >= 0 for _name, ticks in now.values())

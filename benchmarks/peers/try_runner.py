@@ -40,6 +40,7 @@ from bench_kafka import check
 from confluent_kafka import Consumer, TopicPartition
 from kafka_peers import produce
 from partition import hot_key_rate
+from peers.thread_cpu import shares, snapshot
 from workloads import queue_of
 
 from lite_push.sources.kafka.mock_cluster import MockKafkaCluster
@@ -70,6 +71,21 @@ def commits_past_unhandled(
     return offsets, bad
 
 
+def print_thread_shares(proc: subprocess.Popen[bytes], seconds: float) -> None:
+    """Each of ``proc``'s threads' share of a core over ``seconds``, from
+    one second after it started (on stderr)."""
+    time.sleep(1.0)
+    try:
+        before = snapshot(proc.pid)
+        time.sleep(seconds)
+        after = snapshot(proc.pid)
+    except OSError:
+        print("threads: the runner ended before they were read", file=sys.stderr)
+        return
+    rows = shares(proc.pid, before, after, seconds)
+    print("threads (share of a core): " + ", ".join(f"{label} {share:.1%}" for label, share in rows), file=sys.stderr)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("python", help="the runner's venv python")
@@ -84,6 +100,10 @@ def main() -> int:
     parser.add_argument("--rebalance-delay-ms", type=int, default=0, help="the mock's initial rebalance delay")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--keep", type=Path, help="copy OUT.json here")
+    parser.add_argument(
+        "--threads", type=float, metavar="SECONDS",
+        help="print each of the runner's threads' share of a core over SECONDS, from 1 s after it starts",
+    )  # fmt: skip
     args = parser.parse_args()
 
     rng = random.Random(args.seed)
@@ -109,6 +129,8 @@ def main() -> int:
         began = time.perf_counter()
         # a session of its own, so that a runner which hangs is killed with whatever it started
         proc = subprocess.Popen(cmd, cwd=tmp, start_new_session=True)
+        if args.threads:
+            print_thread_shares(proc, args.threads)
         try:
             proc.wait(args.timeout + 60)
         except subprocess.TimeoutExpired:
