@@ -7,9 +7,12 @@ routes everything gathered with one put per lane per dispatch:
 * KEY_ORDERLY: the compiled ``KeyRouter`` first takes back what the lanes
   released since the last dispatch (load placement: a lane appends
   ``(lane, messages)`` it is done with to ``released``, a deque, once per
-  segment), so a key with no work left may move to the least-loaded lane;
-  with the asyncio executor's admission, new keys go only to the lanes it
-  lets run (``lane_limit``).
+  segment), so a key with no work left may move to the least-loaded lane.
+  With the asyncio executor's admission, new keys go only to the lanes it
+  lets run (``lane_limit``) once the keys with work are as many as the
+  lanes (:func:`placement_limit`); until then each key gets a lane of its
+  own, so admission, which lets the lanes with the most work run first,
+  reaches the busiest keys one by one instead of lanes shared by several.
 * CONCURRENTLY: round robin.
 * QUEUE_ORDERLY: the baseline's per-queue service takes the groups.
 
@@ -34,10 +37,27 @@ from ._shared import per_queue
 from ._timer import PURGE, LaneWork, LocalRetry
 from ._types import MessageExt, MessageQueue
 
-__all__ = ["Dispatcher", "Group"]
+__all__ = ["Dispatcher", "placement_limit", "Group"]
 
 #: A queue's messages gathered for one dispatch, and its keyless lane.
 Group = tuple[ProcessQueue, list[MessageExt], int]
+
+
+def placement_limit(admitted: int, keys_with_work: int, lanes: int) -> int:
+    """How many lanes (``0 .. n - 1``) load placement puts new keys on, when
+    admission lets ``admitted`` lanes run at once: all ``lanes`` while the
+    keys with work are fewer than the lanes (a key alone on its lane runs
+    as often as its lane is admitted, and admission admits the lanes with
+    the most work first: a key that lags catches up), else only the
+    admitted ones (keys must share lanes then, and a key placed on a lane
+    that runs starts sooner than on one waiting for a slot).
+
+    Measured (``benchmarks/RESULTS.md``, issue 31): 1,000 keys on 2,048
+    lanes at 10 ms a message, placing on the admitted lanes only packed
+    about three keys on each, so the busiest keys advanced at a third of
+    their pace and the run ended with their tail; 10,000 keys on 1,024
+    lanes (``sms-60k``) run faster packed."""
+    return lanes if keys_with_work < lanes else admitted
 
 
 class Dispatcher:
@@ -108,7 +128,9 @@ class Dispatcher:
             if self._lane_limit is not None:
                 limit = self._lane_limit()  # the lanes admission lets run (asyncio)
                 if limit is not None:
-                    router.limit = limit
+                    limit = placement_limit(limit, router.placed_keys(), len(lanes))
+                    if limit != router.limit:
+                        router.limit = limit
             segments, counts = router.route(groups)
         else:
             segments, counts = self._round_robin(groups, len(lanes))

@@ -33,7 +33,7 @@ from lite_push._async_executor import AsyncExecutor
 from lite_push._call_gate import CallGate
 from lite_push._clock import ManualClock
 from lite_push._committer import Committer
-from lite_push._dispatch import Dispatcher
+from lite_push._dispatch import Dispatcher, placement_limit
 from lite_push._errors import NonRetryableError
 from lite_push._failure_sender import FailureSender
 from lite_push._failures import FailurePolicy, Outbox, SendItem, Verdict
@@ -434,6 +434,47 @@ def test_the_dispatcher_keeps_a_key_on_one_lane_and_blocks_an_overfilled_one() -
     assert pq.snapshot()[0] == 0  # nothing tracked here: the pull loop tracks, the dispatcher routes
     dispatcher.route_pending()
     assert flushes == [1]  # nothing pending: no put, no flush
+
+
+def test_new_keys_get_lanes_of_their_own_until_keys_outnumber_the_lanes_then_the_admitted_ones() -> None:
+    assert placement_limit(2, 0, 8) == placement_limit(2, 7, 8) == 8
+    assert placement_limit(2, 8, 8) == placement_limit(2, 50, 8) == 2
+    lanes = [Lane(i, lambda: None) for i in range(8)]
+    released: deque[tuple[int, list[MessageExt]]] = deque()
+    pq = _pq()
+    dispatcher = Dispatcher(
+        lanes, {MQ: pq}, lane_capacity=100, flush=lambda: None,
+        router=KeyRouter(8, "load", None, MAX_SEGMENT), released=released, lane_limit=lambda: 2,
+    )  # fmt: skip
+    offsets = itertools.count()
+
+    def placed(keys: list[str]) -> dict[str, tuple[int, MessageExt]]:
+        dispatcher.add(pq, [_msg(next(offsets), k) for k in keys])
+        dispatcher.route_pending()
+        out: dict[str, tuple[int, MessageExt]] = {}
+        for lane in lanes:
+            taken = lane.take() if lane.depth else None
+            for _, seg in taken[0] if taken else []:
+                for m in seg:
+                    out[str(m.keys)] = (lane.index, m)
+        return out
+
+    # no key has work: eight new keys on eight lanes, though admission runs two
+    first = placed([f"k{i}" for i in range(8)])
+    assert sorted(lane for lane, _ in first.values()) == list(range(8))
+    # eight keys with work on eight lanes: a new key goes to an admitted lane
+    second = placed(["new"])
+    assert second["new"][0] in (0, 1)
+    # all done: new keys have lanes of their own again
+    for lane, m in [*first.values(), *second.values()]:
+        released.append((lane, [m]))
+    third = placed(["a", "b", "c"])
+    assert sorted(lane for lane, _ in third.values()) == [0, 1, 2]
+    fourth = placed([f"x{i}" for i in range(5)])
+    assert sorted(lane for lane, _ in fourth.values()) == [3, 4, 5, 6, 7]
+    # as many keys with work as lanes: the admitted lanes only
+    fifth = placed(["late"])
+    assert fifth["late"][0] in (0, 1)
 
 
 def test_the_dispatcher_round_robins_and_retries_locally() -> None:
