@@ -11,8 +11,10 @@ every other lane, finish long after the rest (measured in RESULTS.md,
 issue 17).  :class:`Admission` measures a turn every
 :data:`ADMISSION_PROBE` and lets only as many lanes into listener calls as
 keep it near the target (``ConsumerConfig.loop_turn_target``), the lanes
-with the most work first; the pull thread places new keys on the lanes
-admitted (``KeyRouter.limit``).  A loop that keeps up is never limited.
+with the most work first; once the keys with work are as many as the
+lanes, the pull thread places new keys on the lanes admitted
+(``KeyRouter.limit``; before that each key gets a lane of its own:
+``_dispatch.placement_limit``).  A loop that keeps up is never limited.
 
 Owned by the loop thread; the pull thread only reads :attr:`Admission.limit`
 (a racy read of an int: a placement hint).

@@ -19,7 +19,8 @@ listener is called:
 * :class:`Admission`: when the loop cannot turn over every lane with work
   within ``loop_turn_target``, only as many lanes as it can are in listener
   calls at once (the ones with the most work first), and KEY_ORDERLY places
-  new keys on that many lanes.  The same throughput, a shorter turn: each
+  new keys on that many lanes once keys outnumber lanes (before, each key
+  has a lane of its own).  The same throughput, a shorter turn: each
   key's next message waits less, so the busiest keys no longer finish long
   after the rest.
 * A :class:`~lite_push._watchdog.LoopWatchdog` logs a listener that blocks

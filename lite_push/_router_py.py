@@ -171,7 +171,7 @@ class KeyRouter:
     def limit(self) -> int:
         """Load placement: a key with no work goes to the least-loaded of
         lanes ``0 .. limit - 1`` (keys with work stay where they are; set by
-        the executor to the lanes it lets run at once; clamped to
+        the dispatcher, ``_dispatch.placement_limit``; clamped to
         ``1 .. lanes``).  Fixed placements ignore it."""
         return self._limit
 
