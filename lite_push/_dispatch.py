@@ -128,9 +128,7 @@ class Dispatcher:
             if self._lane_limit is not None:
                 limit = self._lane_limit()  # the lanes admission lets run (asyncio)
                 if limit is not None:
-                    limit = placement_limit(limit, router.placed_keys(), len(lanes))
-                    if limit != router.limit:
-                        router.limit = limit
+                    router.limit = placement_limit(limit, router.placed_keys(), len(lanes))
             segments, counts = router.route(groups)
         else:
             segments, counts = self._round_robin(groups, len(lanes))
