@@ -41,6 +41,8 @@ Layout (one concern per module; underscored modules are implementation;
                        ``_lanemetrics_py``)
 * ``_untrack``         messages left to their reference counts, out of the cyclic GC
                        (``_untrack_c`` / ``_untrack_py``, which leaves them tracked)
+* ``_kafka_decode``    a Kafka record without headers as its message, the fast way
+                       (``_kafka_decode_c`` / ``_kafka_decode_py``)
 * ``_offset_map``      the finished offsets committed above the committed one
 * ``_snapshots``       ``stats()`` and the metrics snapshot
 * ``supervisor``       ProcessSupervisor: N member processes of one group, one per

@@ -21,6 +21,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from ..._kafka_decode import decode_plain
 from ..._types import MessageExt, MessageQueue, PollBatch
 from ..._untrack import untrack_all
 from .._base import ConsumeFromWhere
@@ -84,6 +85,20 @@ def file_records(by_name: dict[tuple[str, int], PartitionState], records: Iterab
         st.fetched = off + 1
 
 
+def _dead_letter(
+    rec: Any, e: MalformedRecord, store_malformed: Callable[[Any, str], BaseException | None], owner: object
+) -> bool:
+    """Dead-letter a malformed record (logged); whether it was stored."""
+    err = store_malformed(rec, str(e))
+    if err is not None:
+        logger.error("%r: malformed record %s-%d@%d not dead-lettered (%s); retrying",
+                     owner, rec.topic(), rec.partition(), rec.offset(), err)  # fmt: skip
+        return False
+    logger.warning("%r: record %s-%d@%d dead-lettered: %s",
+                   owner, rec.topic(), rec.partition(), rec.offset(), e)  # fmt: skip
+    return True
+
+
 def take_batches(
     order: Iterable[PartitionState],
     max_per_queue: int,
@@ -92,12 +107,15 @@ def take_batches(
     owner: object,
 ) -> list[PollBatch]:
     """At most ``max_per_queue`` messages of each partition's file, decoded
-    (in ``fmt``) and tag-filtered, as one batch per partition that moved.  A
+    (in ``fmt``; a record without headers by ``decode_plain``, compiled
+    when built) and tag-filtered, as one batch per partition that moved.  A
     malformed record is dead-lettered (``store_malformed(record, reason)``:
     the error, or None once stored) and passed over; if that fails, the
     partition's batch stops before it (tried next poll)."""
     out: list[PollBatch] = []
     decode = fmt.decode
+    decode_key = fmt.decode_key
+    broker_name = fmt.broker_name
     for st in order:
         file = st.file
         if not file:
@@ -108,19 +126,18 @@ def take_batches(
         topic = st.mq.topic
         while file and len(messages) < max_per_queue:
             rec = file[0]
-            try:
-                m = decode(rec, topic)
-            except MalformedRecord as e:
-                err = store_malformed(rec, str(e))
-                if err is not None:
-                    logger.error("%r: malformed record %s-%d@%d not dead-lettered (%s); retrying",
-                                 owner, rec.topic(), rec.partition(), rec.offset(), err)  # fmt: skip
-                    break
-                logger.warning("%r: record %s-%d@%d dead-lettered: %s",
-                               owner, rec.topic(), rec.partition(), rec.offset(), e)  # fmt: skip
-                file.popleft()
-                pos = rec.offset() + 1
-                continue
+            # Most records have no headers: the fast path; the full decoder
+            # for the rest (and to say why a record is malformed).
+            m = decode_plain(rec, topic, decode_key, broker_name)
+            if m is None:
+                try:
+                    m = decode(rec, topic)
+                except MalformedRecord as e:
+                    if not _dead_letter(rec, e, store_malformed, owner):
+                        break  # tried again next poll
+                    file.popleft()
+                    pos = rec.offset() + 1
+                    continue
             file.popleft()
             pos = m.queue_offset + 1
             if tags is None or m.tags in tags:
