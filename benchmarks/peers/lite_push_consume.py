@@ -16,7 +16,9 @@ message a run near the hot-key bound of 1,000 uniform keys has about 700-900
 calls in flight, ``bound x cost``, and fewer lanes than twice the keys left
 keys sharing lanes: see ``lite_push_kafka_runner.py``; lanes beyond the
 keys cost a few idle coroutines),
-``pull_batch_size`` (128, not the default 32: fewer, larger polls; on
+``batch_size`` (1, a listener call per message; 16 ran slower on
+``kpipe-1ms``, 51,000 msg/s against 54,000-59,000: chunks of more than one
+message take the lanes' slow path), ``pull_batch_size`` (128, not the default 32: fewer, larger polls; on
 ``kpipe-10ms`` 53,000-55,700 msg/s against 49,000-52,000, less CPU),
 ``pull_threshold_for_queue`` (5000, not the default 1000: with a backlog,
 a queue paused at 1000 unfinished messages and resumed left the Kafka
@@ -50,6 +52,7 @@ __all__ = ["DEFAULTS", "consume"]
 
 DEFAULTS: dict[str, Any] = {
     "lanes": 2048,
+    "batch_size": 1,
     "pull_batch_size": 128,
     "pull_threshold_for_queue": 5000,
     "lane_capacity": 1000,
@@ -88,6 +91,7 @@ def consume(args: Any, make_source: Callable[[str], PullSource], source_name: st
         group=args.group,
         mode=ConsumeMode.KEY_ORDERLY,
         lanes=settings["lanes"],
+        batch_size=settings["batch_size"],
         executor="asyncio",
         pull_batch_size=settings["pull_batch_size"],
         pull_threshold_for_queue=settings["pull_threshold_for_queue"],
