@@ -25,6 +25,7 @@ from lite_push.sources import ConsumeFromWhere
 from lite_push.sources.redis import RedisBroker
 from lite_push.sources.redis.codec import decode
 from lite_push.sources.redis.gaps import GAP_LIMIT, take_within
+from lite_push.sources.redis.reading import QueueReader, read_into
 from lite_push.sources.redis_server import RedisServer
 
 BALANCES = [Balance.QUEUE, Balance.MESSAGE]
@@ -94,8 +95,7 @@ def test_foreign_entries_are_dead_lettered_once_and_every_message_runs_once_in_o
     with caplog.at_level(logging.ERROR), consumer:
         wait_for(lambda: rec.count() >= 18, 30, lambda: f"18 messages, got {rec.count()}")
         # while it runs; once the server's clock is past the top id, so the
-        # entry gets "<ms>-0" (an id "<top>-N" sorts before where a consumer
-        # past the top entry reads next: the README's known gap)
+        # entry gets "<ms>-0" (an id "<top>-N": test_an_entry_added_after_the_last_one_read_...)
         wait_for(lambda: _server_ms(broker) > _top_ms(broker), 5, "the server clock past the top id")
         late = client.xadd(log, {"only": "one field"}).decode()
         offsets += _send(broker, "d")
@@ -118,6 +118,65 @@ def test_foreign_entries_are_dead_lettered_once_and_every_message_runs_once_in_o
     assert len(errors) == 3, errors  # one line per entry, no repeats per poll
     for eid in (star, explicit, late):
         assert sum(eid in e and str(q) in e for e in errors) == 1, (eid, errors)
+
+
+def test_a_read_goes_on_after_the_last_entry_it_took_even_one_after_where_a_tag_filter_stopped() -> None:
+    """The next read starts just after the last entry the read took: with a
+    tag filter that stopped at ``max_per_queue`` messages, a foreign
+    ``<ms>-N`` entry right after the last message (same offset) is taken
+    (dead-lettered) now, and not read again."""
+    mq = MessageQueue("T", "ns", 0)
+    st = QueueReader(mq, "log", 0, frozenset({"A"}))
+    assert st.start() == "1-0"
+
+    def entry(eid: str, tag: str = "A") -> tuple[bytes, list[bytes]]:
+        return eid.encode(), [b"b", b"x", b"m", b'{"bt":1,"k":"k","t":"' + tag.encode() + b'"}', b"s", b"1"]
+
+    stored: list[str] = []
+    out: list[object] = []
+    entries = [entry("1-0"), entry("2-0", "B"), entry("3-0"), entry("3-4"), entry("4-0")]
+    read_into(out, [st], [entries], 2, "ns", {mq: st}, lambda bad: stored.extend(r for _, r in bad))  # type: ignore[arg-type]
+    assert [m.queue_offset for b in out for m in b.messages] == [0, 2]  # type: ignore[attr-defined]
+    assert st.pos == 3 and st.after == "3-4" and st.start() == "(3-4"
+    assert len(stored) == 1 and "3-4" in stored[0]
+    st.restart(7)  # a seek starts afresh at the offset's own id
+    assert st.after is None and st.start() == "8-0"
+
+
+@pytest.mark.parametrize("balance", BALANCES, ids=lambda b: b.name)
+def test_an_entry_added_after_the_last_one_read_with_its_millisecond_is_read_not_passed_over(
+    broker: RedisBroker, balance: Balance, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A consumer that read the top entry ``<ms>-0`` next reads just after
+    it, so an entry added later as ``<ms>-N`` (a raw ``XADD`` with that id,
+    or ``*`` within that millisecond: it sorts between the top and the next
+    offset's id) is dead-lettered with its reason, once, and the messages
+    sent after it run, each once."""
+    broker.create_topic("T", 1)
+    q = broker.queues("T")[0]
+    log = broker.queue_key("T", 0, "log")
+    offsets = _send(broker, "a")
+    rec = Recorder()
+    consumer, polls = _consumer(broker, rec, balance)
+    with caplog.at_level(logging.ERROR), consumer:
+        wait_for(lambda: rec.count() >= 6, 30, lambda: f"6 messages, got {rec.count()}")
+        polls.turns(3)  # it has read past the top entry and polled again
+        late = [f"{_top_ms(broker)}-{n}" for n in (1, 7)]
+        broker.client.xadd(log, {"b": b"x", "m": b'{"bt":1,"k":"k0"}', "s": b"1"}, id=late[0])
+        broker.client.xadd(log, {"only": "one field"}, id=late[1])
+        offsets += _send(broker, "b")
+        wait_for(lambda: rec.count() >= 12, 30, lambda: f"12 messages, got {rec.count()}")
+        end = broker.max_offset(q)
+        wait_for(lambda: _committed(broker, q) == end, 30, "the commit past every entry")
+        polls.turns(3)
+        assert consumer.stats().failure is None
+    assert sorted(o for _, _, o in rec.seen) == offsets  # every message exactly once
+    assert_offsets_increase(rec.order)
+    reasons = sorted(d.reason for d in dlq.dead_letters(broker, "g"))
+    assert len(reasons) == 2, reasons
+    for eid in late:
+        assert sum(eid in r for r in reasons) == 1, (eid, reasons)
+    assert len(_malformed_errors(caplog)) == 2
 
 
 @pytest.mark.parametrize("balance", BALANCES, ids=lambda b: b.name)

@@ -112,15 +112,16 @@ Balance.MESSAGE (message-grain: :mod:`.message_grain`)
                                  for the other while a live member uses it
                                  gets a ConfigError
   ns:{<topic>#<q>}:mg:<g>:cur    string: the next offset no member looked at
-  ns:{<topic>#<q>}:mg:<g>:out    zset: outstanding offsets (delivered and not
-                                 acknowledged, or parked); the lowest is the
-                                 group's committed position
-  ns:{<topic>#<q>}:mg:<g>:who    hash offset -> token it is delivered to
-  ns:{<topic>#<q>}:mg:<g>:key    hash offset -> key ("" for keyless)
-  ns:{<topic>#<q>}:mg:<g>:hold   hash key -> token holding it
-  ns:{<topic>#<q>}:mg:<g>:cnt    hash key -> its outstanding messages
+  ns:{<topic>#<q>}:mg:<g>:base   string: the group's committed position
+                                 (every offset below it acknowledged)
+  ns:{<topic>#<q>}:mg:<g>:msg    hash offset -> "<token><tab><key>" delivered
+                                 and not acknowledged, "<tab><key>" parked
+  ns:{<topic>#<q>}:mg:<g>:hold   hash key -> "<token><tab><count>" holding it
   ns:{<topic>#<q>}:mg:<g>:live   zset token -> session expiry (server ms)
-  ns:{<topic>#<q>}:mg:<g>:park   zset: outstanding, not delivered
+  ns:{<topic>#<q>}:mg:<g>:park   zset: parked offsets, in order
+  ns:{<topic>#<q>}:mg:<g>:after  string: the id of the last entry looked at
+                                 (the next scan starts just after it)
+  (:mod:`.grain_scripts` says what each holds.)
   Everything of one queue shares its hash tag: DISPATCH (renew, reclaim the
   lapsed sessions, serve parked then new messages), ACK, RENEW and QUIT are
   each one script on one slot.  Members also keep their entry in the

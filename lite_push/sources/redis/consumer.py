@@ -342,7 +342,7 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
             order = [st for st in order if not st.waiting()]
             for st in order:
                 count = max_per_queue if st.tags is None else 4 * max_per_queue + SCAN_EXTRA
-                pipe.xrange(st.log_key, f"{st.pos + 1}-0", "+", count=count)
+                pipe.xrange(st.log_key, st.start(), "+", count=count)
         # Parsing and decoding a big read only creates live objects: the
         # cyclic GC is paused meanwhile (else it runs a collection every
         # few hundred entries and costs a third of the read).

@@ -20,6 +20,12 @@ each runs on one Cluster slot.  The keys, per group ``g`` and queue, all
                  how many of its messages that member has unacknowledged
   live   zset    token -> session expiry (server ms)
   park   zset    offset -> offset: the parked messages, in order
+  after  string  the id of the last entry looked at (at offset ``cur`` - 1):
+                 the scan goes on just after it, so an entry added later
+                 with its millisecond and a higher sequence part (``<ms>-N``,
+                 a raw ``XADD``) is looked at too; absent when ``cur`` was
+                 set otherwise (a join, a reset): the scan starts at
+                 ``cur``'s own id
 
 A token is ``<client id>/<generation>``: a member that finds itself
 evicted joins again with a new one, so nothing of its old session is ever
@@ -53,7 +59,7 @@ from __future__ import annotations
 __all__ = ["ACK", "DISPATCH", "GRAIN_KEYS", "POSITION", "QUIT", "RENEW", "RESYNC"]
 
 #: The per-queue keys, in the order every script takes them.
-GRAIN_KEYS = ("log", "cur", "base", "msg", "hold", "live", "park")
+GRAIN_KEYS = ("log", "cur", "base", "msg", "hold", "live", "park", "after")
 
 _NOW = """
 local __t = redis.call('TIME')
@@ -135,7 +141,10 @@ if #dead > 0 then
   reclaim(d)
 end
 if ARGV[7] == '1' then
-  if redis.call('SETNX', KEYS[2], ARGV[8]) == 1 then redis.call('SET', KEYS[3], ARGV[8]) end
+  if redis.call('SETNX', KEYS[2], ARGV[8]) == 1 then
+    redis.call('SET', KEYS[3], ARGV[8])
+    redis.call('DEL', KEYS[8])
+  end
 elseif not redis.call('ZSCORE', KEYS[6], tok) then
   return {0, advance(), {}}
 end
@@ -213,6 +222,8 @@ if nparked > 0 then
 end
 if not full and #out < want and nparked < parkmax then
   local cur = tonumber(redis.call('GET', KEYS[2]))
+  local after = redis.call('GET', KEYS[8])
+  if after and tonumber(string.match(after, '^(%d+)')) ~= cur then after = false end  -- not cur's: from cur's id
   local scanned = 0
   local parks = {}  -- ZADD park: score, member, ...
   local parkvals = {}
@@ -220,7 +231,8 @@ if not full and #out < want and nparked < parkmax then
     -- read what is still wanted (a few more: some may be parked), up to the scan limit
     local count = math.min(want - #out + 8, scanmax - scanned)
     if count <= 0 then break end
-    local entries = redis.call('XRANGE', KEYS[1], string.format('%d-0', cur + 1), '+', 'COUNT', count)
+    local start = after and ('(' .. after) or string.format('%d-0', cur + 1)
+    local entries = redis.call('XRANGE', KEYS[1], start, '+', 'COUNT', count)
     scanned = scanned + #entries
     local ks = {}
     local tags = {}
@@ -276,12 +288,14 @@ if not full and #out < want and nparked < parkmax then
         end
       end
       cur = off + 1
+      after = e[1]
     end
     if #entries < count then break end
   end
   bulk('ZADD', KEYS[7], parks)
   bulk('HSET', KEYS[4], parkvals)
   redis.call('SET', KEYS[2], string.format('%d', cur))
+  if after then redis.call('SET', KEYS[8], after) end
 end
 bulk('HSET', KEYS[4], sets)
 local hs = {}

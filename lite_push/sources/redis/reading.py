@@ -26,14 +26,23 @@ class QueueReader:
     position; ``floor``, the runtime's last commit (or the start): below
     it the runtime has nothing unfinished; ``held``: a read stopped before
     a jump of offsets, and the queue is not read again until the runtime
-    committed up to the read position (:mod:`.gaps`)."""
+    committed up to the read position (:mod:`.gaps`).
 
-    __slots__ = ("floor", "held", "log_key", "mq", "paused", "pos", "tags")
+    A read starts just after the id of the last entry read (``after``),
+    not at the next offset's id: an entry added later with that entry's
+    millisecond and a higher sequence part (``<ms>-N``, a raw ``XADD``: see
+    :mod:`.codec`) sorts between the two, and is read (and dead-lettered)
+    instead of passed over."""
+
+    __slots__ = ("after", "floor", "held", "log_key", "mq", "paused", "pos", "tags")
 
     def __init__(self, mq: MessageQueue, log_key: str, pos: int, tags: frozenset[str] | None) -> None:
         self.mq = mq
         self.log_key = log_key
         self.pos = pos
+        #: The id of the last entry read (``None``: none since ``pos`` was
+        #: set; the next read starts at ``pos``'s own id).
+        self.after: str | None = None
         self.floor = pos
         self.held = False
         self.paused = False
@@ -42,7 +51,13 @@ class QueueReader:
     def restart(self, pos: int) -> None:
         """Read from ``pos`` on (a seek: the runtime starts afresh there)."""
         self.pos = self.floor = pos
+        self.after = None
         self.held = False
+
+    def start(self) -> str:
+        """Where the next ``XRANGE`` starts: just after the last entry read
+        (an exclusive start), else at the id of offset ``pos``."""
+        return f"({self.after}" if self.after is not None else f"{self.pos + 1}-0"
 
     def waiting(self) -> bool:
         """Whether the queue waits at a jump of offsets for the runtime's
@@ -106,7 +121,7 @@ def read_into(
     passed over (the position moves past them) once ``store_malformed``
     stored them; if it raises, nothing moves and ``out`` is unchanged."""
     bad: list[tuple[MessageExt, str]] = []
-    found: list[tuple[QueueReader, list[MessageExt], int]] = []
+    found: list[tuple[QueueReader, list[MessageExt], int, str]] = []
     for st, entries in zip(order, replies, strict=True):
         if not entries or states.get(st.mq) is not st or st.paused:
             continue
@@ -130,9 +145,19 @@ def read_into(
                         break
             msgs = picked
         bad += [b for b in qbad if b[0].queue_offset < nxt]
-        found.append((st, msgs, nxt))
+        found.append((st, msgs, nxt, _last_below(entries, nxt)))
     if bad:
         store_malformed(bad)
-    for st, msgs, nxt in found:
+    for st, msgs, nxt, last in found:
         st.pos = nxt
+        st.after = last
         out.append(PollBatch(st.mq, msgs, nxt))
+
+
+def _last_below(entries: Sequence[Any], nxt: int) -> str:
+    """The id of the last of ``entries`` (in id order) below offset
+    ``nxt``: where the read ended."""
+    for eid, _ in reversed(entries):
+        if offset_of(eid) < nxt:
+            return eid.decode() if isinstance(eid, bytes) else str(eid)
+    raise ValueError(f"no entry below offset {nxt}")
