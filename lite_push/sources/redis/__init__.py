@@ -112,6 +112,8 @@ Balance.MESSAGE (message-grain: :mod:`.message_grain`)
                                  for the other while a live member uses it
                                  gets a ConfigError
   ns:{<topic>#<q>}:mg:<g>:cur    string: the next offset no member looked at
+                                 (a scan goes on after the id "<cur>-0";
+                                 after a foreign "<ms>-N" entry, its id)
   ns:{<topic>#<q>}:mg:<g>:base   string: the group's committed position
                                  (every offset below it acknowledged)
   ns:{<topic>#<q>}:mg:<g>:msg    hash offset -> "<token><tab><key>" delivered
@@ -119,8 +121,6 @@ Balance.MESSAGE (message-grain: :mod:`.message_grain`)
   ns:{<topic>#<q>}:mg:<g>:hold   hash key -> "<token><tab><count>" holding it
   ns:{<topic>#<q>}:mg:<g>:live   zset token -> session expiry (server ms)
   ns:{<topic>#<q>}:mg:<g>:park   zset: parked offsets, in order
-  ns:{<topic>#<q>}:mg:<g>:after  string: the id of the last entry looked at
-                                 (the next scan starts just after it)
   (:mod:`.grain_scripts` says what each holds.)
   Everything of one queue shares its hash tag: DISPATCH (renew, reclaim the
   lapsed sessions, serve parked then new messages), ACK, RENEW and QUIT are

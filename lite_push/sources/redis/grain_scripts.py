@@ -6,7 +6,12 @@ each runs on one Cluster slot.  The keys, per group ``g`` and queue, all
 :func:`~.message_grain.grain_keys`), in the order of :data:`GRAIN_KEYS`:
 
   log    the queue's stream (``ns:{<topic>#<q>}:log``)
-  cur    string  the next offset no member has looked at yet
+  cur    string  the next offset no member has looked at yet, ``<n>``; a
+                 scan goes on just after the id ``<n>-0`` (offset n - 1's),
+                 so an entry added later with its millisecond and a higher
+                 sequence part (``<n>-N``, a raw ``XADD``) is looked at too.
+                 After such an entry the cursor is its id, ``<n>-N``, until
+                 the scan passes the next entry whose sequence part is 0
   base   string  the group's committed position: every offset below it is
                  acknowledged or was skipped (a tag filter); moved up
                  lazily past offsets that are no longer outstanding
@@ -20,12 +25,6 @@ each runs on one Cluster slot.  The keys, per group ``g`` and queue, all
                  how many of its messages that member has unacknowledged
   live   zset    token -> session expiry (server ms)
   park   zset    offset -> offset: the parked messages, in order
-  after  string  the id of the last entry looked at (at offset ``cur`` - 1):
-                 the scan goes on just after it, so an entry added later
-                 with its millisecond and a higher sequence part (``<ms>-N``,
-                 a raw ``XADD``) is looked at too; absent when ``cur`` was
-                 set otherwise (a join, a reset): the scan starts at
-                 ``cur``'s own id
 
 A token is ``<client id>/<generation>``: a member that finds itself
 evicted joins again with a new one, so nothing of its old session is ever
@@ -59,7 +58,7 @@ from __future__ import annotations
 __all__ = ["ACK", "DISPATCH", "GRAIN_KEYS", "POSITION", "QUIT", "RENEW", "RESYNC"]
 
 #: The per-queue keys, in the order every script takes them.
-GRAIN_KEYS = ("log", "cur", "base", "msg", "hold", "live", "park", "after")
+GRAIN_KEYS = ("log", "cur", "base", "msg", "hold", "live", "park")
 
 _NOW = """
 local __t = redis.call('TIME')
@@ -95,7 +94,7 @@ local function bulk(cmd, key, args)
 end
 local function advance()
   local b = tonumber(redis.call('GET', KEYS[3]) or '0')
-  local c = tonumber(redis.call('GET', KEYS[2]) or '0')
+  local c = tonumber(string.match(redis.call('GET', KEYS[2]) or '0', '^(%d+)'))
   local start = b
   if redis.call('HLEN', KEYS[4]) == 0 then
     b = c
@@ -141,10 +140,7 @@ if #dead > 0 then
   reclaim(d)
 end
 if ARGV[7] == '1' then
-  if redis.call('SETNX', KEYS[2], ARGV[8]) == 1 then
-    redis.call('SET', KEYS[3], ARGV[8])
-    redis.call('DEL', KEYS[8])
-  end
+  if redis.call('SETNX', KEYS[2], ARGV[8]) == 1 then redis.call('SET', KEYS[3], ARGV[8]) end
 elseif not redis.call('ZSCORE', KEYS[6], tok) then
   return {0, advance(), {}}
 end
@@ -221,9 +217,9 @@ if nparked > 0 then
   bulk('ZREM', KEYS[7], unparked)
 end
 if not full and #out < want and nparked < parkmax then
-  local cur = tonumber(redis.call('GET', KEYS[2]))
-  local after = redis.call('GET', KEYS[8])
-  if after and tonumber(string.match(after, '^(%d+)')) ~= cur then after = false end  -- not cur's: from cur's id
+  local after = redis.call('GET', KEYS[2])  -- the scan goes on just after this id
+  local cur = tonumber(string.match(after, '^(%d+)'))
+  if not string.find(after, '-', 1, true) then after = after .. '-0' end
   local scanned = 0
   local parks = {}  -- ZADD park: score, member, ...
   local parkvals = {}
@@ -231,8 +227,7 @@ if not full and #out < want and nparked < parkmax then
     -- read what is still wanted (a few more: some may be parked), up to the scan limit
     local count = math.min(want - #out + 8, scanmax - scanned)
     if count <= 0 then break end
-    local start = after and ('(' .. after) or string.format('%d-0', cur + 1)
-    local entries = redis.call('XRANGE', KEYS[1], start, '+', 'COUNT', count)
+    local entries = redis.call('XRANGE', KEYS[1], '(' .. after, '+', 'COUNT', count)
     scanned = scanned + #entries
     local ks = {}
     local tags = {}
@@ -294,8 +289,7 @@ if not full and #out < want and nparked < parkmax then
   end
   bulk('ZADD', KEYS[7], parks)
   bulk('HSET', KEYS[4], parkvals)
-  redis.call('SET', KEYS[2], string.format('%d', cur))
-  if after then redis.call('SET', KEYS[8], after) end
+  redis.call('SET', KEYS[2], string.sub(after, -2) == '-0' and string.format('%d', cur) or after)
 end
 bulk('HSET', KEYS[4], sets)
 local hs = {}

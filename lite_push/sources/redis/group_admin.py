@@ -58,12 +58,11 @@ return {}
 )
 
 #: A message-grain queue's state starts over at an offset.  KEYS: the
-#: queue's grain keys (log, cur, base, msg, hold, live, park, after).
-#: ARGV: offset.
+#: queue's grain keys (log, cur, base, msg, hold, live, park).  ARGV: offset.
 GRAIN_RESET = """
 redis.call('SET', KEYS[2], ARGV[1])
 redis.call('SET', KEYS[3], ARGV[1])
-redis.call('DEL', KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+redis.call('DEL', KEYS[4], KEYS[5], KEYS[6], KEYS[7])
 return 1
 """
 
