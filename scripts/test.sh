@@ -22,6 +22,11 @@ fi
 .venv/bin/ruff check .
 .venv/bin/mypy
 
+# A crash of the interpreter, even after the last test (at exit, while the
+# threads of the libraries under test wind down), prints every thread's
+# Python stack: pytest's own fault handler is off again by then.
+export PYTHONFAULTHANDLER=1
+
 rc=0
 .venv/bin/python -m pytest "$@" || rc=$?
 if [[ $rc -eq 5 ]]; then
