@@ -7,9 +7,12 @@ cluster and a redis-server it starts itself (a few seconds)."""
 
 from __future__ import annotations
 
+import array
+import gc
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -24,7 +27,7 @@ from peers.catalog import discover, unrunnable  # noqa: E402  (benchmarks/ is pu
 from peers.loading import Placement  # noqa: E402
 from peers.measure import lost_count, measure  # noqa: E402
 from peers.report import markdown, summarize  # noqa: E402
-from peers.runner_protocol import settings_of  # noqa: E402
+from peers.runner_protocol import GcTimes, settings_of, write_record  # noqa: E402
 from peers.thread_cpu import shares, snapshot  # noqa: E402
 
 #: seq -> key: "a" has seqs 0, 2, 4; "b" has 1, 3.  Partition 0 holds a, 1 holds b.
@@ -241,3 +244,25 @@ def test_thread_shares_name_each_thread_and_its_share_of_a_core() -> None:
     assert os.getpid() in now
     assert now[t.native_id][0] == "a (b) c"
     assert all(ticks >= 0 for _name, ticks in now.values())
+
+
+def test_a_record_says_where_the_process_spent_on_gc_and_how_often_it_switched(tmp_path: Path) -> None:
+    times = GcTimes()
+    times.install()
+    try:
+        for _ in range(3):
+            a: list[object] = []
+            a.append(a)  # a cycle only the collector frees
+            del a
+            gc.collect()
+    finally:
+        times.uninstall()
+    assert times.collections[2] >= 3
+    assert all(s >= 0.0 for s in times.seconds)
+    calls = SimpleNamespace(seq=array.array("q", [0]), start_ns=array.array("q", [1]), end_ns=array.array("q", [2]))
+    path = tmp_path / "OUT.json"
+    write_record(path, {"t0_ns": 0}, {"package": "x==1"}, calls)
+    record = json.loads(path.read_text())
+    assert len(record["gc"]["collections"]) == 3 and record["gc"]["collections"][2] >= 3  # this process's own
+    assert len(record["context_switches"]) == 2 and all(n >= 0 for n in record["context_switches"])
+    assert record["seq"] == [0] and record["config"]["package"] == "x==1"

@@ -24,7 +24,11 @@ peer's client is made), ``wall_minus_perf_ns``, ``cpu_s`` (this process and
 its children, ``t0`` to the last message handled), ``peak_rss_kb``,
 ``capped``, ``error``, ``config`` (``package``, ``python``, the settings,
 ``keeps_key_order``) and the calls as three lists ``seq``, ``start_ns``,
-``end_ns``.
+``end_ns``.  Two figures of the whole process, from this module's import
+to the record (so start-up included), say where CPU went beyond the calls:
+``gc`` (the cyclic garbage collector's collections per generation and their
+CPU seconds, each timed on the collecting thread) and ``context_switches``
+(voluntary and involuntary, of every thread: ``getrusage``).
 """
 
 from __future__ import annotations
@@ -32,9 +36,11 @@ from __future__ import annotations
 import argparse
 import array
 import asyncio
+import gc
 import json
 import resource
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -43,6 +49,7 @@ from typing import Any
 __all__ = [
     "AsyncCalls",
     "Calls",
+    "GcTimes",
     "Usage",
     "cpu_seconds",
     "load_costs",
@@ -161,6 +168,48 @@ class AsyncCalls(Calls):
             self.all_handled.set()
 
 
+class GcTimes:
+    """The cyclic GC's collections and CPU seconds per generation, from
+    :meth:`install` on (a ``gc.callbacks`` entry; the CPU is the collecting
+    thread's, ``time.thread_time``)."""
+
+    def __init__(self) -> None:
+        self.collections = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self._began: dict[int, float] = {}
+
+    def install(self) -> None:
+        gc.callbacks.append(self._on)
+
+    def uninstall(self) -> None:
+        gc.callbacks.remove(self._on)
+
+    def _on(self, phase: str, info: Mapping[str, int]) -> None:
+        me = threading.get_ident()
+        if phase == "start":
+            self._began[me] = time.thread_time()
+            return
+        began = self._began.pop(me, None)
+        if began is not None:
+            g = info["generation"]
+            self.collections[g] += 1
+            self.seconds[g] += time.thread_time() - began
+
+    def summary(self) -> dict[str, Any]:
+        return {"collections": list(self.collections), "seconds": [round(s, 4) for s in self.seconds]}
+
+
+#: This process's collections, from this module's import on.
+GC_TIMES = GcTimes()
+GC_TIMES.install()
+
+
+def context_switches() -> list[int]:
+    """Voluntary and involuntary context switches of this process so far."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return [own.ru_nvcsw, own.ru_nivcsw]
+
+
 def cpu_seconds() -> float:
     """User + system CPU of this process (every thread) and its waited-for children."""
     own = resource.getrusage(resource.RUSAGE_SELF)
@@ -203,13 +252,15 @@ def peak_rss_kb() -> int:
 def write_record(path: Path, run: Mapping[str, Any], config: Mapping[str, Any], calls: Any) -> None:
     """Write OUT.json: ``run``'s own measurements (``t0_ns``,
     ``wall_minus_perf_ns``, ``cpu_s``, ``peak_rss_kb``, ``capped``,
-    ``error``), its ``config`` (with the python version unless it names
+    ``error``), the process's ``gc`` and ``context_switches``, its ``config`` (with the python version unless it names
     one) and the three columns of ``calls`` (anything with ``seq``,
     ``start_ns`` and ``end_ns`` arrays)."""
     path.write_text(
         json.dumps(
             {
                 **run,
+                "gc": GC_TIMES.summary(),
+                "context_switches": context_switches(),
                 "config": {"python": sys.version.split()[0], **config},
                 "seq": calls.seq.tolist(),
                 "start_ns": calls.start_ns.tolist(),

@@ -12,7 +12,8 @@ keys drawn uniformly from ``--keys`` keys with a fixed seed, every message
 costing ``--cost-ms``), runs ``RUNNER`` under ``PYTHON`` with the runner
 protocol's arguments (``--set`` passed through), and reads OUT.json back:
 the rate (handled messages over the time from ``t0`` to the last call's
-end) against the hot-key bound, CPU, peak RSS, ``bench_kafka.check``'s
+end) against the hot-key bound, CPU, peak RSS, the process's GC and
+context switches (``runner_protocol``), ``bench_kafka.check``'s
 counts, and whether any committed offset of the group passed a message
 that was never handled (offsets read after the runner exited).
 """
@@ -158,6 +159,15 @@ def main() -> int:
         f"error {out['error']}"
     )
     print(f"{result}; calls {len(out['seq'])}")
+    if "gc" in out:
+        gcs = out["gc"]
+        per_gen = zip(gcs["collections"], gcs["seconds"], strict=True)
+        print(
+            "whole process: GC "
+            + ", ".join(f"gen{g} {n} in {s:.2f}s" for g, (n, s) in enumerate(per_gen))
+            + f" ({sum(gcs['seconds']):.2f}s CPU); context switches {out['context_switches'][0]:,} voluntary,"
+            f" {out['context_switches'][1]:,} involuntary"
+        )
     print(f"committed {offsets}; " + ("; ".join(bad) if bad else "no commit passes an unhandled message"))
     print(f"config {json.dumps(out['config'])}")
     return 0
