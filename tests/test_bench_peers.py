@@ -266,3 +266,24 @@ def test_a_record_says_where_the_process_spent_on_gc_and_how_often_it_switched(t
     assert len(record["gc"]["collections"]) == 3 and record["gc"]["collections"][2] >= 3  # this process's own
     assert len(record["context_switches"]) == 2 and all(n >= 0 for n in record["context_switches"])
     assert record["seq"] == [0] and record["config"]["package"] == "x==1"
+
+
+def test_the_cpu_probe_says_each_thread_s_cpu_the_gc_and_librdkafka_s_consume_calls() -> None:
+    import os
+    import re
+    import subprocess
+
+    root = BENCHMARKS.parent
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "peers" / "cpu_probe.py"), "--messages", "20000", "--cost-ms", "0.1"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rate = re.search(r"([\d,]+) msg/s over ([\d,]+) messages, CPU [\d.]+ us/msg: (.*)", done.stdout)
+    assert rate is not None, done.stdout
+    assert 0 < int(rate.group(2).replace(",", "")) <= 20000
+    assert "loop " in rate.group(3) and "pull " in rate.group(3), done.stdout  # 20,000 messages: both over a clock tick
+    assert re.search(r"GC \(collections, CPU us/msg\): gen0 ", done.stdout), done.stdout
+    calls = re.search(r"consume: ([\d,]+) calls, (\d+) records each", done.stdout)
+    assert calls is not None and int(calls.group(1).replace(",", "")) > 0, done.stdout
