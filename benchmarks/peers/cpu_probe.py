@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import gc
 import os
 import random
 import sys
@@ -46,12 +45,12 @@ for path in (HERE, HERE.parent):
 import confluent_kafka
 import uvloop
 from kafka_peers import produce
-from lite_push_consume import DEFAULTS
-from runner_protocol import settings_of
+from lite_push_consume import CHOICES, DEFAULTS, consumer_config
+from runner_protocol import GcTimes, settings_of
 from thread_cpu import snapshot
 
 import lite_push.sources.kafka.consumer as kafka_consumer
-from lite_push import AsyncLitePushConsumer, ConsumeFromWhere, ConsumeMode, ConsumerConfig, EmbeddedBroker
+from lite_push import AsyncLitePushConsumer, ConsumeFromWhere, EmbeddedBroker
 from lite_push.sources.kafka import KafkaBroker
 from lite_push.sources.kafka.mock_cluster import MockKafkaCluster
 
@@ -74,29 +73,11 @@ class CountingConsumer(confluent_kafka.Consumer):
         return records
 
 
-class GcByThread:
-    """Collections and CPU seconds per (generation, thread), once armed."""
-
-    def __init__(self) -> None:
-        self.armed = False
-        self.rows: dict[tuple[int, str], list[float]] = {}
-        self._began: dict[int, float] = {}
-
-    def __call__(self, phase: str, info: dict[str, int]) -> None:
-        me = threading.get_ident()
-        if phase == "start":
-            self._began[me] = time.thread_time()
-        elif self.armed and me in self._began:
-            row = self.rows.setdefault((info["generation"], thread_label(threading.current_thread())), [0, 0.0])
-            row[0] += 1
-            row[1] += time.thread_time() - self._began.pop(me)
-
-
-def thread_label(t: threading.Thread) -> str:
+def thread_label(name: str) -> str:
     """``loop`` (the main thread), ``pull`` (lite_push's pull thread), or the thread's name."""
-    if t is threading.main_thread():
+    if name == threading.main_thread().name:
         return "loop"
-    return "pull" if t.name.startswith("lite-push-pull") else t.name
+    return "pull" if name.startswith("lite-push-pull") else name
 
 
 def backlog(args: argparse.Namespace, topic: str, keys: list[str], cluster: MockKafkaCluster | None) -> Any:
@@ -112,16 +93,20 @@ def backlog(args: argparse.Namespace, topic: str, keys: list[str], cluster: Mock
 
 
 def run(args: argparse.Namespace, cluster: MockKafkaCluster | None) -> None:
-    settings = settings_of(args.set, DEFAULTS)
+    settings = settings_of(args.set, DEFAULTS, CHOICES)
+    if settings["executor"] != "asyncio" or settings["batch_size"] != 1:
+        raise SystemExit("cpu_probe: the asyncio executor with batch_size 1 only (the runner's defaults)")
     rng = random.Random(31)
     keys = [f"key-{rng.randrange(args.keys)}" for _ in range(args.messages)]
     broker = backlog(args, "probe", keys, cluster)
-    gcs = GcByThread()
-    gc.callbacks.append(gcs)
+    gcs = GcTimes()
+    gcs.install()
     seen = 0
     cost = args.cost_ms / 1e3
 
-    labels: dict[int, str] = {}  # thread id -> label, read while the consumer's threads run
+    # read while the consumer's threads run: thread id -> label, and the GC of the measured span
+    labels: dict[int, str] = {}
+    gc_rows: dict[tuple[int, str], list[float]] = {}
 
     async def consume() -> tuple[float, int, dict[int, tuple[str, int]], dict[int, tuple[str, int]]]:
         nonlocal seen
@@ -135,11 +120,7 @@ def run(args: argparse.Namespace, cluster: MockKafkaCluster | None) -> None:
                 if seen >= args.messages:
                     done.set()
 
-        config = ConsumerConfig(
-            group="probe", mode=ConsumeMode.KEY_ORDERLY, lanes=settings["lanes"], executor="asyncio",
-            pull_batch_size=settings["pull_batch_size"], pull_threshold_for_queue=settings["pull_threshold_for_queue"],
-            lane_capacity=settings["lane_capacity"], loop_turn_target=settings["loop_turn_target"],
-        )  # fmt: skip
+        config = consumer_config("probe", settings)
         source = broker.pull_consumer("probe", consume_from=ConsumeFromWhere.FIRST_OFFSET)
         consumer = AsyncLitePushConsumer(config, source=source, listener=listener)
         consumer.subscribe("probe")
@@ -147,17 +128,17 @@ def run(args: argparse.Namespace, cluster: MockKafkaCluster | None) -> None:
         while not seen:
             await asyncio.sleep(0.001)
         CONSUME.clear()
-        gcs.armed = True
+        gcs.reset()
         before, began, first = snapshot(os.getpid()), time.perf_counter(), seen
         await done.wait()
         seconds, after = time.perf_counter() - began, snapshot(os.getpid())
-        gcs.armed = False
-        labels.update({t.native_id: thread_label(t) for t in threading.enumerate() if t.native_id is not None})
+        gc_rows.update(gcs.rows)  # the measured span only
+        labels.update({t.native_id: thread_label(t.name) for t in threading.enumerate() if t.native_id is not None})
         await consumer.shutdown(timeout=30)
         return seconds, seen - first, before, after
 
     seconds, n, before, after = uvloop.run(consume())
-    gc.callbacks.remove(gcs)
+    gcs.uninstall()
     broker.close()
     tick = os.sysconf("SC_CLK_TCK")
     per_thread: collections.Counter[str] = collections.Counter()
@@ -168,8 +149,10 @@ def run(args: argparse.Namespace, cluster: MockKafkaCluster | None) -> None:
     total = sum(per_thread.values())
     print(f"{n / seconds:,.0f} msg/s over {n:,} messages, CPU {1e6 * total / n:.1f} us/msg: " + ", ".join(
         f"{label} {1e6 * s / n:.1f}" for label, s in per_thread.most_common()))  # fmt: skip
-    print("GC (collections, CPU us/msg): " + ", ".join(
-        f"gen{g} {label} {int(c)}, {1e6 * s / n:.2f}" for (g, label), (c, s) in sorted(gcs.rows.items())))  # fmt: skip
+    gc_cells = [
+        f"gen{g} {thread_label(who)} {int(c)}, {1e6 * s / n:.2f}" for (g, who), (c, s) in sorted(gc_rows.items())
+    ]
+    print("GC (collections, CPU us/msg): " + ", ".join(gc_cells))
     if CONSUME["calls"]:
         print(
             f"consume: {CONSUME['calls']:,} calls, {CONSUME['records'] / CONSUME['calls']:.0f} records each, "

@@ -54,7 +54,7 @@ from runner_protocol import Calls, Usage, load_costs, settings_of, write_out
 from lite_push import AsyncLitePushConsumer, ConsumeMode, ConsumerConfig, LitePushConsumer, MessageExt
 from lite_push.sources import PullSource
 
-__all__ = ["DEFAULTS", "consume"]
+__all__ = ["CHOICES", "DEFAULTS", "consume", "consumer_config"]
 
 DEFAULTS: dict[str, Any] = {
     "lanes": 2048,
@@ -76,6 +76,22 @@ WATCH_INTERVAL = 0.005
 #: lane: about a millisecond with 2,048 lanes, a fifth of the loop's CPU when
 #: asked every 5 ms).
 FAILURE_INTERVAL = 0.25
+
+
+def consumer_config(group: str, settings: dict[str, Any]) -> ConsumerConfig:
+    """The runner's consumer configuration, from its settings (``DEFAULTS``
+    with ``--set`` applied)."""
+    return ConsumerConfig(
+        group=group,
+        mode=ConsumeMode.KEY_ORDERLY,
+        lanes=settings["lanes"],
+        batch_size=settings["batch_size"],
+        executor="thread" if settings["executor"] == "threads" else "asyncio",
+        pull_batch_size=settings["pull_batch_size"],
+        pull_threshold_for_queue=settings["pull_threshold_for_queue"],
+        lane_capacity=settings["lane_capacity"],
+        loop_turn_target=settings["loop_turn_target"],
+    )
 
 
 def consume(args: Any, make_source: Callable[[str], PullSource], source_name: str) -> int:
@@ -111,17 +127,7 @@ def consume(args: Any, make_source: Callable[[str], PullSource], source_name: st
             with lock:  # lanes are threads: one record at a time
                 record(seq, start, end)
 
-    config = ConsumerConfig(
-        group=args.group,
-        mode=ConsumeMode.KEY_ORDERLY,
-        lanes=settings["lanes"],
-        batch_size=settings["batch_size"],
-        executor="thread" if threads else "asyncio",
-        pull_batch_size=settings["pull_batch_size"],
-        pull_threshold_for_queue=settings["pull_threshold_for_queue"],
-        lane_capacity=settings["lane_capacity"],
-        loop_turn_target=settings["loop_turn_target"],
-    )
+    config = consumer_config(args.group, settings)
     usage = Usage()
     state: dict[str, Any] = {"capped": False, "error": None, "next_check": 0.0}
 

@@ -170,12 +170,13 @@ class AsyncCalls(Calls):
 
 class GcTimes:
     """The cyclic GC's collections and CPU seconds per generation, from
-    :meth:`install` on (a ``gc.callbacks`` entry; the CPU is the collecting
-    thread's, ``time.thread_time``)."""
+    :meth:`install` (or the last :meth:`reset`) on, by the thread that ran
+    them (a ``gc.callbacks`` entry; the CPU is the collecting thread's,
+    ``time.thread_time``)."""
 
     def __init__(self) -> None:
-        self.collections = [0, 0, 0]
-        self.seconds = [0.0, 0.0, 0.0]
+        #: (generation, thread name) -> [collections, CPU seconds].
+        self.rows: dict[tuple[int, str], list[float]] = {}
         self._began: dict[int, float] = {}
 
     def install(self) -> None:
@@ -184,6 +185,10 @@ class GcTimes:
     def uninstall(self) -> None:
         gc.callbacks.remove(self._on)
 
+    def reset(self) -> None:
+        """Count from now on."""
+        self.rows = {}
+
     def _on(self, phase: str, info: Mapping[str, int]) -> None:
         me = threading.get_ident()
         if phase == "start":
@@ -191,12 +196,22 @@ class GcTimes:
             return
         began = self._began.pop(me, None)
         if began is not None:
-            g = info["generation"]
-            self.collections[g] += 1
-            self.seconds[g] += time.thread_time() - began
+            row = self.rows.setdefault((info["generation"], threading.current_thread().name), [0, 0.0])
+            row[0] += 1
+            row[1] += time.thread_time() - began
+
+    @property
+    def collections(self) -> list[int]:
+        """Collections per generation, every thread's."""
+        return [int(sum(r[0] for (g, _), r in self.rows.items() if g == gen)) for gen in range(3)]
+
+    @property
+    def seconds(self) -> list[float]:
+        """CPU seconds per generation, every thread's."""
+        return [sum(r[1] for (g, _), r in self.rows.items() if g == gen) for gen in range(3)]
 
     def summary(self) -> dict[str, Any]:
-        return {"collections": list(self.collections), "seconds": [round(s, 4) for s in self.seconds]}
+        return {"collections": self.collections, "seconds": [round(s, 4) for s in self.seconds]}
 
 
 #: This process's collections, from this module's import on.
