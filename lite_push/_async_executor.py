@@ -270,6 +270,7 @@ class AsyncExecutor:
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._waker.loop = loop
+        self._waker.thread = threading.get_ident()
         admission = self.admission = Admission(len(lanes), loop, self._turn_target) if self._turn_target else None
         if admission is not None:
             admission.start()

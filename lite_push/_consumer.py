@@ -89,13 +89,14 @@ class LitePushConsumer(ConsumerCore):
         if isinstance(executor, AsyncExecutor):
             loop_thread = self._loop_thread = LoopThread(f"lite-push-loop-{self.config.group}")
 
-            async def start_lanes() -> None:
+            async def start_on_loop() -> None:
                 executor.start(self._lane_workers)
+                self._start_pull()  # the pull side is a task on that loop
 
-            loop_thread.call(start_lanes())
+            loop_thread.call(start_on_loop())
         else:
             executor.start(self._lane_workers)
-        self._start_pull()
+            self._start_pull()
 
     def shutdown(self, timeout: float = 10.0) -> bool:
         """Stop polling, let the lanes finish what they hold (at most

@@ -22,6 +22,7 @@ metrics collector only read.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import threading
@@ -39,6 +40,7 @@ from ._exporter import exporter_for, release_exporter
 from ._lanemetrics import LANE_METRICS_IMPL, LaneMetrics
 from ._listeners import is_async_callable, resolve_executor
 from ._offsets import OFFSETS_IMPL
+from ._pull_loop import PullHelper
 from ._router import ROUTER_IMPL
 from ._shared import ABORT_GRACE, FailureLatch
 from ._snapshots import ConsumerMetrics, ConsumerStats, metrics_of, stats_of
@@ -176,7 +178,10 @@ class ConsumerCore:
         #: The source's listener: checked at start (one set since would
         #: silently replace it).
         self._assignment = parts.assignment
-        self._pull_thread: threading.Thread | None = None
+        #: The pull side once started: the pull thread, or (asyncio
+        #: executor) the pull task on the loop with its helper thread.
+        self._puller: threading.Thread | asyncio.Task[None] | None = None
+        self._pull_helper: PullHelper | None = None
         self._started = False
         self._subscriptions: list[tuple[str, str]] = []
         self._exporter: tuple[str, int] | None = None
@@ -207,8 +212,7 @@ class ConsumerCore:
 
     def stats(self) -> ConsumerStats:
         """A snapshot of counters and per-queue state (any thread)."""
-        thread = self._pull_thread
-        st = stats_of(self._readings, self._baseline_counts(), thread is not None and thread.is_alive())
+        st = stats_of(self._readings, self._baseline_counts(), self._pulling())
         health, readiness = self.health()
         return replace(st, health=health, readiness=readiness)
 
@@ -272,13 +276,13 @@ class ConsumerCore:
         and every lane running (a consumer not started yet is alive).
         Ready: started, subscribed, polling, and owning at least one queue
         (assignment received)."""
-        thread = self._pull_thread
+        puller = self._puller
         failure = self._latch.failure
         if failure is not None:
             live = f"failed: {type(failure).__name__}: {failure}"
         elif self._stopping.is_set():
             live = "stopped" if self._stopped.is_set() else "stopping"
-        elif self._started and thread is not None and not thread.is_alive():
+        elif self._started and puller is not None and not self._pulling():
             live = "its pull thread is not running"
         elif self._started and not self._executor.lanes_alive():
             live = "a lane is not running"
@@ -286,7 +290,7 @@ class ConsumerCore:
             live = "ok"
         if live != "ok":
             return live, live
-        if not self._started or thread is None:
+        if not self._started or puller is None:
             return live, "not started"
         if not self._subscriptions:
             return live, "not subscribed"
@@ -321,11 +325,19 @@ class ConsumerCore:
         self._started = True
 
     def _start_pull(self) -> None:
+        """Start the pull side: a thread of its own, or with the asyncio
+        executor a task on the running loop (call on the loop's thread)."""
         group = self.config.group
-        self._pull_thread = threading.Thread(
-            target=self._pull.run, args=(self._finish,), name=f"lite-push-pull-{group}", daemon=True
-        )
-        self._pull_thread.start()
+        if isinstance(self._executor, AsyncExecutor):
+            loop = asyncio.get_running_loop()
+            helper = self._pull_helper = PullHelper(group, loop)
+            pulling = self._pull.run_on_loop(self._finish, helper)
+            self._puller = loop.create_task(pulling, name=f"lite-push-pull-{group}")
+        else:
+            self._puller = threading.Thread(
+                target=self._pull.run, args=(self._finish,), name=f"lite-push-pull-{group}", daemon=True
+            )
+            self._puller.start()
         if self._watch is not None:
             self._watch.start()
         logger.info(
@@ -333,6 +345,13 @@ class ConsumerCore:
             group, self.config.mode.name, self.config.executor, self.config.lanes, ROUTER_IMPL, OFFSETS_IMPL,
             LANE_METRICS_IMPL,
         )  # fmt: skip
+
+    def _pulling(self) -> bool:
+        """Whether the pull side runs (not before it started)."""
+        puller = self._puller
+        if isinstance(puller, threading.Thread):
+            return puller.is_alive()
+        return puller is not None and not puller.done()
 
     def _stop(self, timeout: float) -> bool:
         """Stop polling, let the lanes finish what they hold (at most
@@ -345,8 +364,7 @@ class ConsumerCore:
             self._deadline = time.monotonic() + max(0.0, timeout)
             self._stopping.set()
             self._source.wakeup()
-        assert self._pull_thread is not None
-        self._pull_thread.join(max(0.0, timeout) + ABORT_GRACE + 5.0)
+        self._stopped.wait(max(0.0, timeout) + ABORT_GRACE + 5.0)
         if self._stopped.is_set():
             self._stop_metrics()  # a failed consumer's endpoint outlives its pull thread
         return self._stopped.is_set() and not self._abort.is_set()
@@ -410,6 +428,8 @@ class ConsumerCore:
                 # else the endpoint stays up, its probes saying why, until
                 # shutdown() (_stop) takes it down
                 self._stopped.set()
+                if self._pull_helper is not None:
+                    self._pull_helper.close()  # this may be its thread: it ends after this call
                 logger.info("lite_push consumer %r stopped", self.config.group)
 
     def _baseline_counts(self) -> tuple[int, int]:

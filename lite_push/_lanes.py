@@ -318,14 +318,18 @@ class AsyncLane(Lane):
 
 
 class LoopWaker:
-    """Collects the async lanes a dispatch woke and resolves them with one
-    ``call_soon_threadsafe`` per :meth:`flush` (the pull thread's hand-off
-    into the loop: one call per dispatch, not per lane or message)."""
+    """Collects the async lanes a dispatch woke and resolves them per
+    :meth:`flush`: at once when the dispatch ran on the loop's own thread
+    (the pull task), else with one ``call_soon_threadsafe`` (a hand-off
+    into the loop from its helper thread: one call per dispatch, not per
+    lane or message)."""
 
-    __slots__ = ("_lock", "_pending", "loop")
+    __slots__ = ("_lock", "_pending", "loop", "thread")
 
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
+        #: The loop's thread (``threading.get_ident``), set with ``loop``.
+        self.thread = 0
         self._lock = threading.Lock()
         self._pending: list[AsyncLane] = []
 
@@ -341,6 +345,9 @@ class LoopWaker:
             self._pending = []
         loop = self.loop
         if loop is None or loop.is_closed():
+            return
+        if threading.get_ident() == self.thread:
+            _resolve_all(lanes)
             return
         try:
             loop.call_soon_threadsafe(_resolve_all, lanes)

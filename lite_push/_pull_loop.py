@@ -36,14 +36,35 @@ instead of blocking a put, and waiting for a revoked queue to drain is
 bounded by ``revoke_timeout``; so heartbeats and lock renewals keep flowing
 while the consumer is saturated.  When it leaves the loop (shutdown, or the
 source closed) it runs the consumer's shutdown sequence.
+
+Two drivers run the same turn (:meth:`PullLoop.turn`, a generator that
+yields each call that may block: storing failures, commits, lock renewals):
+
+* :meth:`PullLoop.run`, the **pull thread** (thread executor): it polls with
+  a timeout and makes the blocking calls itself.
+* :meth:`PullLoop.run_on_loop`, a **task on the event loop** (asyncio
+  executor): the source is read on the loop's own thread
+  (``PullSource.poll_nowait``), so a message crosses no thread between the
+  source and its listener call.  What may block runs on a helper thread
+  (``blocking``: one call per hand-off, per batch or per turn, never per
+  message) while the task awaits it, so the loop keeps running the lanes:
+  a poll that waits because nothing is ready, a poll the source says must be
+  a blocking one (a rebalance is due: its listener waits for the revoked
+  queues' listener calls, which run on this very loop), and the turn's
+  blocking calls.  The task and the helper never run pull-side code at
+  once: the task waits for each call it hands over.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Generator
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Protocol, TypeVar
 
 from ._assignment import Assignment
 from ._clock import Clock
@@ -62,7 +83,10 @@ from ._timer import RetryTimer
 from ._types import MessageQueue, PollBatch
 from .sources._base import Balance, PullSource
 
-__all__ = ["DISPATCH_BUDGET", "LOCK_RETRY_INTERVAL", "POLL_ERROR_BACKOFF", "PullLoop"]
+__all__ = [
+    "DISPATCH_BUDGET", "LOCK_RETRY_INTERVAL", "POLL_ERROR_BACKOFF", "Blocking", "PullHelper", "PullLoop", "RunBlocking",
+    "Turn",
+]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -76,9 +100,42 @@ LOCK_RETRY_INTERVAL = 1.0
 #: Seconds the pull thread backs off after a failed poll.
 POLL_ERROR_BACKOFF = 1.0
 
+#: A call of the pull side that may block (a commit, storing failures, a
+#: lock renewal, a back-off): made inline by the pull thread, on the helper
+#: thread by the task on the event loop.
+Blocking = Callable[[], object]
+#: One turn after a poll: yields each :data:`Blocking` call and is sent back
+#: what it returned.
+Turn = Generator[Blocking, object, None]
+T = TypeVar("T")
+
+
+class RunBlocking(Protocol):
+    """The task's way to run a call that may block on its helper thread."""
+
+    def __call__(self, call: Callable[[], T], /) -> Awaitable[T]: ...
+
+
+
+class PullHelper:
+    """The helper thread of the pull task (``lite-push-pull-<group>``):
+    runs the calls that may block, one at a time, for the task on ``loop``,
+    which awaits each (:class:`RunBlocking`)."""
+
+    def __init__(self, group: str, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"lite-push-pull-{group}")
+
+    def __call__(self, call: Callable[[], T], /) -> Awaitable[T]:
+        return self._loop.run_in_executor(self._pool, call)
+
+    def close(self) -> None:
+        """No more calls (the one running, if any, finishes)."""
+        self._pool.shutdown(wait=False)
+
 
 class PullLoop:
-    """The pull thread's work (see the module docstring)."""
+    """The pull side's work (see the module docstring)."""
 
     def __init__(
         self,
@@ -136,77 +193,176 @@ class PullLoop:
         self._early_commit = True
         #: Whether anything was routed since the last early commit.
         self._worked = False
+        now = clock.monotonic()
+        self._next_commit = now + config.commit_interval
+        self._next_lock = now + config.lock_renew_interval
+        self._next_relock = now + LOCK_RETRY_INTERVAL
+
+    # -- the drivers -------------------------------------------------------------------
 
     def run(self, finish: Callable[[bool], None]) -> None:
-        """Poll until ``stopping`` is set (or the source closed), then call
-        ``finish(crashed)`` (the consumer's shutdown sequence)."""
-        cfg = self._config
+        """(the pull thread) Poll until ``stopping`` is set (or the source
+        closed), then call ``finish(crashed)`` (the consumer's shutdown
+        sequence)."""
         source = self._source
-        clock = self._clock
-        timer = self._timer
-        assignment = self._assignment
-        next_commit = clock.monotonic() + cfg.commit_interval
-        next_lock = clock.monotonic() + cfg.lock_renew_interval
-        next_relock = clock.monotonic() + LOCK_RETRY_INTERVAL
+        size = self._config.pull_batch_size
+        more = partial(source.poll, 0.0, size)
         crashed = False
         try:
             while not self._stopping.is_set():
-                timeout = cfg.poll_timeout
-                due = timer.next_due()
-                if due is not None:  # never sleep past a parked key's retry
-                    timeout = min(timeout, max(0.0, due - clock.monotonic()))
+                due = self._timer.next_due()
                 try:
-                    batches = source.poll(timeout, cfg.pull_batch_size)
+                    batches = source.poll(self._timeout(due), size)
                 except SourceClosedError:
-                    logger.error("source closed under consumer %r; stopping", cfg.group)
+                    self._closed()
                     break
                 except Exception:
-                    self._poll_episode.failed(cfg.group)  # logged once per episode, not per poll
-                    clock.wait(self._stopping, POLL_ERROR_BACKOFF)
+                    self._poll_failed()
+                    self._clock.wait(self._stopping, POLL_ERROR_BACKOFF)
                     continue
-                self._poll_episode.ok(cfg.group)
-                assignment.renew_fences()
-                if self._key_pauses is not None:  # after each poll: the lanes hold a key paused before it returned
-                    self._key_pauses.apply()
-                if self._stealer is not None and self._stealer.pending:
-                    self._stealer.run()  # keys waiting behind a stuck call move to other lanes
+                turn = self.turn(batches, due, more)
+                try:
+                    call = next(turn)
+                    while True:  # this thread may block: each call inline
+                        call = turn.send(call())
+                except StopIteration:
+                    pass
                 if batches:
-                    self._gather(batches)
-                now = clock.monotonic()
-                if due is not None and due <= now:
-                    self._fire_timers(now)
-                if self._pacer is not None:
-                    self._pacer.rotate(now)  # forget keys started longer ago than the interval
-                if self._sender.pending:
-                    self._sender.send(now)
-                self._flow.apply()
-                if now >= next_commit:
-                    if not self._committer.commit_all():
-                        self._early_commit = True  # nothing moved: the next spell of work commits when it is done
-                    next_commit = now + cfg.commit_interval
-                elif not batches and self._early_commit and self._worked and self._committer.quiet():
-                    self._committer.commit_all()  # the first quiet moment: show the finished work now
-                    self._early_commit = self._worked = False
-                    next_commit = now + cfg.commit_interval
-                if self._renews_locks:
-                    if now >= next_lock:
-                        assignment.renew_locks()
-                        next_lock = now + cfg.lock_renew_interval
-                    elif now >= next_relock:
-                        assignment.retry_locks()
-                        next_relock = now + LOCK_RETRY_INTERVAL
+                    # Give the GIL up once: the lanes just woken (the event
+                    # loop, lane threads) start their calls now instead of
+                    # after a whole switch interval (5 ms) of this thread
+                    # decoding the next polls.
+                    time.sleep(0)
         except BaseException as e:
             crashed = True
-            logger.exception("pull thread of consumer %r died; shutting down", cfg.group)
-            self._latch.fail(e)
+            self._died(e)
             if not isinstance(e, Exception):  # KeyboardInterrupt, SystemExit: not ours to swallow
                 raise
         finally:
             finish(crashed)
 
+    async def run_on_loop(self, finish: Callable[[bool], None], blocking: RunBlocking) -> None:
+        """(a task on the event loop) Poll until ``stopping`` is set (or the
+        source closed), reading on the loop's thread while messages are
+        ready and waiting on the helper thread (``blocking``) when none are;
+        then run ``finish(crashed)`` there."""
+        source = self._source
+        size = self._config.pull_batch_size
+        nowait = source.poll_nowait
+
+        def more() -> list[PollBatch]:
+            return nowait(size) or []  # None: the next turn's poll is a blocking one
+
+        crashed = False
+        cancelled = False
+        wait = False
+        try:
+            while not self._stopping.is_set():
+                due = self._timer.next_due()
+                try:
+                    batches = None if wait else nowait(size)
+                    if batches is None:
+                        # Nothing was ready last turn, or the source says this
+                        # poll may block (a rebalance is due): on the helper.
+                        batches = await blocking(partial(source.poll, self._timeout(due) if wait else 0.0, size))
+                except SourceClosedError:
+                    self._closed()
+                    break
+                except Exception:
+                    self._poll_failed()
+                    await blocking(partial(self._clock.wait, self._stopping, POLL_ERROR_BACKOFF))
+                    wait = False
+                    continue
+                turn = self.turn(batches, due, more)
+                try:
+                    call = next(turn)
+                    while True:
+                        call = turn.send(await blocking(call))
+                except StopIteration:
+                    pass
+                wait = not batches
+                if not wait:
+                    await asyncio.sleep(0)  # the lanes this turn fed run now
+        except asyncio.CancelledError:
+            # The loop is going away (its tasks cancelled) without shutdown():
+            # stop, and let the helper run the shutdown sequence on its own.
+            cancelled = True
+            self._stopping.set()
+            raise
+        except BaseException as e:
+            crashed = True
+            self._died(e)
+            if not isinstance(e, Exception):
+                raise
+        finally:
+            if cancelled:
+                blocking(partial(finish, True))  # runs on its own: nobody waits for it now
+            else:
+                await blocking(partial(finish, crashed))
+
+    def _timeout(self, due: float | None) -> float:
+        """A waiting poll's timeout: ``poll_timeout``, never past the
+        timer's earliest entry (a parked key is never retried late)."""
+        timeout = self._config.poll_timeout
+        if due is not None:
+            timeout = min(timeout, max(0.0, due - self._clock.monotonic()))
+        return timeout
+
+    def _closed(self) -> None:
+        logger.error("source closed under consumer %r; stopping", self._config.group)
+
+    def _poll_failed(self) -> None:
+        self._poll_episode.failed(self._config.group)  # logged once per episode, not per poll
+
+    def _died(self, e: BaseException) -> None:
+        logger.exception("pull thread of consumer %r died; shutting down", self._config.group)
+        self._latch.fail(e)
+
+    # -- a turn ------------------------------------------------------------------------
+
+    def turn(self, batches: list[PollBatch], due: float | None, more: Callable[[], list[PollBatch]]) -> Turn:
+        """Everything after a poll that returned ``batches`` (``due``: the
+        timer's earliest entry before it; ``more``: a poll that does not
+        wait, for gathering): route, fire timers, store failures, flow
+        control, commit, renew locks.  Yields each call that may block."""
+        cfg = self._config
+        clock = self._clock
+        assignment = self._assignment
+        self._poll_episode.ok(cfg.group)
+        assignment.renew_fences()
+        if self._key_pauses is not None:  # after each poll: the lanes hold a key paused before it returned
+            self._key_pauses.apply()
+        if self._stealer is not None and self._stealer.pending:
+            self._stealer.run()  # keys waiting behind a stuck call move to other lanes
+        if batches:
+            self._gather(batches, more)
+        now = clock.monotonic()
+        if due is not None and due <= now:
+            yield from self._fire_timers(now)
+        if self._pacer is not None:
+            self._pacer.rotate(now)  # forget keys started longer ago than the interval
+        if self._sender.pending:
+            yield partial(self._sender.send, now)
+        self._flow.apply()
+        if now >= self._next_commit:
+            if not (yield self._committer.commit_all):
+                self._early_commit = True  # nothing moved: the next spell of work commits when it is done
+            self._next_commit = now + cfg.commit_interval
+        elif not batches and self._early_commit and self._worked and self._committer.quiet():
+            yield self._committer.commit_all  # the first quiet moment: show the finished work now
+            self._early_commit = self._worked = False
+            self._next_commit = now + cfg.commit_interval
+        if self._renews_locks:
+            if now >= self._next_lock:
+                yield assignment.renew_locks
+                self._next_lock = now + cfg.lock_renew_interval
+            elif now >= self._next_relock:
+                yield assignment.retry_locks
+                self._next_relock = now + LOCK_RETRY_INTERVAL
+
     # -- poll -> track -> route ------------------------------------------------------
 
-    def _gather(self, batches: list[PollBatch]) -> None:
+    def _gather(self, batches: list[PollBatch], more: Callable[[], list[PollBatch]]) -> None:
         """Track a poll's batches, keep polling without waiting while more is
         ready (up to ``DISPATCH_BUDGET`` messages, and never past
         ``lane_capacity``, so one dispatch cannot overfill a lane by more than
@@ -222,21 +378,17 @@ class PullLoop:
         budget = 0 if first else min(DISPATCH_BUDGET, cfg.lane_capacity)
         while total < budget:
             try:
-                more = self._source.poll(0.0, cfg.pull_batch_size)
+                got = more()
             except Exception:
                 break  # the next regular poll reports it
-            if not more:
+            if not got:
                 break
             self._assignment.renew_fences()  # the poll may have assigned queues
             if self._key_pauses is not None:
                 self._key_pauses.apply()
-            total += self._track(more)
+            total += self._track(got)
         self._dispatcher.route_pending()
         self._dispatched = True
-        # Give the GIL up once: the lanes just woken (the event loop, lane
-        # threads) start their calls now instead of after a whole switch
-        # interval (5 ms) of this thread decoding the next polls.
-        time.sleep(0)
 
     def _track(self, batches: list[PollBatch]) -> int:
         """Add polled batches to their ProcessQueues and gather them for the
@@ -281,15 +433,16 @@ class PullLoop:
 
     # -- the timer -------------------------------------------------------------------
 
-    def _fire_timers(self, now: float) -> None:
+    def _fire_timers(self, now: float) -> Turn:
         """Hand due parked keys to their lanes (one put per lane),
-        re-dispatch due local retries and store due held send-backs."""
+        re-dispatch due local retries and store due held send-backs (a
+        call that may block, yielded)."""
         fired = self._timer.fire(now)
         dispatcher = self._dispatcher
         if fired.per_lane:
             dispatcher.put_due(fired.per_lane)
         if fired.local:
             dispatcher.retry_locally(fired.local)
-        if fired.held:
-            self._sender.send_held(fired.held, now)
         dispatcher.flush()
+        if fired.held:
+            yield partial(self._sender.send_held, fired.held, now)

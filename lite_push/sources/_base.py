@@ -421,6 +421,17 @@ class PullSource(abc.ABC):
         ``timeout``.  Runs the rebalance listener first when the assignment
         changed.  Raises ``SourceClosedError`` after :meth:`close`."""
 
+    def poll_nowait(self, max_per_queue: int = 32) -> list[PollBatch] | None:
+        """What :meth:`poll` would return at once, for the event loop's own
+        thread: never waits (beyond a read of what is ready, one round trip
+        at most) and never runs the rebalance listener.  ``None`` means
+        "call :meth:`poll` now, from a thread that may block": a rebalance
+        is due (its listener waits for listener calls that run on that very
+        loop), or the source cannot read without waiting.  The same owning
+        thread rules as :meth:`poll`: the two are never called at once.
+        The default is ``None``: every read goes through :meth:`poll`."""
+        return None
+
     @abc.abstractmethod
     def assignment(self) -> frozenset[MessageQueue]:
         """The queues this member owns now."""

@@ -96,9 +96,12 @@ class MemberModel(abc.ABC):
         return 0
 
     @abc.abstractmethod
-    def refresh(self, replies: Sequence[Any] = ()) -> bool:
+    def refresh(self, replies: Sequence[Any] = (), rebalance: bool = True) -> bool:
         """Bring the owned queues to what the model says (``replies``: what
-        :meth:`watch` queued); return whether they changed."""
+        :meth:`watch` queued); return whether they changed.  ``rebalance``
+        False (a poll on the event loop's thread, ``poll_nowait``): only
+        renew the membership, never change the owned queues or call the
+        rebalance listener; return whether a rebalance is due."""
 
     @abc.abstractmethod
     def commit(self, entries: Mapping[MessageQueue, OffsetAndMetadata]) -> None:
@@ -192,11 +195,11 @@ class Broadcasting(MemberModel, Generic[S]):
     def stale(self) -> bool:
         return self._pending
 
-    def refresh(self, replies: Sequence[Any] = ()) -> bool:
+    def refresh(self, replies: Sequence[Any] = (), rebalance: bool = True) -> bool:
         """Take every queue of the subscribed topics not owned yet; then
         ``on_assigned``."""
-        if not self._pending:
-            return False
+        if not self._pending or not rebalance:
+            return self._pending
         owned = self._owned
         with self._lock:
             if owned.closed:

@@ -84,10 +84,11 @@ class Clustering(MemberModel):
     def stale(self) -> bool:
         return self._group.version != self._seen_version or self._member.expired
 
-    def refresh(self, replies: Sequence[Any] = ()) -> bool:
+    def refresh(self, replies: Sequence[Any] = (), rebalance: bool = True) -> bool:
         """A poll's turn: stamp the heartbeat, evict the silent, rebalance
         when the group changed, confirm the membership (at most once a wait
-        slice unless it changed); return whether it rebalanced."""
+        slice unless it changed); return whether it rebalanced (with
+        ``rebalance`` False: whether a rebalance is due, left undone)."""
         if not self._subscribed:
             return False
         groups, group, member = self._groups, self._group, self._member
@@ -97,6 +98,8 @@ class Clustering(MemberModel):
             groups.check_expiry(group, member, now)
         changed = self.stale()
         if changed:
+            if not rebalance:
+                return True  # left to a poll() that may wait for the listener calls of revoked queues
             self._rebalance()
         if (changed or now - self._confirmed >= self._wait_slice) and groups.confirm(group, member, now):
             self._confirmed = now

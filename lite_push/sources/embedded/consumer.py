@@ -307,6 +307,28 @@ class EmbeddedPullConsumer(QueueControl[QueueReader], PullSource):
                         wait = min(wait, max(_MIN_DUE_WAIT, due / 1000.0 - clock.time()))
                     self._cond.wait(wait)
 
+    def poll_nowait(self, max_per_queue: int = 32) -> list[PollBatch] | None:
+        """See :meth:`PullSource.poll_nowait`: one pass over the owned
+        queues without the broker's condition; ``None`` while the group
+        moved (the rebalance is :meth:`poll`'s) or a topic's queues are
+        still to be taken."""
+        owned = self._owned
+        if owned.closed:
+            owned.check_open()
+        if type(max_per_queue) is not int or max_per_queue < 1:
+            raise ValueError(f"max_per_queue must be an int >= 1, got {max_per_queue!r}")
+        self._wakeup = False  # this read sees whatever the wake-up was for
+        model = self._model
+        if model.stale():
+            return None
+        schedule = self._schedule
+        due = schedule.next_due_ms
+        if due < _INF and due <= self._clock.time() * 1000.0:
+            schedule.deliver_from_poll()
+        if model.refresh(rebalance=False):  # the group moved meanwhile: the next poll is poll()'s
+            return None
+        return self._scan(max_per_queue) if owned.active else []
+
     def _ready(self) -> bool:
         for st in self._owned.active:
             if st.pos < len(st.log):

@@ -1,34 +1,48 @@
 """KafkaPullConsumer: a member of a Kafka consumer group, as a PullSource.
 
-One ``confluent_kafka.Consumer`` per member, with the cooperative-sticky
-assignor (a rebalance moves only the partitions that change owner), manual
-commits, and the offset map in the commit metadata.
+Two ``confluent_kafka.Consumer`` clients per member:
 
-Polling: ``poll`` calls ``Consumer.consume`` in slices of at most
+* the **group client** joins the group (cooperative-sticky assignor, so a
+  rebalance moves only the partitions that change owner), heartbeats,
+  commits with the offset map in the commit metadata, and runs the
+  rebalance callbacks (:class:`~.partitions.Partitions`); it never fetches:
+  its partitions are assigned at their end and paused;
+* the **fetcher** reads the member's partitions by manual assignment,
+  set by those callbacks.  It joins no group and runs no callback.
+
+Why two: librdkafka runs the rebalance callbacks inside ``consume``, on
+whatever thread calls it, and ``on_revoked`` must wait for the revoked
+partitions' listener calls.  With the asyncio executor those calls run on
+the event loop, and the loop reads the source (:meth:`poll_nowait`): a
+revoke served there would wait for the loop it blocks.  So the loop reads
+only the fetcher, and the group client is served by :meth:`poll` alone,
+which the runtime calls from a thread that may block (the pull thread, or
+the pull task's helper thread); :meth:`poll_nowait` answers ``None`` every
+:data:`GROUP_SERVICE_INTERVAL` so the runtime does so regularly (and when
+the subscription changed).
+
+Polling: ``poll`` calls the fetcher's ``consume`` in slices of at most
 :data:`WAIT_SLICE` (confluent-kafka has no wakeup, so :meth:`wakeup` is seen
-within a slice).  Records are filed per partition; a partition's file holds
-what was fetched but not yet returned (more than ``max_per_queue`` came, or
-the partition is paused), so batches of one partition stay contiguous.  A
-record at an offset below the partition's file end is a re-fetch and is
-dropped; Kafka's own gaps (compaction, transaction markers) are passed over
-by ``next_offset``.  At most :data:`FILE_LIMIT` records wait in the files of
-unpaused partitions before ``poll`` stops fetching more.
+within a slice), serving the group client between slices.  Records are
+filed per partition; a partition's file holds what was fetched but not yet
+returned (more than ``max_per_queue`` came, or the partition is paused), so
+batches of one partition stay contiguous.  A record at an offset below the
+partition's file end is a re-fetch and is dropped; Kafka's own gaps
+(compaction, transaction markers) are passed over by ``next_offset``.  At
+most :data:`FILE_LIMIT` records wait in the files of unpaused partitions
+before ``poll`` stops fetching more.
 
-Pause and resume are per partition, in librdkafka too (the fetcher stops for
-that partition only); a paused partition's filed records are kept.  A resume
-is followed by a seek to the end of the partition's file, which restarts
+Pause and resume are per partition, in the fetcher (it stops fetching that
+partition only); a paused partition's filed records are kept.  A resume is
+followed by a seek to the end of the partition's file, which restarts
 librdkafka's fetcher at once (it would otherwise wait for its next idle
 wake-up, about a second: 0.95 s measured on the mock cluster).
 
-Rebalance (inside ``poll``, on the owning thread, through confluent-kafka's
-callbacks): :class:`~.partitions.Partitions`.  ``on_revoked`` runs while the
-partitions are still owned, so the runtime commits them before librdkafka
-gives them up.
-
 Fencing: librdkafka heartbeats from its own thread.  Every
-:data:`STATS_INTERVAL` its statistics say how long ago the group coordinator
-last answered (``rxidle``); ownership is certain until that answer's request
-time (the answer less the round trip) plus ``session.timeout.ms``.
+:data:`STATS_INTERVAL` the group client's statistics say how long ago the
+group coordinator last answered (``rxidle``); ownership is certain until
+that answer's request time (the answer less the round trip) plus
+``session.timeout.ms``.
 
 Locks: a partition has one owner in a Kafka group, so :meth:`lock` grants
 the asked partitions this member owns (the assignment is the lock).
@@ -47,7 +61,7 @@ from collections.abc import Collection, Mapping, Sequence
 from functools import partial
 from typing import Any, Protocol
 
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
 from ..._errors import ConfigError, UnknownTopicError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
@@ -68,10 +82,12 @@ from .offset_reader import OffsetReader
 from .ownership import Ownership
 from .partitions import Partitions
 from .reading import PartitionState, file_records, tags_for, take_batches
-from .settings import member_settings
+from .settings import fetcher_settings, member_settings
 from .topics import TopicCatalog
 
-__all__ = ["FILE_LIMIT", "MESSAGE_BALANCE_REFUSED", "WAIT_SLICE", "BrokerParts", "KafkaPullConsumer"]
+__all__ = [
+    "FILE_LIMIT", "GROUP_SERVICE_INTERVAL", "MESSAGE_BALANCE_REFUSED", "WAIT_SLICE", "BrokerParts", "KafkaPullConsumer",
+]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +97,10 @@ WAIT_SLICE = 0.02
 EMPTY_BACKOFF = 0.002
 #: Records filed for unpaused partitions beyond which a poll fetches no more.
 FILE_LIMIT = 4096
+#: Longest time (seconds) :meth:`KafkaPullConsumer.poll_nowait` goes without
+#: the group client being served (its rebalance callbacks and statistics):
+#: then it answers ``None``, and the runtime calls :meth:`poll`.
+GROUP_SERVICE_INTERVAL = 0.05
 #: Why the Kafka source refuses ``Balance.MESSAGE``.
 MESSAGE_BALANCE_REFUSED = (
     "Kafka's share groups (KIP-932) give up key order, and the confluent-kafka Python client has no "
@@ -163,17 +183,22 @@ class KafkaPullConsumer(QueueControl[PartitionState], PullSource):
         self._wakeup_flag = False
         self._event = threading.Event()  # ends a wait of a poll with nothing to fetch
         self._ownership = Ownership(session_timeout)
-        self._partitions = Partitions(
-            self._owned, self._filters, fmt.broker_name, self._ownership, consume_from, consume_timestamp
-        )
         self._rr = 0
-        settings = member_settings(
-            broker.client_settings(), group, self._cid, consume_from, session_timeout, self._ownership.on_stats
-        )
+        #: When the group client must be served next (``time.monotonic``).
+        self._serve_by = 0.0
+        base = broker.client_settings()
+        settings = member_settings(base, group, self._cid, consume_from, session_timeout, self._ownership.on_stats)
         try:
+            #: The group client: membership, callbacks, commits.
             self._kc = Consumer(settings)
+            #: The fetcher: reads the owned partitions.
+            self._fetcher = Consumer(fetcher_settings(base, group, self._cid))
         except KafkaException as e:
             raise ConfigError("consumer_config", str(e.args[0].str() if e.args else e)) from None
+        self._partitions = Partitions(
+            self._owned, self._fetcher, self._filters, fmt.broker_name, self._ownership, consume_from,
+            consume_timestamp,
+        )  # fmt: skip
 
     # -- identity -------------------------------------------------------------
 
@@ -281,29 +306,66 @@ class KafkaPullConsumer(QueueControl[PartitionState], PullSource):
             if self._wakeup_flag:
                 self._wakeup_flag = False
                 return []
-            ready = self._ready()
-            if ready < FILE_LIMIT and self._filters:
-                # With every owned partition paused, librdkafka's consume
-                # returns at once: serve its callbacks, then wait here.
-                idle = not self._owned.active and bool(self._owned.states)
-                wait = 0.0 if ready or idle else max(0.0, min(WAIT_SLICE, deadline - time.monotonic()))
-                count = min(FILE_LIMIT, max_per_queue * max(1, len(self._owned.active)))
-                began = time.monotonic()
-                records = self._kc.consume(count, wait)
-                self._check_open()
-                if records:
-                    self._file(records)
-                elif wait and time.monotonic() - began < wait:
-                    # an empty fetch answer woke consume early (a broker that
-                    # does not hold fetches, like the mock cluster): back off
-                    self._event.wait(EMPTY_BACKOFF)
-                if idle and not self._owned.active:
-                    self._event.wait(max(0.0, min(WAIT_SLICE, deadline - time.monotonic())))
-            elif not self._filters:
-                self._event.wait(max(0.0, min(WAIT_SLICE, deadline - time.monotonic())))
+            left = max(0.0, min(WAIT_SLICE, deadline - time.monotonic()))
+            active = self._owned.active
+            if not self._filters:
+                self._event.wait(left)
+            elif not self._owned.states:
+                self._serve_group(left)  # nothing owned yet: wait for the group's assignment
+            else:
+                self._serve_group()
+                ready = self._ready()
+                if not active:  # every owned partition paused: a resume's wakeup ends the wait
+                    self._event.wait(left)
+                elif ready < FILE_LIMIT:
+                    wait = 0.0 if ready else left
+                    began = time.monotonic()
+                    records = self._fetcher.consume(min(FILE_LIMIT, max_per_queue * len(active)), wait)
+                    self._check_open()
+                    if records:
+                        self._file(records)
+                    elif wait and time.monotonic() - began < wait:
+                        # an empty fetch answer woke consume early (a broker that
+                        # does not hold fetches, like the mock cluster): back off
+                        self._event.wait(EMPTY_BACKOFF)
             out = self._batches(max_per_queue)
             if out or time.monotonic() >= deadline:
                 return out
+
+    def poll_nowait(self, max_per_queue: int = 32) -> list[PollBatch] | None:
+        """See :meth:`PullSource.poll_nowait`: what the fetcher has ready;
+        ``None`` when the group client is due to be served (every
+        :data:`GROUP_SERVICE_INTERVAL`, and after a subscription): that is
+        :meth:`poll`'s, where its rebalance callbacks may wait."""
+        self._check_open()
+        if type(max_per_queue) is not int or max_per_queue < 1:
+            raise ValueError(f"max_per_queue must be an int >= 1, got {max_per_queue!r}")
+        if self._subscription_changed or time.monotonic() >= self._serve_by:
+            return None
+        self._wakeup_flag = False  # this read sees whatever the wake-up was for
+        active = self._owned.active
+        if active and self._ready() < FILE_LIMIT:
+            records = self._fetcher.consume(min(FILE_LIMIT, max_per_queue * len(active)), 0)
+            if records:
+                self._file(records)
+        return self._batches(max_per_queue)
+
+    def _serve_group(self, wait: float = 0.0) -> None:
+        """Serve the group client, waiting up to ``wait`` seconds for an
+        event: its rebalance callbacks and statistics run inside this call
+        (it returns no records: its partitions are paused; an error it
+        reports is logged)."""
+        for rec in self._kc.consume(64, wait):
+            err = rec.error()
+            if err is None:
+                logger.debug("%r: the group client returned a record of %s [%d]; dropped", self, rec.topic(),
+                             rec.partition())  # fmt: skip
+            elif err.fatal():
+                raise KafkaException(err)
+            elif err.code() != KafkaError._PARTITION_EOF:
+                logger.warning("%r: %s", self, err.str())
+        self._check_open()
+        self._serve_by = time.monotonic() + GROUP_SERVICE_INTERVAL
 
     def _file(self, records: list[Any]) -> None:
         file_records(self._partitions.by_name, records, self)
@@ -327,21 +389,21 @@ class KafkaPullConsumer(QueueControl[PartitionState], PullSource):
                if (st := self._owned.states.get(q)) is not None and not st.paused]  # fmt: skip
         super().pause(queues)
         if tps:
-            self._kc.pause(tps)
+            self._fetcher.pause(tps)
 
     def resume(self, queues: Collection[MessageQueue]) -> None:
         tps = [TopicPartition(st.name, st.mq.queue_id) for q in queues
                if (st := self._owned.states.get(q)) is not None and st.paused]  # fmt: skip
         super().resume(queues)
         if tps:
-            self._kc.resume(tps)
+            self._fetcher.resume(tps)
             # librdkafka restarts a resumed partition's fetcher only on its
             # next idle wake-up (about a second later); a seek to where the
             # file ends restarts it at once.
             for tp in tps:
                 st = self._partitions.by_name[(tp.topic, tp.partition)]
                 try:
-                    self._kc.seek(TopicPartition(tp.topic, tp.partition, st.fetched))
+                    self._fetcher.seek(TopicPartition(tp.topic, tp.partition, st.fetched))
                 except KafkaException as e:  # not fetching yet: it starts on its own
                     logger.debug("%r: seek after resume of %s failed: %s", self, st.mq, e)
 
@@ -349,9 +411,9 @@ class KafkaPullConsumer(QueueControl[PartitionState], PullSource):
         """Next poll of ``queue`` starts at ``offset`` clamped to the stored range."""
         self._check_open()
         st = self._owned.get(queue)
-        lo, hi = self._kc.get_watermark_offsets(TopicPartition(st.name, queue.queue_id), timeout=10.0)
+        lo, hi = self._fetcher.get_watermark_offsets(TopicPartition(st.name, queue.queue_id), timeout=10.0)
         pos = min(max(int(offset), lo), hi)
-        self._kc.seek(TopicPartition(st.name, queue.queue_id, pos))
+        self._fetcher.seek(TopicPartition(st.name, queue.queue_id, pos))
         st.file.clear()
         st.pos = st.fetched = pos
 
@@ -360,12 +422,13 @@ class KafkaPullConsumer(QueueControl[PartitionState], PullSource):
         return self._owned.get(queue).pos
 
     def end_offsets(self, queues: Collection[MessageQueue]) -> dict[MessageQueue, int]:
-        """The high watermark librdkafka last saw for each queue (no
+        """The high watermark the fetcher last saw for each queue (no
         request); queues it has not fetched yet are left out."""
         out: dict[MessageQueue, int] = {}
         for q in queues:
             try:
-                _, hi = self._kc.get_watermark_offsets(TopicPartition(kafka_topic(q.topic), q.queue_id), cached=True)
+                tp = TopicPartition(kafka_topic(q.topic), q.queue_id)
+                _, hi = self._fetcher.get_watermark_offsets(tp, cached=True)
             except (KafkaException, RuntimeError, ValueError):
                 continue
             if hi is not None and hi >= 0:
@@ -436,6 +499,10 @@ class KafkaPullConsumer(QueueControl[PartitionState], PullSource):
             self._kc.close()
         except (KafkaException, RuntimeError) as e:
             logger.warning("%r: leaving the group failed (%s); its session will expire", self, e)
+        try:
+            self._fetcher.close()
+        except (KafkaException, RuntimeError) as e:
+            logger.debug("%r: closing the fetcher failed: %s", self, e)
         self._owned.closed = True
         self._owned.clear()
         self._partitions.by_name.clear()

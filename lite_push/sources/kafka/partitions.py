@@ -1,23 +1,30 @@
 """A Kafka member's partitions as its group assigns them: confluent-kafka's
-rebalance callbacks, which run inside ``consume``, on the owning thread.
+rebalance callbacks, which run inside ``consume`` of the member's group
+client, on the thread that serves it (never the event loop's: see
+``consumer.py``).
 
-On assignment the start of each new partition is its committed offset,
-else where ``consume_from`` says (as Kafka's ``auto.offset.reset``: nothing
-is committed until the runtime commits); then ``on_assigned``.  On
+A member has two clients: the *group client* joins the group (it runs
+these callbacks, heartbeats, commits) and never fetches: its partitions
+are assigned at their end and paused at once; the *fetcher* reads them by
+manual assignment.  On assignment the start of each new partition is its
+committed offset, else where ``consume_from`` says (as Kafka's
+``auto.offset.reset``: nothing is committed until the runtime commits); the
+fetcher is assigned the partitions there; then ``on_assigned``.  On
 revocation ``on_revoked`` runs first, while the partitions are still owned:
 lite_push drains their listener calls (up to ``revoke_timeout``) and
-commits, and only then does the callback return and librdkafka give them
-up.  Partitions *lost* (the session expired) are dropped at once and their
-commits are ignored; ``on_revoked`` is told so the runtime drops them.
-A partition given up while paused is resumed first: librdkafka keeps the
-pause with the partition, so one assigned back later would never be fetched.
+commits, and only then are they taken from the fetcher and does the callback
+return, so librdkafka gives them up.  Partitions *lost* (the session
+expired) are dropped at once and their commits are ignored; ``on_revoked``
+is told so the runtime drops them.  A partition the fetcher gives up while
+paused is resumed first: librdkafka keeps the pause with the partition, so
+one assigned back later would never be fetched.
 """
 
 from __future__ import annotations
 
 import logging
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
 
 from ..._types import MessageQueue
 from .._base import ConsumeFromWhere
@@ -33,19 +40,21 @@ logger = logging.getLogger(__name__)
 
 class Partitions:
     """The rebalance callbacks of one member (``on_assign``, ``on_revoke``,
-    ``on_lost``: for ``Consumer.subscribe``), which keep its ``owned``
-    queues and its partitions by Kafka name (``by_name``).  ``filters``
-    (Kafka name or pattern -> tag filter) is read when a partition is
-    taken; an assignment renews ``ownership``."""
+    ``on_lost``: for the group client's ``Consumer.subscribe``), which keep
+    its ``owned`` queues, its partitions by Kafka name (``by_name``) and
+    the ``fetcher``'s assignment.  ``filters`` (Kafka name or pattern ->
+    tag filter) is read when a partition is taken; an assignment renews
+    ``ownership``."""
 
     __slots__ = (
-        "_owned", "_filters", "_broker_name", "_ownership", "_consume_from", "_consume_timestamp",
+        "_owned", "_fetcher", "_filters", "_broker_name", "_ownership", "_consume_from", "_consume_timestamp",
         "by_name", "revoking", "closing",
     )  # fmt: skip
 
     def __init__(
         self,
         owned: OwnedQueues[PartitionState],
+        fetcher: Consumer,
         filters: dict[str, frozenset[str] | None],
         broker_name: str,
         ownership: Ownership,
@@ -53,6 +62,8 @@ class Partitions:
         consume_timestamp: int | None,
     ) -> None:
         self._owned = owned
+        #: The client that reads the partitions (manual assignment).
+        self._fetcher = fetcher
         self._filters = filters
         self._broker_name = broker_name
         self._ownership = ownership
@@ -81,26 +92,35 @@ class Partitions:
             assign.append(TopicPartition(tp.topic, tp.partition, pos))
             new.append(st)
         added = owned.add(new)
-        kc.incremental_assign(assign)
+        # The group client holds the partitions without reading them: at
+        # their end, paused (its pause stays with a partition it gets back).
+        kc.incremental_assign([TopicPartition(tp.topic, tp.partition, OFFSET_END) for tp in assign])
+        kc.pause([TopicPartition(tp.topic, tp.partition) for tp in assign])
+        self._fetcher.incremental_assign(assign)
         self._ownership.assigned()
         owned.notify("on_assigned", sorted(added))
 
-    def _drop(self, kc: Consumer, partitions: list[TopicPartition]) -> list[MessageQueue]:
+    def _drop(self, partitions: list[TopicPartition]) -> list[MessageQueue]:
         gone = []
         paused = []
+        taken = []
         for tp in partitions:
             st = self.by_name.pop((tp.topic, tp.partition), None)
             if st is not None:
                 gone.append(st.mq)
+                taken.append(TopicPartition(tp.topic, tp.partition))
                 if st.paused:
                     paused.append(TopicPartition(tp.topic, tp.partition))
-        if paused:
-            # librdkafka keeps a partition's pause after it is given up: one
-            # assigned back later would never be fetched.
-            try:
-                kc.resume(paused)
-            except KafkaException as e:  # a partition the client no longer knows: nothing to keep paused
-                logger.debug("resume of %s given up failed: %s", paused, e)
+        fetcher = self._fetcher
+        try:
+            if paused:
+                # librdkafka keeps a partition's pause after it is given up:
+                # one assigned back later would never be fetched.
+                fetcher.resume(paused)
+            if taken:
+                fetcher.incremental_unassign(taken)
+        except KafkaException as e:  # a partition the fetcher no longer knows
+            logger.debug("giving up %s in the fetcher failed: %s", taken, e)
         self._owned.drop(gone)
         return sorted(gone)
 
@@ -115,10 +135,10 @@ class Partitions:
                 self._owned.notify("on_revoked", queues)  # drains and commits while still owned
             finally:
                 self.revoking = False
-        self._drop(kc, partitions)
+        self._drop(partitions)
 
     def on_lost(self, kc: Consumer, partitions: list[TopicPartition]) -> None:
-        gone = self._drop(kc, partitions)  # first: their commits are now ignored
+        gone = self._drop(partitions)  # first: their commits are now ignored
         if gone and not self.closing:
             owned = self._owned
             logger.warning("group %r: %r lost %s (its session expired)", owned.group, owned.client_id,

@@ -101,10 +101,11 @@ class Clustering(MemberModel):
         pipe.get(self._members.version_key)
         return 1
 
-    def refresh(self, replies: Sequence[Any] = ()) -> bool:
+    def refresh(self, replies: Sequence[Any] = (), rebalance: bool = True) -> bool:
         """Rebalance when the group's version (``replies``) moved, a wanted
         queue was taken, or an interval is up; return whether the owned
-        queues changed."""
+        queues changed (with ``rebalance`` False: whether that is due; the
+        heartbeat goes with the rebalance, so it waits for it too)."""
         if not replies:
             return False
         now = time.monotonic()
@@ -114,7 +115,7 @@ class Clustering(MemberModel):
             or now - self._members.last_heartbeat >= self._heartbeat_interval
             or now - self._last_rebalance >= self._rebalance_interval
         ):
-            return self._rebalance()
+            return self._rebalance() if rebalance else True
         return False
 
     def _release(self) -> None:

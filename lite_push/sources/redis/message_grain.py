@@ -197,10 +197,14 @@ class MessageGrain(MemberModel):
 
     # -- joining and leaving queues -------------------------------------------------
 
-    def refresh(self, replies: Sequence[Any] = ()) -> bool:
+    def refresh(self, replies: Sequence[Any] = (), rebalance: bool = True) -> bool:
         """Give up the queues whose session lapsed, join the subscribed
         topics' queues not joined yet, and renew the registry entry when
-        its interval is up; return whether the owned queues changed."""
+        its interval is up; return whether the owned queues changed (with
+        ``rebalance`` False: whether any of that is due, left undone)."""
+        if not rebalance:
+            due = time.monotonic() - self._members.last_heartbeat >= self._heartbeat_interval
+            return self.stale() or (due and bool(self._subscribed))
         owned = self._owned
         changed = False
         if self._evicted:
