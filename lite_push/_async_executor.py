@@ -3,19 +3,23 @@
 What differs from the thread executor is only how a lane waits and how the
 listener is called:
 
-* The pull thread is the same thread as with threads, off the loop.  A
-  dispatch puts segments into the lanes it routed to, and the lanes that were
-  waiting are woken with **one** ``call_soon_threadsafe`` per dispatch
-  (:class:`~lite_push._lanes.LoopWaker`, flushed by the pull thread), not
-  one per lane or message.
-* One coroutine per lane takes everything queued in its lane and runs it
-  through its :class:`~lite_push._lane_worker.LaneWorker`, awaiting the
-  listener: the same routing, parking, hand-off and completion as a lane
-  thread.  The hot path (one call per message) is inlined in the lane
-  coroutine rather than awaited as a coroutine per segment: with a thousand
-  lanes most segments hold one or two messages, and a coroutine per segment
-  was a measurable share of the per-message cost.  A busy lane takes without
-  a coroutine or a future (:meth:`~lite_push._lanes.AsyncLane.take_nowait`).
+* The pull side is a task on the same loop (``PullLoop.run_on_loop``): a
+  dispatch puts segments into the lanes it routed to, and the lanes that
+  had no task get one, all at once per dispatch
+  (:class:`~lite_push._lanes.LoopWaker`, flushed by the pull side; from
+  its helper thread, during a rebalance or at shutdown, with one
+  ``call_soon_threadsafe``).
+* A lane's task runs while the lane has work: it takes everything queued
+  in its lane and runs it through its
+  :class:`~lite_push._lane_worker.LaneWorker`, awaiting the listener: the
+  same routing, parking, hand-off and completion as a lane thread; when
+  its lane is empty it ends (the next put starts another), so an idle lane
+  costs no coroutine, future or task.  The hot path (one call per message)
+  is inlined in the lane coroutine rather than awaited as a coroutine per
+  segment: with a thousand lanes most segments hold one or two messages,
+  and a coroutine per segment was a measurable share of the per-message
+  cost.  A busy lane takes without a coroutine or a future
+  (:meth:`~lite_push._lanes.AsyncLane.take_nowait`).
 * :class:`Admission`: when the loop cannot turn over every lane with work
   within ``loop_turn_target``, only as many lanes as it can are in listener
   calls at once (the ones with the most work first), and KEY_ORDERLY places
@@ -34,6 +38,7 @@ consumer's own on a thread of its own (:class:`LoopThread`, for
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -145,14 +150,16 @@ def _live(segments: list[tuple[Any, list[MessageExt]]]) -> bool:
 async def run_async_lane(
     lane: AsyncLane, worker: LaneWorker, listener: AsyncListener, admission: Admission | None = None
 ) -> None:
-    """A lane coroutine's body: ``_thread_executor.run_lane``, awaiting.
+    """A lane task's body: ``_thread_executor.run_lane``, awaiting, until
+    the lane is empty (:meth:`~lite_push._lanes.AsyncLane.take_nowait`
+    returns ``None``).
 
     The hot path (a segment with no key parked in the lane nor held, ``batch_size``
     1, its queue neither dropped nor the shutdown deadline passed) is inlined
     here, and so is the choice of it: with a thousand lanes most segments
     hold one or two messages, so every call per segment shows in the cost
-    per message.  With ``admission``, the lane holds a slot while it has
-    work.
+    per message.  A segment of one message is itself the call's list.  With
+    ``admission``, the lane holds a slot while it has work.
     """
     lm = worker.metrics
     mono = worker.monotonic
@@ -166,15 +173,8 @@ async def run_async_lane(
     try:
         while True:
             taken = take()
-            if not isinstance(taken, tuple):
-                if held >= 0:
-                    held = -1.0
-                    admission.leave()  # type: ignore[union-attr]
-                if taken is None:  # closed and empty
-                    return
-                worker.idle()
-                await taken  # resolved by the next put (or close)
-                continue
+            if taken is None:  # idle: the next put starts another task
+                return
             if admission is not None:
                 if held >= 0 and admission.must_yield(mono() - held):
                     held = -1.0
@@ -203,11 +203,12 @@ async def run_async_lane(
                 result: object = None
                 lane.seg = msgs
                 lane.done = None
+                single = len(msgs) == 1
                 for msg in msgs:
                     now = mono()
                     if now >= pq.owned_until:  # fenced: not certain the queue is ours
                         break
-                    call = [msg]
+                    call = msgs if single else [msg]
                     lane.call = (call, now)
                     try:
                         result = await listener(call)
@@ -233,7 +234,7 @@ async def run_async_lane(
     finally:
         if held >= 0:
             admission.leave()  # type: ignore[union-attr]
-        worker.stop()
+        worker.idle()
 
 
 #: The lane code the watchdog recognises on the loop thread's stack.
@@ -241,16 +242,20 @@ _LANE_FUNCTIONS = frozenset({run_async_lane.__name__, _adrive.__name__})
 
 
 class AsyncExecutor:
-    """Lanes drained by coroutines on one event loop."""
+    """Lanes drained by coroutines on one event loop, each while its lane
+    has work."""
 
     def __init__(self, group: str, listener: AsyncListener, block_threshold: float, turn_target: float = 0.0) -> None:
         self._group = group
         self._turn_target = turn_target
         self._listener = listener
         self._waker = LoopWaker()
-        self._tasks: list[asyncio.Task[None]] = []
-        self._done = threading.Event()
+        #: Each lane's worker, by lane index (set by ``start``).
+        self._workers: list[LaneWorker] = []
+        #: The lanes' tasks running now (loop thread).
+        self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._crashed = False
         self.watchdog = LoopWatchdog(group, block_threshold, __file__, _LANE_FUNCTIONS)
         #: Lanes' slots in listener calls (``None``: no admission; set by ``start``).
         self.admission: Admission | None = None
@@ -260,53 +265,102 @@ class AsyncExecutor:
         return [AsyncLane(i, wake, self._waker) for i in range(n)]
 
     def flush(self) -> None:
-        """After a dispatch (pull thread): wake the lanes it filled, with one
-        call into the loop."""
+        """After a dispatch (the pull side): start the tasks of the lanes it
+        gave work to that had none."""
         self._waker.flush()
 
     def start(self, lanes: list[tuple[Lane, LaneWorker]]) -> None:
-        """Start the lane coroutines and the watchdog on the running loop
-        (call on the loop's thread)."""
+        """Get ready to run lanes on the running loop (call on the loop's
+        thread), and start the watchdog; a lane's task starts with its
+        first work."""
         loop = asyncio.get_running_loop()
         self._loop = loop
-        self._waker.loop = loop
-        self._waker.thread = threading.get_ident()
+        self._workers = [worker for _, worker in lanes]
+        waker = self._waker
+        waker.loop = loop
+        waker.thread = threading.get_ident()
+        waker.start = self._start_lanes
         admission = self.admission = Admission(len(lanes), loop, self._turn_target) if self._turn_target else None
         if admission is not None:
             admission.start()
-        self._tasks = [
-            loop.create_task(
-                run_async_lane(lane, worker, self._listener, admission),  # type: ignore[arg-type]
-                name=f"lite-push-lane-{self._group}-{lane.index}",
-            )
-            for lane, worker in lanes
-        ]
-        done = asyncio.gather(*self._tasks, return_exceptions=True)
-        done.add_done_callback(lambda _f: self._done.set())
         self.watchdog.start(loop)
 
+    def _start_lanes(self, lanes: list[AsyncLane]) -> None:
+        """(loop thread) A task for each of ``lanes``, which got work while
+        they had none."""
+        loop = self._loop
+        assert loop is not None
+        workers = self._workers
+        listener = self._listener
+        admission = self.admission
+        tasks = self._tasks
+        group = self._group
+        for lane in lanes:
+            task = loop.create_task(
+                run_async_lane(lane, workers[lane.index], listener, admission),
+                name=f"lite-push-lane-{group}-{lane.index}",
+            )
+            tasks.add(task)
+            task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self._crashed = True  # run_async_lane catches its own bugs: only a fatal error gets here
+
     def lanes_alive(self) -> bool:
-        """Whether every lane's task still runs (before start: none to run)."""
-        return not any(t.done() for t in self._tasks)
+        """Whether no lane's task ended by an error it could not handle."""
+        return not self._crashed
 
     def join(self, deadline: float, final: bool = False) -> bool:
-        """(pull thread) Wait until ``deadline`` (``time.monotonic``) for
-        the lane coroutines to exit.  ``final``: past the grace, cancel the
+        """(the pull side's helper thread, lanes closed) Wait until
+        ``deadline`` (``time.monotonic``) for every lane task to end, and
+        return whether they did.  ``final``: past the grace, cancel the
         listener calls still running; their messages stay unfinished
-        (uncommitted) and are delivered again."""
-        done = self._done.wait(max(0.0, deadline - time.monotonic()))
+        (uncommitted) and are delivered again.  Then each worker lets go of
+        what it still holds (parked keys: unfinished)."""
         loop = self._loop
-        if not done and final and loop is not None and not loop.is_closed():
-            try:
-                loop.call_soon_threadsafe(self._cancel)
-            except RuntimeError:
-                pass
-            self._done.wait(ABORT_GRACE)
+        if loop is None or loop.is_closed():
+            return True
+        done = self._wait(loop, self._drained(), deadline - time.monotonic())
+        if not done and final:
+            self._wait(loop, self._cancel(), ABORT_GRACE)
+        if done or final:
+            self._wait(loop, self._stop_workers(), ABORT_GRACE)
         return done
 
-    def _cancel(self) -> None:
-        for t in self._tasks:
+    @staticmethod
+    def _wait(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None], timeout: float) -> bool:
+        """Run ``coro`` on ``loop`` (from another thread); whether it ended
+        within ``timeout`` seconds."""
+        try:
+            fut = asyncio.run_coroutine_threadsafe(coro, loop)
+        except RuntimeError:  # the loop closed: nothing runs on it any more
+            coro.close()
+            return True
+        try:
+            fut.result(max(0.0, timeout))
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            return False
+        except concurrent.futures.CancelledError:
+            return True
+        return True
+
+    async def _drained(self) -> None:
+        """Until no lane task runs (the starts scheduled before this ran
+        first: ``call_soon_threadsafe`` keeps its order)."""
+        while self._tasks:
+            await asyncio.wait(set(self._tasks))
+
+    async def _cancel(self) -> None:
+        for t in list(self._tasks):
             t.cancel()
+        await self._drained()
+
+    async def _stop_workers(self) -> None:
+        for worker in self._workers:
+            worker.stop()
 
     def lane_limit(self) -> int | None:
         """(any thread) How many lanes admission lets into listener calls

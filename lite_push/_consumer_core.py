@@ -22,7 +22,6 @@ metrics collector only read.
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import logging
 import threading
@@ -40,7 +39,7 @@ from ._exporter import exporter_for, release_exporter
 from ._lanemetrics import LANE_METRICS_IMPL, LaneMetrics
 from ._listeners import is_async_callable, resolve_executor
 from ._offsets import OFFSETS_IMPL
-from ._pull_loop import PullHelper
+from ._pull_runner import PullRunner
 from ._router import ROUTER_IMPL
 from ._shared import ABORT_GRACE, FailureLatch
 from ._snapshots import ConsumerMetrics, ConsumerStats, metrics_of, stats_of
@@ -178,10 +177,9 @@ class ConsumerCore:
         #: The source's listener: checked at start (one set since would
         #: silently replace it).
         self._assignment = parts.assignment
-        #: The pull side once started: the pull thread, or (asyncio
-        #: executor) the pull task on the loop with its helper thread.
-        self._puller: threading.Thread | asyncio.Task[None] | None = None
-        self._pull_helper: PullHelper | None = None
+        #: The pull side: the pull thread, or (asyncio executor) a task on
+        #: the loop with its helper thread.
+        self._puller = PullRunner(self._pull, config.group)
         self._started = False
         self._subscriptions: list[tuple[str, str]] = []
         self._exporter: tuple[str, int] | None = None
@@ -212,7 +210,7 @@ class ConsumerCore:
 
     def stats(self) -> ConsumerStats:
         """A snapshot of counters and per-queue state (any thread)."""
-        st = stats_of(self._readings, self._baseline_counts(), self._pulling())
+        st = stats_of(self._readings, self._baseline_counts(), self._puller.alive())
         health, readiness = self.health()
         return replace(st, health=health, readiness=readiness)
 
@@ -282,7 +280,7 @@ class ConsumerCore:
             live = f"failed: {type(failure).__name__}: {failure}"
         elif self._stopping.is_set():
             live = "stopped" if self._stopped.is_set() else "stopping"
-        elif self._started and puller is not None and not self._pulling():
+        elif self._started and puller.started and not puller.alive():
             live = "its pull thread is not running"
         elif self._started and not self._executor.lanes_alive():
             live = "a lane is not running"
@@ -290,7 +288,7 @@ class ConsumerCore:
             live = "ok"
         if live != "ok":
             return live, live
-        if not self._started or puller is None:
+        if not self._started or not puller.started:
             return live, "not started"
         if not self._subscriptions:
             return live, "not subscribed"
@@ -328,16 +326,7 @@ class ConsumerCore:
         """Start the pull side: a thread of its own, or with the asyncio
         executor a task on the running loop (call on the loop's thread)."""
         group = self.config.group
-        if isinstance(self._executor, AsyncExecutor):
-            loop = asyncio.get_running_loop()
-            helper = self._pull_helper = PullHelper(group, loop)
-            pulling = self._pull.run_on_loop(self._finish, helper)
-            self._puller = loop.create_task(pulling, name=f"lite-push-pull-{group}")
-        else:
-            self._puller = threading.Thread(
-                target=self._pull.run, args=(self._finish,), name=f"lite-push-pull-{group}", daemon=True
-            )
-            self._puller.start()
+        self._puller.start(self._finish, on_loop=isinstance(self._executor, AsyncExecutor))
         if self._watch is not None:
             self._watch.start()
         logger.info(
@@ -345,13 +334,6 @@ class ConsumerCore:
             group, self.config.mode.name, self.config.executor, self.config.lanes, ROUTER_IMPL, OFFSETS_IMPL,
             LANE_METRICS_IMPL,
         )  # fmt: skip
-
-    def _pulling(self) -> bool:
-        """Whether the pull side runs (not before it started)."""
-        puller = self._puller
-        if isinstance(puller, threading.Thread):
-            return puller.is_alive()
-        return puller is not None and not puller.done()
 
     def _stop(self, timeout: float) -> bool:
         """Stop polling, let the lanes finish what they hold (at most
@@ -428,8 +410,6 @@ class ConsumerCore:
                 # else the endpoint stays up, its probes saying why, until
                 # shutdown() (_stop) takes it down
                 self._stopped.set()
-                if self._pull_helper is not None:
-                    self._pull_helper.close()  # this may be its thread: it ends after this call
                 logger.info("lite_push consumer %r stopped", self.config.group)
 
     def _baseline_counts(self) -> tuple[int, int]:

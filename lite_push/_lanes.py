@@ -259,49 +259,52 @@ def put_all(lanes: list[Lane], segments: list[list[Segment] | None], counts: lis
 
 
 class AsyncLane(Lane):
-    """A lane drained by a coroutine on an event loop (the asyncio executor).
+    """A lane drained by a coroutine on an event loop (the asyncio executor),
+    which runs only while the lane has work: an idle lane has no task, no
+    coroutine, no future.
 
-    The pull thread's side is :class:`Lane`'s; only waking differs: a put to
-    a waiting lane records it in ``waker``, and the pull thread then calls
-    :meth:`LoopWaker.flush` once per dispatch, which makes a single
-    ``call_soon_threadsafe`` into the loop for all the lanes it woke.
-    ``_future`` (under ``_lock``) is what the waiting coroutine awaits.
+    The pull side's puts are :class:`Lane`'s; only waking differs: a put to
+    a lane without a task (``_waiting``, under ``_lock``) records it in
+    ``waker``, and :meth:`LoopWaker.flush`, once per dispatch, starts a task
+    for each (at once on the loop's thread, else with one
+    ``call_soon_threadsafe``).  The task takes until the lane is empty
+    (:meth:`take_nowait` returns ``None`` and marks it idle under the lock,
+    so a later put starts the next task) and ends.
     """
 
-    __slots__ = ("_future", "waker")
+    __slots__ = ("waker",)
 
     def __init__(self, index: int, wake: Callable[[], None], waker: LoopWaker) -> None:
         super().__init__(index, wake)
         self.waker = waker
-        self._future: asyncio.Future[None] | None = None
+        self._waiting = True  # no task yet: the first put starts one
 
     def _notify(self) -> None:
-        self.waker.add(self)  # resolved by the pull thread's next flush
+        self.waker.add(self)  # its task starts at the next flush
 
-    def take_nowait(self) -> tuple[list[Segment], list[LaneWork]] | asyncio.Future[None] | None:
-        """(loop thread) Take everything queued: ``(segments, due_keys)``.
-        With nothing queued, a future to await before calling again (the
-        next put, or close, resolves it); ``None`` once the lane is closed
-        and empty (the task should exit).  No coroutine per take: a busy
+    def take_nowait(self) -> tuple[list[Segment], list[LaneWork]] | None:
+        """(loop thread) Take everything queued: ``(segments, due_keys)``;
+        ``None`` when nothing is: the lane is idle now, and its task should
+        end (the next put starts another).  No coroutine per take: a busy
         lane (the common case) only takes the lock."""
         with self._lock:
-            if self._segments or self._due:
-                segments, due, wake = self._grab()
-            elif self._closed:
-                return None
-            else:
-                loop = self.waker.loop
-                assert loop is not None, "take before the consumer started"
-                fut = self._future = loop.create_future()
+            if not self._segments and not self._due:
                 self._waiting = True
-                return fut
+                return None
+            segments, due, wake = self._grab()
         if wake:
             self._wake()
         return segments, due
 
+    def close(self) -> None:
+        """No more puts; a running task ends once it took what is queued
+        (an idle lane has none to wake)."""
+        with self._lock:
+            self._closed = True
+
     def take_queued(self) -> tuple[list[Segment], list[LaneWork]] | None:
-        """(loop thread) :meth:`take_nowait` without waiting: ``None`` when
-        nothing is queued."""
+        """(loop thread) What came since the last take, added to it (the put
+        stamps too): ``None`` when nothing did; the lane stays busy."""
         with self._lock:
             if not self._segments and not self._due:
                 return None
@@ -310,26 +313,23 @@ class AsyncLane(Lane):
             self._wake()
         return segments, due
 
-    def _resolve(self) -> None:
-        # loop thread: a put saw this lane waiting
-        fut = self._future
-        if fut is not None and not fut.done():
-            fut.set_result(None)
-
 
 class LoopWaker:
-    """Collects the async lanes a dispatch woke and resolves them per
-    :meth:`flush`: at once when the dispatch ran on the loop's own thread
-    (the pull task), else with one ``call_soon_threadsafe`` (a hand-off
-    into the loop from its helper thread: one call per dispatch, not per
-    lane or message)."""
+    """Collects the async lanes a dispatch gave work to while they had no
+    task, and starts their tasks per :meth:`flush` (``start``, set by the
+    executor): at once when the dispatch ran on the loop's own thread (the
+    pull task), else with one ``call_soon_threadsafe`` (a hand-off into the
+    loop from its helper thread: one call per dispatch, not per lane or
+    message)."""
 
-    __slots__ = ("_lock", "_pending", "loop", "thread")
+    __slots__ = ("_lock", "_pending", "loop", "start", "thread")
 
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
         #: The loop's thread (``threading.get_ident``), set with ``loop``.
         self.thread = 0
+        #: Starts the tasks of the lanes given (on the loop's thread).
+        self.start: Callable[[list[AsyncLane]], None] = _no_start
         self._lock = threading.Lock()
         self._pending: list[AsyncLane] = []
 
@@ -347,14 +347,13 @@ class LoopWaker:
         if loop is None or loop.is_closed():
             return
         if threading.get_ident() == self.thread:
-            _resolve_all(lanes)
+            self.start(lanes)
             return
         try:
-            loop.call_soon_threadsafe(_resolve_all, lanes)
-        except RuntimeError:  # the loop closed meanwhile: nobody waits any more
+            loop.call_soon_threadsafe(self.start, lanes)
+        except RuntimeError:  # the loop closed meanwhile: nobody runs them any more
             pass
 
 
-def _resolve_all(lanes: list[AsyncLane]) -> None:
-    for lane in lanes:
-        lane._resolve()
+def _no_start(lanes: list[AsyncLane]) -> None:
+    """A waker's ``start`` before its executor set one: nothing runs."""

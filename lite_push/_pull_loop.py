@@ -62,7 +62,6 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Generator
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Protocol, TypeVar
 
@@ -84,8 +83,7 @@ from ._types import MessageQueue, PollBatch
 from .sources._base import Balance, PullSource
 
 __all__ = [
-    "DISPATCH_BUDGET", "LOCK_RETRY_INTERVAL", "POLL_ERROR_BACKOFF", "Blocking", "PullHelper", "PullLoop", "RunBlocking",
-    "Turn",
+    "DISPATCH_BUDGET", "LOCK_RETRY_INTERVAL", "POLL_ERROR_BACKOFF", "Blocking", "PullLoop", "RunBlocking", "Turn",
 ]  # fmt: skip
 
 logger = logging.getLogger(__name__)
@@ -115,23 +113,6 @@ class RunBlocking(Protocol):
 
     def __call__(self, call: Callable[[], T], /) -> Awaitable[T]: ...
 
-
-
-class PullHelper:
-    """The helper thread of the pull task (``lite-push-pull-<group>``):
-    runs the calls that may block, one at a time, for the task on ``loop``,
-    which awaits each (:class:`RunBlocking`)."""
-
-    def __init__(self, group: str, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"lite-push-pull-{group}")
-
-    def __call__(self, call: Callable[[], T], /) -> Awaitable[T]:
-        return self._loop.run_in_executor(self._pool, call)
-
-    def close(self) -> None:
-        """No more calls (the one running, if any, finishes)."""
-        self._pool.shutdown(wait=False)
 
 
 class PullLoop:

@@ -117,38 +117,90 @@ def test_async_lanes_keep_key_order_with_random_delays(kind: str, lanes: int) ->
             assert offs == sorted(offs) and len(set(offs)) == len(offs), key
 
 
-def test_the_hand_off_is_one_call_into_the_loop_per_dispatch(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_source_is_read_and_routed_on_the_loops_own_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pull side is a task on the loop: the source is read and every
+    dispatch routed there (a message crosses no thread); the helper thread
+    only waits for the source when nothing is ready, and nothing is handed
+    into the loop from another thread per dispatch."""
     broker = EmbeddedBroker()
     broker.create_topic("T", queue_count=4)
     total = 4000
     broker.send_batch("T", [(b"x", f"k{i}") for i in range(total)])
-    calls = []
+    threads: dict[str, list[int]] = defaultdict(list)
+    source_class = type(broker.pull_consumer("probe"))
+
+    def counted(name: str, real):  # type: ignore[no-untyped-def]
+        def call(*args, **kw):  # type: ignore[no-untyped-def]
+            threads[name].append(threading.get_ident())
+            return real(*args, **kw)
+
+        return call
+
+    from lite_push._dispatch import Dispatcher
+
+    monkeypatch.setattr(source_class, "poll_nowait", counted("poll_nowait", source_class.poll_nowait))
+    monkeypatch.setattr(source_class, "poll", counted("poll", source_class.poll))
+    monkeypatch.setattr(Dispatcher, "route_pending", counted("route", Dispatcher.route_pending))
+    handed: list[str] = []
 
     async def listener(msgs: list[MessageExt]) -> None:
         await asyncio.sleep(0)
 
-    async def main() -> None:
+    async def main() -> int:
         c = _consumer(broker, listener, lanes=1024)
         loop = asyncio.get_running_loop()
         real = loop.call_soon_threadsafe
 
         def counting(cb, *args, **kw):  # type: ignore[no-untyped-def]
-            if threading.current_thread().name.startswith("lite-push-pull"):
-                calls.append(len(args[0]) if args and isinstance(args[0], list) else 0)
+            handed.append(getattr(cb, "__qualname__", repr(cb)))
             return real(cb, *args, **kw)
 
         monkeypatch.setattr(loop, "call_soon_threadsafe", counting)
         async with c:
             while c.stats().consumed < total:
                 await asyncio.sleep(0.01)
+        return threading.get_ident()
 
-    asyncio.run(main())
-    woken = sum(calls)
-    # thousands of messages over 1024 lanes, but far fewer calls than wake-ups:
-    # each call resolved every lane its dispatch woke
-    assert calls and woken >= len(calls)
-    assert len(calls) <= total // 8, (len(calls), woken)
-    assert max(calls) > 1
+    loop_thread = asyncio.run(main())
+    assert threads["route"] and set(threads["route"]) == {loop_thread}
+    assert threads["poll_nowait"] and set(threads["poll_nowait"]) == {loop_thread}
+    assert loop_thread not in set(threads["poll"])  # a blocking poll runs on the helper thread
+    # No lane is started from another thread while consuming: the hand-offs
+    # into the loop are the helper's answers (its calls' results), not lanes.
+    assert not [h for h in handed if "start_lanes" in h], handed
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_an_idle_lane_has_no_task(kind: str) -> None:
+    """A lane's task runs while the lane has work: with 1,024 lanes and 20
+    keys no more than 20 lane tasks ever run at once, none once everything
+    is consumed, and new work starts them again."""
+    broker = EmbeddedBroker()
+    broker.create_topic("T", queue_count=4)
+    broker.send_batch("T", [(b"x", f"k{i % 20}") for i in range(2000)])
+    rec = AsyncRecorder(delay=0.002)
+    most = 0
+
+    def lane_tasks() -> int:
+        return sum(t.get_name().startswith("lite-push-lane-") for t in asyncio.all_tasks())
+
+    async def main() -> None:
+        nonlocal most
+        async with _consumer(broker, rec, lanes=1024) as c:
+            while c.stats().consumed < 2000:
+                most = max(most, lane_tasks())
+                await asyncio.sleep(0.001)
+            deadline = time.monotonic() + 10
+            while lane_tasks() and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert lane_tasks() == 0
+            broker.send_batch("T", [(b"y", f"k{i % 3}") for i in range(30)])
+            while c.stats().consumed < 2030:
+                await asyncio.sleep(0.01)
+
+    _run(kind, asyncio.wait_for(main(), 60))
+    assert 1 <= most <= 20, most
+    assert rec.overlaps == [] and rec.count == 2030
 
 
 @pytest.mark.parametrize("kind", LOOPS)

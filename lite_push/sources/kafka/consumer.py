@@ -78,16 +78,15 @@ from .._owned import OwnedQueues, QueueControl
 from .codec import RecordFormat, kafka_topic
 from .commits import COMMIT_PATIENCE, commit_within, fit_metadata
 from .copies import Copies
+from .fetcher import FILE_LIMIT, Fetcher
 from .offset_reader import OffsetReader
 from .ownership import Ownership
 from .partitions import Partitions
-from .reading import PartitionState, file_records, tags_for, take_batches
+from .reading import PartitionState, tags_for
 from .settings import fetcher_settings, member_settings
 from .topics import TopicCatalog
 
-__all__ = [
-    "FILE_LIMIT", "GROUP_SERVICE_INTERVAL", "MESSAGE_BALANCE_REFUSED", "WAIT_SLICE", "BrokerParts", "KafkaPullConsumer",
-]  # fmt: skip
+__all__ = ["GROUP_SERVICE_INTERVAL", "MESSAGE_BALANCE_REFUSED", "WAIT_SLICE", "BrokerParts", "KafkaPullConsumer"]
 
 logger = logging.getLogger(__name__)
 
@@ -95,8 +94,6 @@ logger = logging.getLogger(__name__)
 WAIT_SLICE = 0.02
 #: Pause after consume came back early with nothing (seconds).
 EMPTY_BACKOFF = 0.002
-#: Records filed for unpaused partitions beyond which a poll fetches no more.
-FILE_LIMIT = 4096
 #: Longest time (seconds) :meth:`KafkaPullConsumer.poll_nowait` goes without
 #: the group client being served (its rebalance callbacks and statistics):
 #: then it answers ``None``, and the runtime calls :meth:`poll`.
@@ -183,7 +180,6 @@ class KafkaPullConsumer(QueueControl[PartitionState], PullSource):
         self._wakeup_flag = False
         self._event = threading.Event()  # ends a wait of a poll with nothing to fetch
         self._ownership = Ownership(session_timeout)
-        self._rr = 0
         #: When the group client must be served next (``time.monotonic``).
         self._serve_by = 0.0
         base = broker.client_settings()
@@ -191,12 +187,14 @@ class KafkaPullConsumer(QueueControl[PartitionState], PullSource):
         try:
             #: The group client: membership, callbacks, commits.
             self._kc = Consumer(settings)
-            #: The fetcher: reads the owned partitions.
-            self._fetcher = Consumer(fetcher_settings(base, group, self._cid))
+            fetching = Consumer(fetcher_settings(base, group, self._cid))
         except KafkaException as e:
             raise ConfigError("consumer_config", str(e.args[0].str() if e.args else e)) from None
+        by_name: dict[tuple[str, int], PartitionState] = {}
+        #: The fetcher: reads the owned partitions.
+        self._fetcher = Fetcher(fetching, self._owned, by_name, fmt, self._store_malformed)
         self._partitions = Partitions(
-            self._owned, self._fetcher, self._filters, fmt.broker_name, self._ownership, consume_from,
+            self._owned, by_name, self._fetcher, self._filters, fmt.broker_name, self._ownership, consume_from,
             consume_timestamp,
         )  # fmt: skip
 
@@ -314,21 +312,20 @@ class KafkaPullConsumer(QueueControl[PartitionState], PullSource):
                 self._serve_group(left)  # nothing owned yet: wait for the group's assignment
             else:
                 self._serve_group()
-                ready = self._ready()
+                fetcher = self._fetcher
+                ready = fetcher.ready()
                 if not active:  # every owned partition paused: a resume's wakeup ends the wait
                     self._event.wait(left)
                 elif ready < FILE_LIMIT:
                     wait = 0.0 if ready else left
                     began = time.monotonic()
-                    records = self._fetcher.consume(min(FILE_LIMIT, max_per_queue * len(active)), wait)
+                    got = fetcher.read(max_per_queue, wait)
                     self._check_open()
-                    if records:
-                        self._file(records)
-                    elif wait and time.monotonic() - began < wait:
+                    if not got and wait and time.monotonic() - began < wait:
                         # an empty fetch answer woke consume early (a broker that
                         # does not hold fetches, like the mock cluster): back off
                         self._event.wait(EMPTY_BACKOFF)
-            out = self._batches(max_per_queue)
+            out = self._fetcher.batches(max_per_queue)
             if out or time.monotonic() >= deadline:
                 return out
 
@@ -343,12 +340,13 @@ class KafkaPullConsumer(QueueControl[PartitionState], PullSource):
         if self._subscription_changed or time.monotonic() >= self._serve_by:
             return None
         self._wakeup_flag = False  # this read sees whatever the wake-up was for
-        active = self._owned.active
-        if active and self._ready() < FILE_LIMIT:
-            records = self._fetcher.consume(min(FILE_LIMIT, max_per_queue * len(active)), 0)
-            if records:
-                self._file(records)
-        return self._batches(max_per_queue)
+        fetcher = self._fetcher
+        if fetcher.ready() < FILE_LIMIT:
+            fetcher.read(max_per_queue, 0.0)
+        out = fetcher.batches(max_per_queue, store=False)
+        if fetcher.malformed():
+            self._serve_by = 0.0  # poll() stores its dead letter
+        return out
 
     def _serve_group(self, wait: float = 0.0) -> None:
         """Serve the group client, waiting up to ``wait`` seconds for an
@@ -367,55 +365,22 @@ class KafkaPullConsumer(QueueControl[PartitionState], PullSource):
         self._check_open()
         self._serve_by = time.monotonic() + GROUP_SERVICE_INTERVAL
 
-    def _file(self, records: list[Any]) -> None:
-        file_records(self._partitions.by_name, records, self)
-
-    def _batches(self, max_per_queue: int) -> list[PollBatch]:
-        active = self._owned.active
-        n = len(active)
-        if not n:
-            return []
-        start = self._rr % n
-        self._rr = start + 1
-        return take_batches(active[start:] + active[:start], max_per_queue, self._fmt, self._store_malformed, self)
-
-    def _ready(self) -> int:
-        return sum(len(st.file) for st in self._owned.active)
-
     # -- queue control ----------------------------------------------------------
 
     def pause(self, queues: Collection[MessageQueue]) -> None:
-        tps = [TopicPartition(st.name, st.mq.queue_id) for q in queues
-               if (st := self._owned.states.get(q)) is not None and not st.paused]  # fmt: skip
+        states = [st for q in queues if (st := self._owned.states.get(q)) is not None and not st.paused]
         super().pause(queues)
-        if tps:
-            self._fetcher.pause(tps)
+        self._fetcher.pause(states)
 
     def resume(self, queues: Collection[MessageQueue]) -> None:
-        tps = [TopicPartition(st.name, st.mq.queue_id) for q in queues
-               if (st := self._owned.states.get(q)) is not None and st.paused]  # fmt: skip
+        states = [st for q in queues if (st := self._owned.states.get(q)) is not None and st.paused]
         super().resume(queues)
-        if tps:
-            self._fetcher.resume(tps)
-            # librdkafka restarts a resumed partition's fetcher only on its
-            # next idle wake-up (about a second later); a seek to where the
-            # file ends restarts it at once.
-            for tp in tps:
-                st = self._partitions.by_name[(tp.topic, tp.partition)]
-                try:
-                    self._fetcher.seek(TopicPartition(tp.topic, tp.partition, st.fetched))
-                except KafkaException as e:  # not fetching yet: it starts on its own
-                    logger.debug("%r: seek after resume of %s failed: %s", self, st.mq, e)
+        self._fetcher.resume(states)
 
     def seek(self, queue: MessageQueue, offset: int) -> None:
         """Next poll of ``queue`` starts at ``offset`` clamped to the stored range."""
         self._check_open()
-        st = self._owned.get(queue)
-        lo, hi = self._fetcher.get_watermark_offsets(TopicPartition(st.name, queue.queue_id), timeout=10.0)
-        pos = min(max(int(offset), lo), hi)
-        self._fetcher.seek(TopicPartition(st.name, queue.queue_id, pos))
-        st.file.clear()
-        st.pos = st.fetched = pos
+        self._fetcher.seek(self._owned.get(queue), offset)
 
     def position(self, queue: MessageQueue) -> int:
         self._check_open()
@@ -427,12 +392,12 @@ class KafkaPullConsumer(QueueControl[PartitionState], PullSource):
         out: dict[MessageQueue, int] = {}
         for q in queues:
             try:
-                tp = TopicPartition(kafka_topic(q.topic), q.queue_id)
-                _, hi = self._fetcher.get_watermark_offsets(tp, cached=True)
-            except (KafkaException, RuntimeError, ValueError):
+                name = kafka_topic(q.topic)
+            except ValueError:
                 continue
-            if hi is not None and hi >= 0:
-                out[q] = int(hi)
+            hi = self._fetcher.high_watermark(name, q.queue_id)
+            if hi is not None:
+                out[q] = hi
         return out
 
     # -- offsets --------------------------------------------------------------
@@ -499,10 +464,7 @@ class KafkaPullConsumer(QueueControl[PartitionState], PullSource):
             self._kc.close()
         except (KafkaException, RuntimeError) as e:
             logger.warning("%r: leaving the group failed (%s); its session will expire", self, e)
-        try:
-            self._fetcher.close()
-        except (KafkaException, RuntimeError) as e:
-            logger.debug("%r: closing the fetcher failed: %s", self, e)
+        self._fetcher.close()
         self._owned.closed = True
         self._owned.clear()
         self._partitions.by_name.clear()

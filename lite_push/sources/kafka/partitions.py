@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import logging
 
-from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
 from ..._types import MessageQueue
 from .._base import ConsumeFromWhere
 from .._owned import OwnedQueues
 from .codec import lite_topic
+from .fetcher import Fetcher
 from .ownership import Ownership
 from .reading import PartitionState, start_positions, tags_for
 
@@ -54,7 +55,8 @@ class Partitions:
     def __init__(
         self,
         owned: OwnedQueues[PartitionState],
-        fetcher: Consumer,
+        by_name: dict[tuple[str, int], PartitionState],
+        fetcher: Fetcher,
         filters: dict[str, frozenset[str] | None],
         broker_name: str,
         ownership: Ownership,
@@ -70,7 +72,7 @@ class Partitions:
         self._consume_from = consume_from
         self._consume_timestamp = consume_timestamp
         #: The owned partitions by (Kafka topic name, partition).
-        self.by_name: dict[tuple[str, int], PartitionState] = {}
+        self.by_name = by_name
         #: Inside the revoke callback: a commit there waits out a rebalance.
         self.revoking = False
         #: The member is closing: the callbacks leave everything as it is.
@@ -96,33 +98,16 @@ class Partitions:
         # their end, paused (its pause stays with a partition it gets back).
         kc.incremental_assign([TopicPartition(tp.topic, tp.partition, OFFSET_END) for tp in assign])
         kc.pause([TopicPartition(tp.topic, tp.partition) for tp in assign])
-        self._fetcher.incremental_assign(assign)
+        self._fetcher.assign(assign)
         self._ownership.assigned()
         owned.notify("on_assigned", sorted(added))
 
     def _drop(self, partitions: list[TopicPartition]) -> list[MessageQueue]:
-        gone = []
-        paused = []
-        taken = []
-        for tp in partitions:
-            st = self.by_name.pop((tp.topic, tp.partition), None)
-            if st is not None:
-                gone.append(st.mq)
-                taken.append(TopicPartition(tp.topic, tp.partition))
-                if st.paused:
-                    paused.append(TopicPartition(tp.topic, tp.partition))
-        fetcher = self._fetcher
-        try:
-            if paused:
-                # librdkafka keeps a partition's pause after it is given up:
-                # one assigned back later would never be fetched.
-                fetcher.resume(paused)
-            if taken:
-                fetcher.incremental_unassign(taken)
-        except KafkaException as e:  # a partition the fetcher no longer knows
-            logger.debug("giving up %s in the fetcher failed: %s", taken, e)
-        self._owned.drop(gone)
-        return sorted(gone)
+        gone = [st for tp in partitions if (st := self.by_name.pop((tp.topic, tp.partition), None)) is not None]
+        self._fetcher.give_up(gone)
+        mqs = [st.mq for st in gone]
+        self._owned.drop(mqs)
+        return sorted(mqs)
 
     def on_revoke(self, kc: Consumer, partitions: list[TopicPartition]) -> None:
         if self.closing:

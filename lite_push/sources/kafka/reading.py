@@ -63,9 +63,23 @@ def tags_for(filters: dict[str, frozenset[str] | None], name: str) -> frozenset[
     return None
 
 
-def file_records(by_name: dict[tuple[str, int], PartitionState], records: Iterable[Any], owner: object) -> None:
+def file_records(
+    by_name: dict[tuple[str, int], PartitionState], records: Iterable[Any], fmt: RecordFormat, owner: object
+) -> None:
     """File what ``consume`` returned under its partitions; log (never
-    raise) a record-level error unless it is fatal."""
+    raise) a record-level error unless it is fatal.  Each record is decoded
+    into its message as it is filed (one without headers by
+    ``decode_plain``, compiled when built; the rest by the full decoder):
+    the record object goes at once, and a message held in a file is
+    untracked by the cyclic GC.  A malformed record is filed as it is, for
+    :func:`take_batches` to dead-letter."""
+    decode = fmt.decode
+    decode_key = fmt.decode_key
+    broker_name = fmt.broker_name
+    headed: list[MessageExt] = []
+    name: str | None = None
+    part = -1
+    st: PartitionState | None = None
     for rec in records:
         err = rec.error()
         if err is not None:
@@ -75,14 +89,27 @@ def file_records(by_name: dict[tuple[str, int], PartitionState], records: Iterab
                 raise KafkaException(err)
             logger.warning("%r: %s", owner, err.str())
             continue
-        st = by_name.get((rec.topic(), rec.partition()))
+        topic = rec.topic()
+        partition = rec.partition()
+        if partition != part or topic != name:  # records come in runs of one partition
+            name, part = topic, partition
+            st = by_name.get((topic, partition))
         if st is None:  # revoked meanwhile
             continue
         off = rec.offset()
         if off < st.fetched:  # fetched again (after a pause or a seek)
             continue
-        st.file.append(rec)
+        m = decode_plain(rec, st.mq.topic, decode_key, broker_name)
+        if m is None:
+            try:
+                m = decode(rec, st.mq.topic)
+            except MalformedRecord:
+                m = None
+            else:
+                headed.append(m)
+        st.file.append(rec if m is None else m)
         st.fetched = off + 1
+    untrack_all(headed)  # decode_plain's are untracked already
 
 
 def _dead_letter(
@@ -103,19 +130,18 @@ def take_batches(
     order: Iterable[PartitionState],
     max_per_queue: int,
     fmt: RecordFormat,
-    store_malformed: Callable[[Any, str], BaseException | None],
+    store_malformed: Callable[[Any, str], BaseException | None] | None,
     owner: object,
 ) -> list[PollBatch]:
-    """At most ``max_per_queue`` messages of each partition's file, decoded
-    (in ``fmt``; a record without headers by ``decode_plain``, compiled
-    when built) and tag-filtered, as one batch per partition that moved.  A
+    """At most ``max_per_queue`` messages of each partition's file (each
+    decoded when filed, or a record the full decoder decodes now, in
+    ``fmt``), tag-filtered, as one batch per partition that moved.  A
     malformed record is dead-lettered (``store_malformed(record, reason)``:
-    the error, or None once stored) and passed over; if that fails, the
-    partition's batch stops before it (tried next poll)."""
+    the error, or None once stored) and passed over; if that fails, or
+    without ``store_malformed`` (a read that must not wait for the store),
+    the partition's batch stops before it (tried next poll)."""
     out: list[PollBatch] = []
     decode = fmt.decode
-    decode_key = fmt.decode_key
-    broker_name = fmt.broker_name
     for st in order:
         file = st.file
         if not file:
@@ -126,14 +152,15 @@ def take_batches(
         topic = st.mq.topic
         while file and len(messages) < max_per_queue:
             rec = file[0]
-            # Most records have no headers: the fast path; the full decoder
-            # for the rest (and to say why a record is malformed).
-            m = decode_plain(rec, topic, decode_key, broker_name)
-            if m is None:
+            # Most records were decoded when filed; the full decoder for the
+            # rest (and to say why a record is malformed).
+            if type(rec) is MessageExt:
+                m = rec
+            else:
                 try:
                     m = decode(rec, topic)
                 except MalformedRecord as e:
-                    if not _dead_letter(rec, e, store_malformed, owner):
+                    if store_malformed is None or not _dead_letter(rec, e, store_malformed, owner):
                         break  # tried again next poll
                     file.popleft()
                     pos = rec.offset() + 1
