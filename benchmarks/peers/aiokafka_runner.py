@@ -105,18 +105,105 @@ from runner_protocol import (
 
 #: Each setting's default; ``--set`` values are parsed to the default's type.
 DEFAULTS: dict[str, Any] = {
-    "mode": "keys",
+    "mode": "lean",
     "max_in_flight": 20000,
-    "max_records": 0,
+    "max_records": 2000,
     "commit_interval_ms": 1000,
     "loop": "uvloop",
 }
 
-
 #: The settings that take one of a few values.
-CHOICES = {"mode": ("chains", "keys", "gather"), "loop": ("uvloop", "asyncio")}
+CHOICES = {"mode": ("lean", "keys", "chains", "gather"), "loop": ("uvloop", "asyncio")}
 
 
+async def consume_lean(
+    consumer: AIOKafkaConsumer, calls: AsyncCalls, settings: dict[str, Any], deadline: float
+) -> None:
+    """``mode=lean``: the per-key loop an experienced asyncio user writes by
+    hand (see the module docstring), in one function.
+
+    A key with queued messages has a deque (``queues``) and one task
+    draining it; the task ends, and the key's entries go, when the deque is
+    empty.  A queued item is ``(value, offset, finished)``: ``finished`` is
+    its partition's set of handled offsets above the commit pointer.  The
+    committer moves each partition's pointer on while it is in the set and
+    commits the pointers that moved."""
+    handle = calls.handle
+    create_task = asyncio.create_task
+    queues: dict[bytes | None, collections.deque[tuple[bytes, int, set[int]]]] = {}
+    tasks: dict[bytes | None, asyncio.Task[None]] = {}  # the loop keeps only weak references to tasks
+    finished: dict[TopicPartition, set[int]] = {}
+    pointer: dict[TopicPartition, int] = {}  # per partition, the lowest offset not known to be handled
+    committed: dict[TopicPartition, int] = {}
+    limit = settings["max_in_flight"] or sys.maxsize
+    below = limit - 1
+    max_records = settings["max_records"] or None
+    in_flight = 0
+    room = asyncio.Event()
+    room.set()
+
+    async def drain(key: bytes | None, queue: collections.deque[tuple[bytes, int, set[int]]]) -> None:
+        nonlocal in_flight
+        while queue:
+            value, offset, done = queue[0]
+            await handle(value)
+            queue.popleft()
+            done.add(offset)
+            in_flight -= 1
+            if in_flight == below:  # just under the limit again (it falls one at a time)
+                room.set()
+        del queues[key], tasks[key]
+
+    async def commit() -> None:
+        moved = {}
+        for tp, done in finished.items():
+            at = pointer[tp]
+            while at in done:
+                done.remove(at)
+                at += 1
+            pointer[tp] = at
+            if committed.get(tp) != at:
+                moved[tp] = at
+        if moved:
+            await consumer.commit(moved)
+            committed.update(moved)
+
+    async def committer() -> None:
+        interval = settings["commit_interval_ms"] / 1e3
+        while True:
+            await asyncio.sleep(interval)
+            await commit()
+
+    commits = create_task(committer())
+    try:
+        while not calls.all_handled.is_set() and time.monotonic() < deadline:
+            if in_flight >= limit:
+                room.clear()
+                try:
+                    await asyncio.wait_for(room.wait(), 0.1)
+                except TimeoutError:
+                    continue
+            batch = await consumer.getmany(timeout_ms=100, max_records=max_records)
+            for tp, messages in batch.items():
+                done = finished.get(tp)
+                if done is None:
+                    done = finished[tp] = set()
+                    pointer[tp] = messages[0].offset
+                in_flight += len(messages)
+                for msg in messages:
+                    key = msg.key
+                    queue = queues.get(key)
+                    if queue is None:
+                        queue = queues[key] = collections.deque(((msg.value, msg.offset, done),))
+                        tasks[key] = create_task(drain(key, queue))
+                    else:
+                        queue.append((msg.value, msg.offset, done))
+    finally:
+        commits.cancel()
+        for task in list(tasks.values()):
+            task.cancel()  # only at the cap or a timeout: every message was handled otherwise
+        await asyncio.gather(commits, *tasks.values(), return_exceptions=True)
+        await commit()
 
 
 class Watermarks:
@@ -291,7 +378,7 @@ async def run(args: argparse.Namespace, settings: dict[str, Any], calls: AsyncCa
     error = None
     try:
         await consumer.start()
-        consume = consume_gather if settings["mode"] == "gather" else consume_keyed
+        consume = {"lean": consume_lean, "gather": consume_gather}.get(settings["mode"], consume_keyed)
         await consume(consumer, calls, settings, deadline)
     except Exception as exc:  # a peer's failure is a result to report
         error = f"{type(exc).__name__}: {exc}"
