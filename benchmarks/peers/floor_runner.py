@@ -25,8 +25,8 @@ CPU per message less the floor's is what the peer spends on reading,
 routing and committing.  Measured like every peer (``peers/measure.py``):
 msg/s from the first call's start to the last call's end, CPU from ``t0``
 (just before the first batch) to the last call; its lost, duplicates, order
-violations and overlaps come from its calls (no commit is read: lost counts
-the messages it never handled).
+violations and overlaps come from its calls (it commits nothing, so only a
+complete run can lose a message: one it never handled).
 
 Settings (``--set KEY=VALUE``): ``max_records`` (2000), ``max_in_flight``
 (20000; 0: no bound, every message queued at once), ``loop`` (``uvloop`` or
