@@ -15,16 +15,21 @@ delay, started only when such a peer is selected and filled like the first.
 Peers (``peers/catalog.py``): every ``peers/<name>_runner.py``, each run
 as a subprocess by the python of its own venv (``peers/venvs.py`` makes
 ``benchmarks/out/peers/<name>-venv`` from ``peers/<name>.requirements.txt``
-when missing; lite_push's runners use this project's python), plus the
-peers of ``peers/UNRUNNABLE.md``, whose rows give their reason; so does a
-peer whose venv cannot be made.  The protocol a runner follows is
-``peers/runner_protocol.py``'s docstring.
+when missing; lite_push's runners and the floor use this project's python),
+plus the peers of ``peers/UNRUNNABLE.md``, whose rows give their reason; so
+does a peer whose venv cannot be made.  A variant of ``catalog.ON_REQUEST``
+runs only when ``--peers`` names it.  The floor (``floor_runner.py``, issue
+40) reads no broker: it gets the messages' keys by file and runs each key's
+messages in ``seq`` order on a task per key, so every other row can be read
+against it.  The protocol a runner follows is ``peers/runner_protocol.py``'s
+docstring.
 
 Per shape (``peers/shapes.py``: ``kpipe-1ms``, ``kpipe-10ms``,
 ``kpipe-100ms``, ``io5``, ``io1``), the messages are stored once before any
 peer runs (a backlog; ``peers/loading.py``): a Kafka topic of the shape's
 partition count (a key's partition ``queue_of(key, partitions)``), lite_push's
 Redis topic of as many queues, and one Redis stream in faststream's format.
+``--messages`` takes one count for every shape or ``SHAPE=N`` pairs.
 Then ``--repeat`` rounds; in each, every peer consumes its topic from the
 start with a group of its own, one peer at a time, the order rotated each
 round.  A runner stops when it handled every message, or ``--cap`` seconds
@@ -55,10 +60,10 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 from bench_kafka import rounds_order
-from peers.catalog import Peer, discover, unrunnable
+from peers.catalog import ON_REQUEST, Peer, discover, unrunnable
 from peers.committed import kafka_acked, lite_push_redis_acked, stream_group_acked
 from peers.launch import launch
-from peers.loading import Placement, fill_faststream_redis, fill_lite_push_redis, produce_kafka
+from peers.loading import Placement, fill_faststream_redis, fill_lite_push_redis, place_nowhere, produce_kafka
 from peers.measure import measure
 from peers.report import chart, markdown, summarize
 from peers.shapes import SHAPES, Messages, messages_of
@@ -79,6 +84,20 @@ def _pairs(values: list[str], what: str) -> dict[str, list[str]]:
     return out
 
 
+def _messages(value: str) -> dict[str, int]:
+    """``--messages``: ``N`` (every shape, key ``"*"``) or ``SHAPE=N,...``."""
+    out = {}
+    try:
+        for part in value.split(","):
+            shape, sep, count = part.strip().rpartition("=")
+            out[shape if sep else "*"] = int(count)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r}: N or SHAPE=N[,SHAPE=N...]") from None
+    if any(n < 1 for n in out.values()):
+        raise argparse.ArgumentTypeError(f"{value!r}: counts are 1 or more")
+    return out
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated (default {','.join(SHAPES)})")
@@ -88,7 +107,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--timeout", type=float, default=120.0, help="seconds before a run is an error (default 120; killed 60 s later)"
     )
-    parser.add_argument("--messages", type=int, help="messages per shape instead of its default (smoke runs)")
+    parser.add_argument(
+        "--messages", type=_messages, default={},
+        help="messages per shape instead of its default: N for every shape, or SHAPE=N[,SHAPE=N...]",
+    )
     parser.add_argument("--set", action="append", default=[], metavar="PEER:KEY=VALUE", help="a peer's setting")
     parser.add_argument("--python", action="append", default=[], metavar="PEER=PATH", help="run PEER with PATH")
     parser.add_argument("--json", type=Path, help="every run (default benchmarks/out/peers/bench_peers-<time>.json)")
@@ -178,6 +200,8 @@ class Brokers:
             topic = f"peers-{w.name}-{stamp}"
             placed = fill_lite_push_redis(self.broker, topic, msgs.keys, w.queues, w.body_size)
             out["lite_push_redis"] = (topic, placed)
+        if "none" in slots:
+            out["none"] = (f"nowhere-{w.name}-{stamp}", place_nowhere(msgs.keys, w.queues))
         if "faststream_redis" in slots:
             from peers.redis_streams import fill_faststream_stream  # faststream's runner's module
 
@@ -185,6 +209,8 @@ class Brokers:
             placed = fill_faststream_redis(self.client, stream, msgs.keys, w.body_size, fill_faststream_stream)
             out["faststream_redis"] = (stream, placed)
         for slot, (topic, placed) in out.items():
+            if slot == "none":
+                continue
             print(f"{w.name}: {len(msgs.keys):,} messages to {slot} {topic} in {placed.seconds:.1f}s",
                   file=sys.stderr)
         return out
@@ -192,10 +218,15 @@ class Brokers:
     def broker_args(self, peer: Peer) -> list[str]:
         if peer.broker == "kafka":
             return ["--bootstrap", self.cluster_of(peer).bootstrap]
+        if peer.broker == "none":
+            return []  # launch adds --keys
         return ["--redis", self.redis_url]
 
     def acked(self, peer: Peer, topic: str, group: str, placed: Placement) -> bytearray | None:
-        """What the peer's group committed (None when it cannot be read)."""
+        """What the peer's group committed (None when it cannot be read;
+        nothing for a peer without a broker)."""
+        if peer.source == "none":
+            return bytearray(len(placed.part))
         try:
             if peer.source == "kafka":
                 return kafka_acked(self.cluster_of(peer).bootstrap, topic, group, placed)
@@ -228,7 +259,8 @@ def progress_line(rnd: int, row: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     found, not_run = discover(), unrunnable()
-    wanted = [p.strip() for p in args.peers.split(",") if p.strip()] if args.peers else [*found, *not_run]
+    everyone = [*(p for p in found if p not in ON_REQUEST), *not_run]
+    wanted = [p.strip() for p in args.peers.split(",") if p.strip()] if args.peers else everyone
     unknown = set(wanted) - set(found) - set(not_run)
     if unknown or not wanted:
         raise SystemExit(f"--peers: unknown {sorted(unknown)}; known: {', '.join([*found, *not_run])}")
@@ -249,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         delays = {p.rebalance_delay_ms for p in peers if p.broker == "kafka"}
         brokers = Brokers(stack, delays, any(p.broker == "redis" for p in peers))
         for shape in shapes:
-            msgs = messages_of(shape, args.messages)
+            msgs = messages_of(shape, args.messages.get(shape, args.messages.get("*")))
             print(f"{shape}: hot-key bound {msgs.hot_key_rate:,.0f} msg/s", file=sys.stderr)
             slots = {brokers.slot(p) for p in peers}
             try:
@@ -270,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
                         pythons[name], peer.runner, brokers.broker_args(peer), topic=topic, group=group,
                         costs_us=msgs.costs_us, work_dir=WORK / "runs", timeout=args.timeout, cap=args.cap,
                         settings=[*peer.settings, *settings.get(name, [])], project_python=peer.requirements is None,
+                        keys=msgs.keys if peer.broker == "none" else None,
                     )
                     acked = brokers.acked(peer, topic, group, placed)
                     try:

@@ -2,12 +2,15 @@
 ``<name>.requirements.txt`` (lite_push's runners need none), and the peers
 of ``UNRUNNABLE.md`` (no runner, a reason).
 
-A runner is a Kafka peer unless its name ends in ``_redis``.  It runs with
-the python of its venv (``<name>.requirements.txt``, :mod:`.venvs`), but
-lite_push's runners (``lite_push_*``) with the project's own python.  Which
-Redis format a Redis peer reads: ``lite_push_redis`` lite_push's topic
-(queues of Redis streams in lite_push's entry format), every other
-``*_redis`` peer one stream in faststream's format (the only one so far).
+A runner is a Kafka peer unless its name ends in ``_redis`` or it is one of
+:data:`NO_BROKER` (the floor of issue 40: no broker, source ``"none"``, its
+keys by file, see ``runner_protocol.py``).  It runs with the python of its
+venv (``<name>.requirements.txt``, :mod:`.venvs`), but lite_push's runners
+(``lite_push_*``) and those of :data:`NO_BROKER` with the project's own
+python.  Which Redis format a Redis peer reads: lite_push's runners
+(``lite_push_redis``, ``lite_push_cli_redis``) lite_push's topic (queues of
+Redis streams in lite_push's entry format), every other ``*_redis`` peer one
+stream in faststream's format (the only one so far).
 
 A Kafka peer may ask for a mock cluster whose group coordinator waits
 before it forms a new group's first generation (:data:`REBALANCE_DELAY_MS`,
@@ -26,7 +29,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["REBALANCE_DELAY_MS", "VARIANTS", "Peer", "discover", "unrunnable"]
+__all__ = ["NO_BROKER", "ON_REQUEST", "REBALANCE_DELAY_MS", "VARIANTS", "Peer", "discover", "unrunnable"]
 
 HERE = Path(__file__).resolve().parent
 
@@ -39,8 +42,9 @@ class Peer:
 
     name: str
     runner: Path
-    #: ``"kafka"``, ``"lite_push_redis"`` or ``"faststream_redis"``: which
-    #: filled topic it reads (and how its committed offsets are read).
+    #: ``"kafka"``, ``"lite_push_redis"``, ``"faststream_redis"`` or
+    #: ``"none"`` (:data:`NO_BROKER`): which filled topic it reads (and how
+    #: its committed offsets are read).
     source: str
     #: Its pinned requirements, or None for the project's own python.
     requirements: Path | None
@@ -55,8 +59,11 @@ class Peer:
 
     @property
     def broker(self) -> str:
-        """``"kafka"`` or ``"redis"``: the runner's broker argument."""
-        return "kafka" if self.source == "kafka" else "redis"
+        """``"kafka"``, ``"redis"`` or ``"none"``: the runner's broker
+        argument (``--bootstrap``, ``--redis`` or ``--keys``)."""
+        if self.source in ("kafka", "none"):
+            return self.source
+        return "redis"
 
 
 #: Second rows of one runner at other settings, measured beside its default:
@@ -68,7 +75,24 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "faust@ordered": ("faust", ("concurrency=1", "isolated_partitions=1")),
     "faststream_kafka@batch": ("faststream_kafka", ("mode=batch",)),
     "faststream_redis@batch": ("faststream_redis", ("mode=batch",)),
+    # issue 40: `lite-push consume` with --lanes 1024 beside its defaults
+    "lite_push_cli_kafka@1024": ("lite_push_cli_kafka", ("lanes=1024",)),
+    "lite_push_cli_redis@1024": ("lite_push_cli_redis", ("lanes=1024",)),
+    # the aiokafka runner's per-key loop before issue 40 made it lean (its docstring)
+    "aiokafka@keys": ("aiokafka", ("mode=keys", "max_records=0")),
 }
+
+#: Variants that run only when ``--peers`` names them (not in the default
+#: grid): comparisons of one runner's forms, not peers of their own.
+ON_REQUEST: frozenset[str] = frozenset({"aiokafka@keys"})
+
+#: Runners that read no broker: the floor (``floor_runner.py``, issue 40),
+#: a task per key awaiting each message's cost with nothing to read from.
+#: Their source is ``"none"``: no topic is filled and no commit read for
+#: them, and they get the keys by file (``--keys``) instead of a broker
+#: argument.  They run with the project's python (the floor needs uvloop,
+#: one of its extras).
+NO_BROKER: frozenset[str] = frozenset({"floor"})
 
 
 #: Kafka peers that need the mock cluster's initial rebalance delay, in ms:
@@ -85,11 +109,14 @@ def discover(peers_dir: Path = HERE) -> dict[str, Peer]:
     found = {}
     for runner in sorted(peers_dir.glob("*_runner.py")):
         name = runner.name.removesuffix("_runner.py")
-        if name.endswith("_redis"):
-            source = "lite_push_redis" if name == "lite_push_redis" else "faststream_redis"
+        if name in NO_BROKER:
+            source = "none"
+        elif name.endswith("_redis"):
+            source = "lite_push_redis" if name.startswith("lite_push_") else "faststream_redis"
         else:
             source = "kafka"
-        requirements = None if name.startswith("lite_push_") else peers_dir / f"{name}.requirements.txt"
+        own = name.startswith("lite_push_") or name in NO_BROKER  # the project's python
+        requirements = None if own else peers_dir / f"{name}.requirements.txt"
         if requirements is not None and not requirements.exists():
             continue  # a helper script, not a peer (a peer's runner comes with its pins)
         delay = REBALANCE_DELAY_MS.get(name, 0)

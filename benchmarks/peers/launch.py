@@ -76,13 +76,20 @@ def launch(
     cap: float | None,
     settings: Sequence[str] = (),
     project_python: bool = False,
+    keys: Sequence[str] | None = None,
 ) -> Output:
     """Run ``runner`` under ``python`` over ``topic`` with ``group`` and wait
-    for it; ``settings`` are ``KEY=VALUE`` strings passed as ``--set``."""
+    for it; ``settings`` are ``KEY=VALUE`` strings passed as ``--set``;
+    ``keys`` (a runner without a broker: ``broker_args`` empty) are written
+    to a file passed as ``--keys``."""
     work_dir.mkdir(parents=True, exist_ok=True)
     costs_file = work_dir / f"{group}.costs"
+    keys_file = work_dir / f"{group}.keys.json"
     out_file = work_dir / f"{group}.json"
     costs_file.write_bytes(array.array("q", costs_us).tobytes())
+    if keys is not None:
+        keys_file.write_text(json.dumps(list(keys)))
+        broker_args = [*broker_args, "--keys", str(keys_file)]
     out_file.unlink(missing_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(STRIPPED)}
     if project_python:
@@ -119,5 +126,6 @@ def launch(
         except ValueError as e:  # cut short: the row says so
             tail = f"OUT.json unreadable ({e}); {tail}"
     costs_file.unlink(missing_ok=True)
+    keys_file.unlink(missing_ok=True)
     out_file.unlink(missing_ok=True)
     return Output(data, proc.returncode, tail, wall)

@@ -18,6 +18,10 @@ offsets and the latency.
   format (``peers/redis_streams.fill_faststream_stream``, written with
   faststream's runner); ``part`` 0, ``offset`` the entry's index, and the
   entry ids in order (:attr:`Placement.stream_ids`) for the checker.
+* :func:`place_nowhere` -- nothing stored, for a runner without a broker
+  (the floor): ``part`` the key's partition as in the Kafka topic, ``offset``
+  its index there, and a send time of 0, so a message is there from the
+  run's start (``measure.p99_ms``).
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ from typing import Any
 
 from workloads import queue_of
 
-__all__ = ["Placement", "entry_id", "fill_faststream_redis", "fill_lite_push_redis", "produce_kafka"]
+__all__ = [
+    "Placement", "entry_id", "fill_faststream_redis", "fill_lite_push_redis", "place_nowhere", "produce_kafka",
+]
 
 #: Messages per Redis batch (send_batch / the faststream filler).
 REDIS_BATCH = 5_000
@@ -113,6 +119,19 @@ def fill_lite_push_redis(broker: Any, topic: str, keys: list[str], queues: int, 
             placed.offset[seq] = result.offset
             placed.sent_ns[seq] = sent
     placed.seconds = time.perf_counter() - t0
+    return placed
+
+
+def place_nowhere(keys: list[str], partitions: int) -> Placement:
+    """Where each ``seq`` would be in a Kafka topic of ``partitions``
+    partitions, sent at time 0 (see the module docstring)."""
+    placed = Placement.sized(partitions, len(keys))
+    next_offset = [0] * partitions
+    for seq, key in enumerate(keys):
+        part = queue_of(key, partitions)
+        placed.part[seq] = part
+        placed.offset[seq] = next_offset[part]
+        next_offset[part] += 1
     return placed
 
 

@@ -5,13 +5,21 @@ peer's venv; it may import this module (its own directory is ``sys.path[0]``
 when it runs as a script) and nothing else outside the standard library and
 its peer's packages.  It is started as
 
-    python <name>_runner.py (--bootstrap HOST:PORT | --redis redis://HOST:PORT)
+    python <name>_runner.py (--bootstrap HOST:PORT | --redis redis://HOST:PORT | --keys FILE)
         --topic T --group G --costs FILE --out OUT.json --timeout S [--cap S] [--set KEY=VALUE ...]
 
 and consumes the backlog of ``T`` (produced before it starts) with group
 ``G``.  A message's value starts with its ``seq`` (8 bytes big endian);
 ``--costs`` holds each message's cost in microseconds by ``seq``
-(``array('q').tobytes()``, native order).  The handler does the cost as the
+(``array('q').tobytes()``, native order).  A runner that reads no broker
+(``peers/catalog.py``'s ``NO_BROKER``: the floor, issue 40) is given instead
+what the broker would have carried besides the ``seq``: each message's key
+by ``seq``, ``--keys FILE`` (a JSON list of strings, :func:`load_keys`),
+which the orchestrator writes for it alone; it "consumes" the messages in
+``seq`` order, and ``T`` and ``G`` only name its run.  The keys come by file
+rather than from the shape's name because the runner then needs nothing of
+the benchmarks' load generator and runs any message list the orchestrator
+has, a test's too.  The handler does the cost as the
 peer's recommended parallel I/O (awaited or blocking sleep) and records
 ``(seq, start_ns, end_ns)`` with ``perf_counter_ns`` around it
 (:class:`Calls`).  The runner stops when every ``seq`` was handled, at
@@ -53,6 +61,7 @@ __all__ = [
     "Usage",
     "cpu_seconds",
     "load_costs",
+    "load_keys",
     "parse_args",
     "peak_rss_kb",
     "settings_of",
@@ -62,15 +71,17 @@ __all__ = [
 
 
 def parse_args(description: str, broker: str) -> argparse.Namespace:
-    """The protocol's arguments; ``broker`` is ``"kafka"`` (``--bootstrap``)
-    or ``"redis"`` (``--redis``)."""
+    """The protocol's arguments; ``broker`` is ``"kafka"`` (``--bootstrap``),
+    ``"redis"`` (``--redis``) or ``"none"`` (``--keys``: no broker)."""
     parser = argparse.ArgumentParser(description=description)
     if broker == "kafka":
         parser.add_argument("--bootstrap", required=True, help="HOST:PORT of the Kafka cluster")
     elif broker == "redis":
         parser.add_argument("--redis", required=True, help="redis://HOST:PORT")
+    elif broker == "none":
+        parser.add_argument("--keys", type=Path, required=True, help="JSON list: each message's key by seq")
     else:
-        raise ValueError(f"broker must be 'kafka' or 'redis', got {broker!r}")
+        raise ValueError(f"broker must be 'kafka', 'redis' or 'none', got {broker!r}")
     parser.add_argument("--topic", required=True)
     parser.add_argument("--group", required=True)
     parser.add_argument("--costs", type=Path, required=True, help="int64 cost in microseconds by seq")
@@ -114,6 +125,14 @@ def load_costs(path: Path) -> array.array[int]:
     costs = array.array("q")
     costs.frombytes(path.read_bytes())
     return costs
+
+
+def load_keys(path: Path) -> list[str]:
+    """Each message's key, by ``seq`` (``--keys``, a runner without a broker)."""
+    keys = json.loads(path.read_text())
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise SystemExit(f"--keys {path}: expected a JSON list of strings")
+    return keys
 
 
 class Calls:
@@ -249,9 +268,11 @@ class Usage:
         self.t0_ns = time.perf_counter_ns()
         return self.t0_ns
 
-    def stop(self) -> None:
+    def stop(self, cpu_now: float | None = None) -> None:
+        """Take the CPU mark (once): now, or at ``cpu_now``, a
+        :func:`cpu_seconds` reading taken earlier (``AsyncCalls.cpu_at_end``)."""
         if self.cpu_s is None:
-            self.cpu_s = cpu_seconds() - self._cpu0
+            self.cpu_s = (cpu_seconds() if cpu_now is None else cpu_now) - self._cpu0
 
     def over(self, seconds: float | None) -> bool:
         return seconds is not None and time.perf_counter_ns() - self.t0_ns > seconds * 1e9
