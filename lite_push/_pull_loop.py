@@ -174,10 +174,9 @@ class PullLoop:
         self._early_commit = True
         #: Whether anything was routed since the last early commit.
         self._worked = False
-        now = clock.monotonic()
-        self._next_commit = now + config.commit_interval
-        self._next_lock = now + config.lock_renew_interval
-        self._next_relock = now + LOCK_RETRY_INTERVAL
+        #: When the next periodic commit, lock renewal and retry of the
+        #: queues not locked yet are due (set when the loop starts).
+        self._next_commit = self._next_lock = self._next_relock = 0.0
 
     # -- the drivers -------------------------------------------------------------------
 
@@ -190,6 +189,7 @@ class PullLoop:
         more = partial(source.poll, 0.0, size)
         crashed = False
         try:
+            self._begin()
             while not self._stopping.is_set():
                 due = self._timer.next_due()
                 try:
@@ -238,6 +238,7 @@ class PullLoop:
         cancelled = False
         wait = False
         try:
+            self._begin()
             while not self._stopping.is_set():
                 due = self._timer.next_due()
                 try:
@@ -280,6 +281,13 @@ class PullLoop:
                 blocking(partial(finish, True))  # runs on its own: nobody waits for it now
             else:
                 await blocking(partial(finish, crashed))
+
+    def _begin(self) -> None:
+        """Time the first commit and lock renewals from the start."""
+        now = self._clock.monotonic()
+        self._next_commit = now + self._config.commit_interval
+        self._next_lock = now + self._config.lock_renew_interval
+        self._next_relock = now + LOCK_RETRY_INTERVAL
 
     def _timeout(self, due: float | None) -> float:
         """A waiting poll's timeout: ``poll_timeout``, never past the

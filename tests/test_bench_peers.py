@@ -283,7 +283,7 @@ def test_the_cpu_probe_says_each_thread_s_cpu_the_gc_and_librdkafka_s_consume_ca
     rate = re.search(r"([\d,]+) msg/s over ([\d,]+) messages, CPU [\d.]+ us/msg: (.*)", done.stdout)
     assert rate is not None, done.stdout
     assert 0 < int(rate.group(2).replace(",", "")) <= 20000
-    assert "loop " in rate.group(3) and "pull " in rate.group(3), done.stdout  # 20,000 messages: both over a clock tick
+    assert "loop " in rate.group(3), done.stdout  # the pull side is a task on the loop; its helper seldom runs
     assert re.search(r"GC \(collections, CPU us/msg\): gen0 ", done.stdout), done.stdout
     calls = re.search(r"consume: ([\d,]+) calls, (\d+) records each", done.stdout)
     assert calls is not None and int(calls.group(1).replace(",", "")) > 0, done.stdout

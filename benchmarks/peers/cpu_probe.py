@@ -12,14 +12,16 @@ uniformly from ``--keys`` with a fixed seed) on a librdkafka mock cluster
 broker.  Measured from the first call to the last, it prints:
 
 * msg/s, and the CPU per message of each thread (``/proc``: ``loop`` is the
-  main thread, ``pull`` lite_push's pull thread, ``rdk:*`` librdkafka's);
+  main thread, which reads the source too since issue 40, ``pull`` the pull
+  task's helper thread (waiting polls, commits, rebalances), ``rdk:*``
+  librdkafka's);
 * the cyclic GC's collections and CPU per generation, by the thread that
   ran them (``gc.callbacks``);
 * on Kafka, librdkafka's ``consume`` calls (counted by a subclass of
-  confluent-kafka's ``Consumer`` put in the source module's place): records
-  per call, and the pull thread's wall and CPU seconds inside them; the
-  difference is time without the GIL, waiting for records or for the loop
-  to hand the GIL back.
+  confluent-kafka's ``Consumer`` put in the source module's place, so the
+  member's group client and fetcher both): records per call, and the wall
+  and CPU seconds inside them; the difference is time without the GIL,
+  waiting for records or for another thread to hand the GIL back.
 
 Machine noise is 20-30 % run to run: compare alternated runs.
 """

@@ -2,7 +2,8 @@
 expressions, input checks (a member's arguments and balance, topic names,
 delay levels, lock leases,
 messages handed to send_back/send_to_dlq), where a new group starts on a
-queue (``consume_from``), and commit entries.
+queue (``consume_from``), commit entries, and pausing the cyclic GC
+while a big read turns into messages (:func:`gc_paused`).
 
 Elsewhere, once as well: ``send_batch`` items and their queues
 (:mod:`._sending`), a member's owned queues (:mod:`._owned`), and the
@@ -11,10 +12,12 @@ message model -- CLUSTERING or BROADCASTING -- as a strategy
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Protocol
 
 from .._errors import ConfigError, MessageTooLargeError
@@ -31,6 +34,7 @@ from ._base import (
 
 __all__ = [
     "DEFAULT_TIMESTAMP_LAG_MS",
+    "GC_PAUSE_MIN",
     "BrokerClock",
     "check_balance",
     "check_delay_levels",
@@ -39,6 +43,7 @@ __all__ = [
     "check_message",
     "commit_entries",
     "dead_letter_item",
+    "gc_paused",
     "initial_position",
     "now_ms",
     "parse_tag_expression",
@@ -48,6 +53,28 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+#: A read of at least this many entries or records runs with the cyclic GC
+#: paused (:func:`gc_paused`).
+GC_PAUSE_MIN = 256
+
+
+@contextlib.contextmanager
+def gc_paused(pause: bool) -> Iterator[None]:
+    """The cyclic GC off meanwhile when ``pause`` (and it was on).  A read
+    that turns hundreds of replies or records into messages only creates
+    live objects, and the transient ones (a client's record objects, parsed
+    replies) all at once: the collector would run a collection every few
+    hundred of them for nothing, and promote the batch in flight.  Once
+    they are gone the next allocation finds the count where it was."""
+    pause = pause and gc.isenabled()
+    if pause:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if pause:
+            gc.enable()
 
 
 #: ``check_member_arguments`` without an allocation strategy to check.

@@ -25,6 +25,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from ..._types import MessageExt, PollBatch
+from .._common import GC_PAUSE_MIN, gc_paused
 from .._owned import OwnedQueues
 from .codec import RecordFormat
 from .reading import PartitionState, file_records, take_batches
@@ -76,9 +77,11 @@ class Fetcher:
         active = self._owned.active
         if not active:
             return 0
-        records = self._client.consume(min(FILE_LIMIT, max_per_queue * len(active)), wait)
-        if records:
-            file_records(self._by_name, records, self._fmt, self._owner)
+        count = min(FILE_LIMIT, max_per_queue * len(active))
+        with gc_paused(not wait and count >= GC_PAUSE_MIN):  # a record object lives until it is filed
+            records = self._client.consume(count, wait)
+            if records:
+                file_records(self._by_name, records, self._fmt, self._owner)
         return len(records)
 
     def batches(self, max_per_queue: int, store: bool = True) -> list[PollBatch]:

@@ -24,13 +24,11 @@ is lost: positions move only after a successful read).
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import logging
 import os
 import threading
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from functools import partial
 from typing import Protocol
 
@@ -46,7 +44,15 @@ from .._base import (
     RebalanceListener,
     is_retry_or_dlq_topic,
 )
-from .._common import check_balance, check_lease, check_member_arguments, commit_entries, parse_tag_expression
+from .._common import (
+    GC_PAUSE_MIN,
+    check_balance,
+    check_lease,
+    check_member_arguments,
+    commit_entries,
+    gc_paused,
+    parse_tag_expression,
+)
 from .._member_model import Broadcasting, MemberModel, check_message_model, open_offset_store
 from .._owned import OwnedQueues, QueueControl
 from ..local_offsets import LocalOffsetStore
@@ -68,23 +74,6 @@ logger = logging.getLogger(__name__)
 #: notifications usually end it sooner.
 _WAIT_SLICE = 0.25
 _MIN_WAIT = 0.001
-#: A poll that may read at least this many entries runs with the cyclic GC
-#: paused while it parses and decodes them.
-_GC_PAUSE_MIN = 256
-
-
-@contextlib.contextmanager
-def _gc_paused(pause: bool) -> Iterator[None]:
-    """The cyclic GC off meanwhile when ``pause`` (and on before)."""
-    if pause:
-        gc.disable()
-    try:
-        yield
-    finally:
-        if pause:
-            gc.enable()
-
-
 class BrokerParts(Protocol):
     """What a consumer takes from its broker at construction (a
     :class:`RedisBroker` has it all); it keeps the parts, not the broker."""
@@ -346,21 +335,16 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
         # Parsing and decoding a big read only creates live objects: the
         # cyclic GC is paused meanwhile (else it runs a collection every
         # few hundred entries and costs a third of the read).
-        pause = n * max_per_queue >= _GC_PAUSE_MIN and gc.isenabled()
-        if pause:
-            gc.disable()
-        try:
+        pause = n * max_per_queue >= GC_PAUSE_MIN
+        with gc_paused(pause):
             res = pipe.execute()
-        finally:
-            if pause:
-                gc.enable()
         due = self._retries.next_due_in(res[watched])
         wait_hint = _WAIT_SLICE if due is None else max(_MIN_WAIT, due)
         out: list[PollBatch] = []
         if grain is not None:
             # What a dispatch delivered is this member's on the server: it is
             # kept for the runtime whatever the refresh changes or raises.
-            with _gc_paused(pause):
+            with gc_paused(pause):
                 grain.collect(order, res[watched + 1 :], self._store_malformed)
             changed = model.refresh(res[:watched])
             out = grain.take_ready()
@@ -371,7 +355,7 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
         if model.refresh(res[:watched]):  # the owned queues changed: what was read is dropped
             self._check_open()
             return None, 0.0
-        with _gc_paused(pause):
+        with gc_paused(pause):
             read_into(
                 out, order, res[watched + 1 :], max_per_queue, self._conn.namespace, self._owned.states,
                 self._store_malformed,
