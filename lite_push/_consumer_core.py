@@ -147,6 +147,7 @@ class ConsumerCore:
             if config.executor == "asyncio"
             else ThreadExecutor(config.group, listener)
         )
+        assert config.lanes is not None  # resolve_executor chose it with the executor
         lanes = self._lanes = self._executor.make_lanes(config.lanes, source.wakeup)
         self._registry = registry
         lane_metrics: list[LaneMetrics] | None = None

@@ -21,7 +21,7 @@ import functools
 import inspect
 from dataclasses import replace
 
-from ._config import THREAD_LANES, ConsumeMode, ConsumerConfig
+from ._config import THREAD_LANES, ConsumeMode, ConsumerConfig, default_lanes
 from ._errors import ConfigError
 
 __all__ = ["is_async_callable", "listener_name", "resolve_executor", "signature_problem"]
@@ -112,10 +112,11 @@ def resolve_executor(config: ConsumerConfig, listener: object, *, needs_async: b
             "listener",
             f"{name} is an `async def`; QUEUE_ORDERLY (the baseline) runs on threads only and needs a plain listener",
         )
-    if not is_async and config.lanes > THREAD_LANES:
+    if not is_async and config.lanes is not None and config.lanes > THREAD_LANES:
         raise ConfigError(
             "lanes",
             f"must be at most {THREAD_LANES} on threads (a plain listener; an `async def` one runs on asyncio, "
             f"up to 65536 lanes), got {config.lanes}",
         )
-    return replace(config, executor="asyncio" if is_async else "thread")
+    executor = "asyncio" if is_async else "thread"
+    return replace(config, executor=executor, lanes=default_lanes(executor) if config.lanes is None else config.lanes)

@@ -234,7 +234,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["KEY_ORDERLY", "CONCURRENTLY", "QUEUE_ORDERLY"],
         help="default KEY_ORDERLY",
     )
-    p.add_argument("--lanes", type=int, metavar="N", help="lanes (default 16)")
+    p.add_argument(
+        "--lanes",
+        type=int,
+        metavar="N",
+        help="lanes (default: 16 threads, or 4096 coroutines for an async def listener; an idle one costs no task)",
+    )
     p.add_argument(
         "--lane-placement",
         choices=["load", "hash", "java"],
