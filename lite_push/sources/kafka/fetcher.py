@@ -30,12 +30,14 @@ from .._owned import OwnedQueues
 from .codec import RecordFormat
 from .reading import PartitionState, file_records, take_batches
 
-__all__ = ["FILE_LIMIT", "Fetcher"]
+__all__ = ["FILE_LIMIT", "METADATA_TIMEOUT", "Fetcher"]
 
 logger = logging.getLogger(__name__)
 
 #: Records filed for unpaused partitions beyond which a read fetches no more.
 FILE_LIMIT = 4096
+#: Longest wait (seconds) for a topic's metadata before its first assignment.
+METADATA_TIMEOUT = 10.0
 
 
 class Fetcher:
@@ -45,7 +47,7 @@ class Fetcher:
     is dead-lettered with ``store_malformed(record, reason)``.  Used by the
     member's owning thread only (as the member is)."""
 
-    __slots__ = ("_by_name", "_client", "_fmt", "_owned", "_owner", "_rr", "_store_malformed")
+    __slots__ = ("_by_name", "_client", "_fmt", "_owned", "_owner", "_rr", "_store_malformed", "_topics")
 
     def __init__(
         self,
@@ -62,6 +64,8 @@ class Fetcher:
         self._store_malformed = store_malformed
         self._owner = owned.who
         self._rr = 0
+        #: The topics whose metadata the client has.
+        self._topics: set[str] = set()
 
     # -- reading -----------------------------------------------------------------------
 
@@ -106,7 +110,19 @@ class Fetcher:
     # -- the assignment ----------------------------------------------------------------
 
     def assign(self, partitions: list[TopicPartition]) -> None:
-        """Read these partitions from the offsets they hold."""
+        """Read these partitions from the offsets they hold.  A topic new
+        to the client has its metadata asked for first: librdkafka would
+        otherwise start fetching it only on a later metadata refresh (0.9 s
+        measured on the mock cluster for a client idle 0.1 s before its
+        first assignment)."""
+        known = self._topics
+        for name in sorted({tp.topic for tp in partitions} - known):
+            try:
+                self._client.list_topics(name, timeout=METADATA_TIMEOUT)
+            except KafkaException as e:  # it starts on the next refresh
+                logger.debug("%r: metadata of %r not read: %s", self._owner, name, e)
+            else:
+                known.add(name)
         self._client.incremental_assign(partitions)
 
     def give_up(self, states: list[PartitionState]) -> None:
