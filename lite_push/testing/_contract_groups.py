@@ -67,6 +67,42 @@ class GroupContract:
         assert len(seen) == len(set(seen)) == total
         assert log.violations == []
 
+    def test_poll_nowait_never_runs_the_rebalance_listener(self, harness: SourceHarness) -> None:
+        """A rebalance is ``poll``'s: its listener waits for listener calls
+        that may run on the very event loop that reads with ``poll_nowait``.
+        While one is due ``poll_nowait`` answers ``None``, and the next
+        ``poll`` runs it."""
+        harness.create_topic("T", 4)
+        calls: list[tuple[str, bool]] = []  # (callback, inside poll_nowait)
+        inside = False
+
+        class Listener(RebalanceListener):
+            def on_assigned(self, queues: object) -> None:
+                calls.append(("on_assigned", inside))
+
+            def on_revoked(self, queues: object) -> None:
+                calls.append(("on_revoked", inside))
+
+        a = harness.consumer("g", client_id="member-a")
+        a.set_rebalance_listener(Listener())
+        a.subscribe("T")
+        wait_assigned(a, 4)
+        b = harness.consumer("g", client_id="member-b")
+        b.subscribe("T")
+        deadline = time.monotonic() + 10
+        while len(a.assignment()) != 2 and time.monotonic() < deadline:
+            inside = True
+            try:
+                read = a.poll_nowait()
+            finally:
+                inside = False
+            if read is None:
+                a.poll(0.02)
+            b.poll(0.02)
+        assert len(a.assignment()) == 2
+        assert ("on_revoked", False) in calls
+        assert [c for c in calls if c[1]] == []
+
     def test_rebalance_hands_queues_over_on_join_and_leave(self, harness: SourceHarness) -> None:
         queues = harness.create_topic("T", 8)
         log = OwnershipLog()

@@ -88,6 +88,32 @@ class ReadingContract:
         for _q, offs in offsets(batches).items():
             assert offs == list(range(len(offs)))
 
+    def test_poll_nowait_reads_on_where_poll_left_off(self, harness: SourceHarness) -> None:
+        """``poll_nowait`` (the event loop's read) returns what ``poll``
+        would, without waiting: batches of at most ``max_per_queue``, in
+        offset order, contiguous with those of ``poll``; ``None`` only when
+        a ``poll`` must run first (then it reads on where both left off)."""
+        queues = harness.create_topic("T", 2)
+        for i in range(60):
+            harness.send("T", b"m%d" % i, queue_id=i % 2)
+        c = harness.consumer("g")
+        c.subscribe("T")
+        got = wait_assigned(c, 2)
+        deadline = time.monotonic() + 10
+        while count_of(got) < 60 and time.monotonic() < deadline:
+            batches = c.poll_nowait(5)
+            if batches is None:
+                got += c.poll(0.05, 5)
+                continue
+            assert all(len(b.messages) <= 5 for b in batches)
+            assert len({b.queue for b in batches}) == len(batches), "two batches of one queue in one poll"
+            got += batches
+            if not batches:
+                time.sleep(0.01)  # records may still be on their way (a source behind a network)
+        assert count_of(got) == 60
+        assert_contiguous(got, {q: 0 for q in queues})
+        assert offsets(got) == {q: list(range(30)) for q in queues}
+
     def test_poll_timeout_is_respected(self, harness: SourceHarness) -> None:
         harness.create_topic("T", 2)
         c = harness.consumer("g")

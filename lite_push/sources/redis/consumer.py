@@ -310,7 +310,29 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
             self._event.wait(max(_MIN_WAIT, min(remaining, _WAIT_SLICE, wait_hint)))
             self._check_open()
 
-    def _poll_once(self, max_per_queue: int) -> tuple[list[PollBatch] | None, float]:
+    def poll_nowait(self, max_per_queue: int = 32) -> list[PollBatch] | None:
+        """See :meth:`PullSource.poll_nowait`: one pipelined read (one round
+        trip, what :meth:`poll` does before it would wait); ``None`` when the
+        membership has work to do (a rebalance, a heartbeat, queues to join
+        or give up: the rebalance listener is :meth:`poll`'s) or the read
+        failed (:meth:`poll` meets the outage and reports it)."""
+        self._check_open()
+        if type(max_per_queue) is not int or max_per_queue < 1:
+            raise ValueError(f"max_per_queue must be an int >= 1, got {max_per_queue!r}")
+        if self._model.stale():
+            return None
+        self._wakeup_flag = False  # this read sees whatever the wake-up was for
+        try:
+            batches, _ = self._poll_once(max_per_queue, rebalance=False)
+        except CONN_ERRORS:
+            if self._grain is not None:  # a dispatch may have delivered what its lost reply held
+                self._grain.replies_lost()
+            return None
+        return batches
+
+    def _poll_once(self, max_per_queue: int, rebalance: bool = True) -> tuple[list[PollBatch] | None, float]:
+        """One pipelined read.  ``(None, 0)`` when the owned queues changed
+        (or, ``rebalance`` False, are due to: nothing else is done then)."""
         model = self._model
         pipe = self._conn.pipeline(reader=True)
         watched = model.watch(pipe)
@@ -346,13 +368,13 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
             # kept for the runtime whatever the refresh changes or raises.
             with gc_paused(pause):
                 grain.collect(order, res[watched + 1 :], self._store_malformed)
-            changed = model.refresh(res[:watched])
+            changed = model.refresh(res[:watched], rebalance)
             out = grain.take_ready()
             if changed:
                 self._check_open()
                 return out or None, 0.0
             return out, wait_hint
-        if model.refresh(res[:watched]):  # the owned queues changed: what was read is dropped
+        if model.refresh(res[:watched], rebalance):  # the owned queues changed: what was read is dropped
             self._check_open()
             return None, 0.0
         with gc_paused(pause):
