@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 
 from lite_push._types import MessageQueue
 from lite_push.sources._owned import OwnedQueues
@@ -16,36 +16,37 @@ from lite_push.sources.kafka.reading import PartitionState
 
 
 class Client:
-    """Records every call a fetcher makes of its client."""
+    """Records every call a fetcher makes of its client (a fetch client's
+    methods: ``lite_push.sources.kafka.fetch_client``)."""
 
     def __init__(self, fail_metadata: bool = False) -> None:
         self.calls: list[tuple[str, Any]] = []
         self.fail_metadata = fail_metadata
 
-    def list_topics(self, topic: str, timeout: float) -> None:
-        self.calls.append(("list_topics", topic))
+    def load_metadata(self, topic: str, timeout: float) -> None:
+        self.calls.append(("load_metadata", topic))
         if self.fail_metadata:
             raise KafkaException("no metadata")
 
-    def incremental_assign(self, tps: list[TopicPartition]) -> None:
-        self.calls.append(("assign", [(tp.topic, tp.partition, tp.offset) for tp in tps]))
+    def assign(self, partitions: list[tuple[str, int, int]]) -> None:
+        self.calls.append(("assign", partitions))
 
-    def incremental_unassign(self, tps: list[TopicPartition]) -> None:
-        self.calls.append(("unassign", [(tp.topic, tp.partition) for tp in tps]))
+    def unassign(self, partitions: list[tuple[str, int]]) -> None:
+        self.calls.append(("unassign", partitions))
 
-    def pause(self, tps: list[TopicPartition]) -> None:
-        self.calls.append(("pause", [(tp.topic, tp.partition) for tp in tps]))
+    def pause(self, partitions: list[tuple[str, int]]) -> None:
+        self.calls.append(("pause", partitions))
 
-    def resume(self, tps: list[TopicPartition]) -> None:
-        self.calls.append(("resume", [(tp.topic, tp.partition) for tp in tps]))
+    def resume(self, partitions: list[tuple[str, int]]) -> None:
+        self.calls.append(("resume", partitions))
 
-    def seek(self, tp: TopicPartition) -> None:
-        self.calls.append(("seek", (tp.topic, tp.partition, tp.offset)))
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        self.calls.append(("seek", (topic, partition, offset)))
 
 
 def _fetcher(client: Client) -> Fetcher:
     owned = OwnedQueues[PartitionState]("g", "c", "member")
-    return Fetcher(client, owned, {}, RecordFormat(bytes.decode, "tags", "kafka"), lambda _r, _e: None)  # type: ignore[arg-type]
+    return Fetcher(client, owned, {}, RecordFormat(bytes.decode, "tags", "kafka"), lambda _r, _e: None)
 
 
 def test_a_topic_new_to_the_fetcher_has_its_metadata_read_before_it_is_assigned() -> None:
@@ -54,12 +55,12 @@ def test_a_topic_new_to_the_fetcher_has_its_metadata_read_before_it_is_assigned(
     metadata first, once per topic."""
     client = Client()
     fetcher = _fetcher(client)
-    fetcher.assign([TopicPartition("orders", 0, 5), TopicPartition("orders", 1, 7)])
-    fetcher.assign([TopicPartition("orders", 2, 0), TopicPartition("refunds", 0, 3)])
+    fetcher.assign([("orders", 0, 5), ("orders", 1, 7)])
+    fetcher.assign([("orders", 2, 0), ("refunds", 0, 3)])
     assert client.calls == [
-        ("list_topics", "orders"),
+        ("load_metadata", "orders"),
         ("assign", [("orders", 0, 5), ("orders", 1, 7)]),
-        ("list_topics", "refunds"),
+        ("load_metadata", "refunds"),
         ("assign", [("orders", 2, 0), ("refunds", 0, 3)]),
     ]
 
@@ -67,12 +68,12 @@ def test_a_topic_new_to_the_fetcher_has_its_metadata_read_before_it_is_assigned(
 def test_metadata_that_cannot_be_read_does_not_stop_the_assignment() -> None:
     client = Client(fail_metadata=True)
     fetcher = _fetcher(client)
-    fetcher.assign([TopicPartition("orders", 0, 5)])
-    fetcher.assign([TopicPartition("orders", 1, 5)])  # asked again: it was not read
+    fetcher.assign([("orders", 0, 5)])
+    fetcher.assign([("orders", 1, 5)])  # asked again: it was not read
     assert client.calls == [
-        ("list_topics", "orders"),
+        ("load_metadata", "orders"),
         ("assign", [("orders", 0, 5)]),
-        ("list_topics", "orders"),
+        ("load_metadata", "orders"),
         ("assign", [("orders", 1, 5)]),
     ]
 

@@ -111,7 +111,7 @@ class KafkaBroker:
             raise ConfigError("config", str(e.args[0].str() if e.args else e)) from None
         self._closed = False
         #: How records read as messages, and copies' headers are written.
-        self.format = RecordFormat(self.decode_key, tags_header, broker_name)
+        self.format = RecordFormat(self.decode_key, tags_header, broker_name, key_encoding)
         #: The producer: records produced and waited for together.
         self.sender = Sender(producer, send_timeout, self.check_open)
         #: Partition counts and topic creation.

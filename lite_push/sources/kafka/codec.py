@@ -50,6 +50,7 @@ __all__ = [
     "DLQ_TOPIC_PREFIX",
     "RETRY_TOPIC_PREFIX",
     "MalformedRecord",
+    "ReadRecord",
     "Record",
     "RecordFormat",
     "decode",
@@ -70,6 +71,57 @@ _HEX = re.compile(r"_([0-9a-f]{2})")
 
 #: One record to produce: (Kafka topic, partition or None, key, value, headers).
 Record = tuple[str, int | None, bytes | None, bytes, list[tuple[str, bytes]]]
+
+
+class ReadRecord:
+    """A record the compiled fetcher read (``lite_push._kafka_fetch_c``), as
+    the full decoder (:func:`decode`) reads records: the methods of
+    confluent-kafka's ``Message`` that it calls."""
+
+    __slots__ = ("_headers", "_key", "_offset", "_partition", "_timestamp", "_topic", "_value")
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]] | None,
+        timestamp_type: int,
+        timestamp: int,
+    ) -> None:
+        self._topic = topic
+        self._partition = partition
+        self._offset = offset
+        self._key = key
+        self._value = value
+        self._headers = headers
+        self._timestamp = (timestamp_type, timestamp)
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def headers(self) -> list[tuple[str, bytes | None]] | None:
+        return self._headers
+
+    def timestamp(self) -> tuple[int, int]:
+        return self._timestamp
+
+    def error(self) -> None:
+        return None
 
 
 class MalformedRecord(ValueError):
@@ -217,6 +269,17 @@ class RecordFormat:
     decode_key: Callable[[bytes], str]
     tags_header: str
     broker_name: str
+    #: The name of the key encoding, when known ("" otherwise).
+    key_encoding: str = ""
+
+    @property
+    def utf8_keys(self) -> bool:
+        """Whether keys are UTF-8 (a compiled decoder decodes them itself)."""
+        if not self.key_encoding or self.key_encoding == "hex":
+            return False
+        import codecs
+
+        return codecs.lookup(self.key_encoding).name == "utf-8"
 
     def decode(self, record: Any, topic: str) -> MessageExt:
         """:func:`decode` in this format."""

@@ -75,9 +75,11 @@ from .._base import (
 )
 from .._common import check_balance, check_lease, check_member_arguments, commit_entries, parse_tag_expression
 from .._owned import OwnedQueues, QueueControl
+from .client_log import LIBRDKAFKA_LOGGER
 from .codec import RecordFormat, kafka_topic
 from .commits import COMMIT_PATIENCE, commit_within, fit_metadata
 from .copies import Copies
+from .fetch_client import new_fetch_client
 from .fetcher import FILE_LIMIT, Fetcher
 from .offset_reader import OffsetReader
 from .ownership import Ownership
@@ -187,9 +189,11 @@ class KafkaPullConsumer(QueueControl[PartitionState], PullSource):
         try:
             #: The group client: membership, callbacks, commits.
             self._kc = Consumer(settings)
-            fetching = Consumer(fetcher_settings(base, group, self._cid))
+            fetching = new_fetch_client(fetcher_settings(base, group, self._cid), LIBRDKAFKA_LOGGER)
         except KafkaException as e:
             raise ConfigError("consumer_config", str(e.args[0].str() if e.args else e)) from None
+        except ValueError as e:  # a property the compiled client's librdkafka refused
+            raise ConfigError("consumer_config", str(e)) from None
         by_name: dict[tuple[str, int], PartitionState] = {}
         #: The fetcher: reads the owned partitions.
         self._fetcher = Fetcher(fetching, self._owned, by_name, fmt, self._store_malformed)

@@ -33,7 +33,6 @@ CreateTopics.
 from __future__ import annotations
 
 import ctypes
-import glob
 import logging
 import os
 import signal
@@ -44,23 +43,13 @@ from types import TracebackType
 
 __all__ = ["MockClusterError", "MockKafkaCluster", "librdkafka_path"]
 
+from .library import librdkafka_path
+
 logger = logging.getLogger(__name__)
 
 
 class MockClusterError(RuntimeError):
     """The mock cluster could not be started, or refused a command."""
-
-
-def librdkafka_path() -> str:
-    """The librdkafka shared library inside the installed confluent-kafka
-    wheel (``confluent_kafka.libs/librdkafka-*.so*``)."""
-    import confluent_kafka
-
-    base = os.path.dirname(os.path.abspath(confluent_kafka.__file__))
-    found = sorted(glob.glob(os.path.join(os.path.dirname(base), "confluent_kafka.libs", "librdkafka*.so*")))
-    if not found:
-        raise MockClusterError(f"no librdkafka shared library beside {base} (a confluent-kafka wheel ships one)")
-    return found[0]
 
 
 class MockKafkaCluster:

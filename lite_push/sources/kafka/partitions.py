@@ -98,7 +98,7 @@ class Partitions:
         # their end, paused (its pause stays with a partition it gets back).
         kc.incremental_assign([TopicPartition(tp.topic, tp.partition, OFFSET_END) for tp in assign])
         kc.pause([TopicPartition(tp.topic, tp.partition) for tp in assign])
-        self._fetcher.assign(assign)
+        self._fetcher.assign([(tp.topic, tp.partition, tp.offset) for tp in assign])
         self._ownership.assigned()
         owned.notify("on_assigned", sorted(added))
 

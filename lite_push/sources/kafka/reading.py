@@ -28,7 +28,7 @@ from .._base import ConsumeFromWhere
 from .._common import warn_skipped_start
 from .codec import MalformedRecord, RecordFormat, lite_topic
 
-__all__ = ["PartitionState", "file_records", "start_positions", "tags_for", "take_batches"]
+__all__ = ["PartitionState", "decode_rest", "file_records", "start_positions", "tags_for", "take_batches"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,20 +63,30 @@ def tags_for(filters: dict[str, frozenset[str] | None], name: str) -> frozenset[
     return None
 
 
+def decode_rest(rec: Any, topic: str, fmt: RecordFormat) -> Any:
+    """A record the fast path (``decode_plain``) left, decoded by the full
+    decoder (its message, untracked by the cyclic GC), or the record itself
+    when it is malformed (:func:`take_batches` dead-letters it)."""
+    try:
+        m = fmt.decode(rec, topic)
+    except MalformedRecord:
+        return rec
+    untrack_all([m])
+    return m
+
+
 def file_records(
     by_name: dict[tuple[str, int], PartitionState], records: Iterable[Any], fmt: RecordFormat, owner: object
 ) -> None:
     """File what ``consume`` returned under its partitions; log (never
     raise) a record-level error unless it is fatal.  Each record is decoded
     into its message as it is filed (one without headers by
-    ``decode_plain``, compiled when built; the rest by the full decoder):
-    the record object goes at once, and a message held in a file is
-    untracked by the cyclic GC.  A malformed record is filed as it is, for
-    :func:`take_batches` to dead-letter."""
-    decode = fmt.decode
+    ``decode_plain``, compiled when built; the rest by the full decoder,
+    :func:`decode_rest`): the record object goes at once, and a message
+    held in a file is untracked by the cyclic GC.  A malformed record is
+    filed as it is, for :func:`take_batches` to dead-letter."""
     decode_key = fmt.decode_key
     broker_name = fmt.broker_name
-    headed: list[MessageExt] = []
     name: str | None = None
     part = -1
     st: PartitionState | None = None
@@ -100,16 +110,8 @@ def file_records(
         if off < st.fetched:  # fetched again (after a pause or a seek)
             continue
         m = decode_plain(rec, st.mq.topic, decode_key, broker_name)
-        if m is None:
-            try:
-                m = decode(rec, st.mq.topic)
-            except MalformedRecord:
-                m = None
-            else:
-                headed.append(m)
-        st.file.append(rec if m is None else m)
+        st.file.append(decode_rest(rec, st.mq.topic, fmt) if m is None else m)
         st.fetched = off + 1
-    untrack_all(headed)  # decode_plain's are untracked already
 
 
 def _dead_letter(

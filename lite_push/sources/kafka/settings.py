@@ -108,15 +108,15 @@ def fetcher_settings(base: Mapping[str, Any], group: str, client_id: str) -> dic
     """The settings of a member's fetcher: a second client that reads the
     member's partitions by manual assignment (it joins no group, commits
     nothing and runs no rebalance callback, so the event loop may read it;
-    see ``consumer.py``).  ``group.id`` is required by confluent-kafka; the
-    fetcher's is the group's with a suffix and is never joined."""
+    see ``consumer.py``); its log lines go to ``LIBRDKAFKA_LOGGER`` (the
+    fetch client's ``logger``).  ``group.id`` is required by confluent-kafka;
+    the fetcher's is the group's with a suffix and is never joined."""
     settings = {
         **base,
         "group.id": f"{group}.lite-push-fetcher",
         "client.id": f"{client_id}-fetcher",
         "enable.auto.commit": "false",
         "enable.auto.offset.store": "false",
-        "logger": LIBRDKAFKA_LOGGER,
     }
     settings.setdefault("reconnect.backoff.ms", RECONNECT_BACKOFF_MS)
     settings.setdefault("fetch.wait.max.ms", FETCH_WAIT_MAX_MS)
