@@ -389,7 +389,7 @@ def test_a_waiting_poll_is_woken_by_the_send_notification(harness: RedisHarness)
         nor yet to poll)."""
         frame = sys._current_frames().get(poller)
         stack = "".join(traceback.format_stack(frame)) if frame is not None else ""
-        return "in poll" in stack and "self._event.wait(max(_MIN_WAIT" in stack
+        return "in poll" in stack and "self._event.wait(max(MIN_WAIT" in stack
 
     for _ in range(5):
         sent_at: list[float] = []

@@ -4,8 +4,9 @@ It keeps the broker's parts it uses, never the broker (:class:`BrokerParts`
 says which; a :class:`RedisBroker` has them all): the connection, the topic
 catalog, the retries and the registry of open consumers.
 It reads its owned queues' streams (one pipelined round trip per poll, with
-what its message model watches and the due-retry move) and decodes the
-entries (:mod:`.codec`).  Its message model, chosen once at construction,
+what its message model watches and the due-retry move: :mod:`.polling`)
+and decodes the entries (:mod:`.codec`); ``poll_nowait`` is one such read
+for the event loop's thread, which leaves a rebalance due to ``poll``.  Its message model, chosen once at construction,
 says which queues it owns and where its offsets go:
 :class:`~.clustering.Clustering` (heartbeats, owner keys, start positions,
 commits, locks: the group's) or :class:`~.._member_model.Broadcasting`.
@@ -45,12 +46,10 @@ from .._base import (
     is_retry_or_dlq_topic,
 )
 from .._common import (
-    GC_PAUSE_MIN,
     check_balance,
     check_lease,
     check_member_arguments,
     commit_entries,
-    gc_paused,
     parse_tag_expression,
 )
 from .._member_model import Broadcasting, MemberModel, check_message_model, open_offset_store
@@ -61,7 +60,8 @@ from .connection import CONN_ERRORS, Connection, Outage
 from .membership import Membership
 from .message_grain import MessageGrain
 from .notifier import Notifier
-from .reading import SCAN_EXTRA, QueueReader, raise_floors, read_into, readers
+from .polling import MIN_WAIT, WAIT_SLICE, PollRead
+from .reading import QueueReader, raise_floors, readers
 from .registry import OpenConsumers
 from .retries import Retries
 from .topics import TopicCatalog
@@ -70,10 +70,6 @@ __all__ = ["BrokerParts", "RedisPullConsumer"]
 
 logger = logging.getLogger(__name__)
 
-#: Longest sleep of a waiting poll between two reads (seconds); pub/sub
-#: notifications usually end it sooner.
-_WAIT_SLICE = 0.25
-_MIN_WAIT = 0.001
 class BrokerParts(Protocol):
     """What a consumer takes from its broker at construction (a
     :class:`RedisBroker` has it all); it keeps the parts, not the broker."""
@@ -144,7 +140,6 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
         self._owned = OwnedQueues[QueueReader](group, client_id, self)
         self._store_malformed = partial(retries.store_malformed, group)  # entries a poll cannot decode
         self._filters: dict[str, frozenset[str] | None] = {}
-        self._rr = 0
         self._wakeup_flag = False
         self._event = threading.Event()
         self._outage = Outage(self)
@@ -161,6 +156,10 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
         except BaseException:
             consumers.discard(self)
             raise
+        self._read = PollRead(
+            self._conn, retries, self._owned, self._model, self._grain, group=group,
+            store_malformed=self._store_malformed, check_open=self._check_open,
+        )  # fmt: skip
 
     def _clustering(
         self,
@@ -289,7 +288,7 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
                 self._wakeup_flag = False
                 return []
             try:
-                batches, wait_hint = self._poll_once(max_per_queue)
+                batches, wait_hint = self._read(max_per_queue)
             except CONN_ERRORS as e:
                 if self._grain is not None:  # a dispatch may have delivered what its lost reply held
                     self._grain.replies_lost()
@@ -307,7 +306,7 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
             if remaining <= 0:
                 return []
             self._check_open()
-            self._event.wait(max(_MIN_WAIT, min(remaining, _WAIT_SLICE, wait_hint)))
+            self._event.wait(max(MIN_WAIT, min(remaining, WAIT_SLICE, wait_hint)))
             self._check_open()
 
     def poll_nowait(self, max_per_queue: int = 32) -> list[PollBatch] | None:
@@ -323,66 +322,12 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
             return None
         self._wakeup_flag = False  # this read sees whatever the wake-up was for
         try:
-            batches, _ = self._poll_once(max_per_queue, rebalance=False)
+            batches, _ = self._read(max_per_queue, rebalance=False)
         except CONN_ERRORS:
             if self._grain is not None:  # a dispatch may have delivered what its lost reply held
                 self._grain.replies_lost()
             return None
         return batches
-
-    def _poll_once(self, max_per_queue: int, rebalance: bool = True) -> tuple[list[PollBatch] | None, float]:
-        """One pipelined read.  ``(None, 0)`` when the owned queues changed
-        (or, ``rebalance`` False, are due to: nothing else is done then)."""
-        model = self._model
-        pipe = self._conn.pipeline(reader=True)
-        watched = model.watch(pipe)
-        self._retries.move_due(pipe, self._group)
-        active = self._owned.active
-        n = len(active)
-        if n:
-            start = self._rr % n
-            self._rr = start + 1
-            order = active[start:] + active[:start]
-        else:
-            order = []
-        grain = self._grain
-        if grain is not None:
-            order = [st for st in order if st.mq not in grain.held]
-            grain.queue_reads(pipe, order, max_per_queue)
-        else:
-            order = [st for st in order if not st.waiting()]
-            for st in order:
-                count = max_per_queue if st.tags is None else 4 * max_per_queue + SCAN_EXTRA
-                pipe.xrange(st.log_key, st.start(), "+", count=count)
-        # Parsing and decoding a big read only creates live objects: the
-        # cyclic GC is paused meanwhile (else it runs a collection every
-        # few hundred entries and costs a third of the read).
-        pause = n * max_per_queue >= GC_PAUSE_MIN
-        with gc_paused(pause):
-            res = pipe.execute()
-        due = self._retries.next_due_in(res[watched])
-        wait_hint = _WAIT_SLICE if due is None else max(_MIN_WAIT, due)
-        out: list[PollBatch] = []
-        if grain is not None:
-            # What a dispatch delivered is this member's on the server: it is
-            # kept for the runtime whatever the refresh changes or raises.
-            with gc_paused(pause):
-                grain.collect(order, res[watched + 1 :], self._store_malformed)
-            changed = model.refresh(res[:watched], rebalance)
-            out = grain.take_ready()
-            if changed:
-                self._check_open()
-                return out or None, 0.0
-            return out, wait_hint
-        if model.refresh(res[:watched], rebalance):  # the owned queues changed: what was read is dropped
-            self._check_open()
-            return None, 0.0
-        with gc_paused(pause):
-            read_into(
-                out, order, res[watched + 1 :], max_per_queue, self._conn.namespace, self._owned.states,
-                self._store_malformed,
-            )  # fmt: skip
-        return out, wait_hint
 
     # -- positions (assignment, pause, resume: QueueControl) ------------------
 
