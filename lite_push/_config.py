@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ._errors import ConfigError
 from ._types import MessageExt
 
-__all__ = ["ConsumeMode", "ConsumerConfig", "KeyExtractor", "default_lanes"]
+__all__ = ["ConsumeMode", "ConsumerConfig", "KeyExtractor", "by_executor", "default_lanes"]
 
 #: Returns the ordering key of a message, or ``None`` for "no key".
 KeyExtractor = Callable[[MessageExt], "str | None"]
@@ -38,6 +38,14 @@ DEFAULT_THREAD_LANES = 16
 #: reached 44-67 % of the hot-key bound and 2,048 96 %; RESULTS.md,
 #: issue 31).  Admission keeps the loop's turn short whatever the count.
 DEFAULT_ASYNC_LANES = 4096
+#: ``pull_threshold_for_queue`` when left unset, on threads: RocketMQ's.
+DEFAULT_THREAD_THRESHOLD = 1000
+#: ``pull_threshold_for_queue`` when left unset, on the asyncio executor:
+#: thousands of lanes each need a few messages queued to stay busy.  At
+#: 1,000 a queue's keys held 4-8 messages each, a lane ran dry every 3-4
+#: messages and its task ended and started again; on Kafka 55,000 msg/s
+#: against 86,000 at 5,000 (1,000 keys of 1 ms calls; RESULTS.md, issue 40).
+DEFAULT_ASYNC_THRESHOLD = 5000
 #: The values of :attr:`ConsumerConfig.lane_placement`.
 LANE_PLACEMENTS = ("load", "hash", "java")
 #: The values of :attr:`ConsumerConfig.dead_letter_order`.
@@ -81,6 +89,20 @@ def default_lanes(executor: str) -> int:
     return DEFAULT_ASYNC_LANES if executor == "asyncio" else DEFAULT_THREAD_LANES
 
 
+def by_executor(config: ConsumerConfig, executor: str) -> dict[str, object]:
+    """The settings ``config`` left unset that follow ``executor``, set:
+    ``lanes`` and ``pull_threshold_for_queue`` (``dataclasses.replace``
+    arguments)."""
+    out: dict[str, object] = {}
+    if config.lanes is None:
+        out["lanes"] = default_lanes(executor)
+    if config.pull_threshold_for_queue is None:
+        out["pull_threshold_for_queue"] = (
+            DEFAULT_ASYNC_THRESHOLD if executor == "asyncio" else DEFAULT_THREAD_THRESHOLD
+        )
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerConfig:
     """Settings of one :class:`~lite_push.LitePushConsumer`.
@@ -111,7 +133,11 @@ class ConsumerConfig:
     #: Most messages pulled from one queue per poll (pullBatchSize).
     pull_batch_size: int = 32
     #: Pause a queue when it has more unfinished messages than this.
-    pull_threshold_for_queue: int = 1000
+    #: ``None`` (default): by the executor, ``DEFAULT_THREAD_THRESHOLD``
+    #: (1000, RocketMQ's) on threads, ``DEFAULT_ASYNC_THRESHOLD`` (5000) on
+    #: the asyncio executor, whose thousands of lanes each need a few
+    #: messages queued; the consumer's ``config`` holds the number chosen.
+    pull_threshold_for_queue: int | None = None
     #: Pause a queue when its unfinished message bodies exceed this (bytes).
     pull_threshold_size_for_queue: int = 100 * MIB
     #: Pause a queue when highest pulled minus lowest unfinished offset
@@ -259,14 +285,16 @@ class ConsumerConfig:
         # unset, the executor follows the listener: the consumer checks threads' limit then
         if self.lanes is not None:
             _check_int("lanes", self.lanes, 1, THREAD_LANES if self.executor == "thread" else ASYNC_LANES)
-        elif self.executor is not None:
-            object.__setattr__(self, "lanes", default_lanes(self.executor))
+        if self.executor is not None:
+            for name, value in by_executor(self, self.executor).items():
+                object.__setattr__(self, name, value)
         _check_float("loop_block_threshold", self.loop_block_threshold, 0.0, 3600.0, low_open=True)
         _check_float("loop_turn_target", self.loop_turn_target, 0.0, 60.0)
         _check_int("lane_capacity", self.lane_capacity, 1, 1_000_000)
         _check_int("batch_size", self.batch_size, 1, 1024)
         _check_int("pull_batch_size", self.pull_batch_size, 1, 1024)
-        _check_int("pull_threshold_for_queue", self.pull_threshold_for_queue, 1, 1_000_000)
+        if self.pull_threshold_for_queue is not None:
+            _check_int("pull_threshold_for_queue", self.pull_threshold_for_queue, 1, 1_000_000)
         _check_int("pull_threshold_size_for_queue", self.pull_threshold_size_for_queue, 1, 1 << 40)
         _check_int("max_span", self.max_span, 1, 1 << 30)
         _check_int("offset_map_max_bytes", self.offset_map_max_bytes, 64, 1 << 30)
@@ -333,6 +361,14 @@ class ConsumerConfig:
                 )
         if self.slow_call_warning is not None:
             _check_float("slow_call_warning", self.slow_call_warning, 0.0, 86400.0, low_open=True)
+
+    @property
+    def queue_threshold(self) -> int:
+        """``pull_threshold_for_queue`` as it applies: the one set, else the
+        executor's default (the threads' while no executor is chosen yet)."""
+        if self.pull_threshold_for_queue is not None:
+            return self.pull_threshold_for_queue
+        return DEFAULT_ASYNC_THRESHOLD if self.executor == "asyncio" else DEFAULT_THREAD_THRESHOLD
 
     @property
     def steals(self) -> bool:

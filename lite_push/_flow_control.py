@@ -38,7 +38,7 @@ def low_water(cfg: ConsumerConfig) -> tuple[int, int, int, int]:
     """The resume marks (messages, bytes, span, offset-map bytes) a new
     ProcessQueue is given."""
     return (
-        int(cfg.pull_threshold_for_queue * RESUME_FRACTION),
+        int(cfg.queue_threshold * RESUME_FRACTION),
         int(cfg.pull_threshold_size_for_queue * RESUME_FRACTION),
         int(cfg.max_span * RESUME_FRACTION),
         int(cfg.offset_map_max_bytes * RESUME_FRACTION),
@@ -77,7 +77,7 @@ class FlowControl:
         ...SizeForQueue, consumeConcurrentlyMaxSpan; ``offset_map_max_bytes``)."""
         cfg = self._config
         return (
-            count > cfg.pull_threshold_for_queue
+            count > cfg.queue_threshold
             or size > cfg.pull_threshold_size_for_queue
             or span > cfg.max_span
             or map_bytes > cfg.offset_map_max_bytes

@@ -21,7 +21,7 @@ import functools
 import inspect
 from dataclasses import replace
 
-from ._config import THREAD_LANES, ConsumeMode, ConsumerConfig, default_lanes
+from ._config import THREAD_LANES, ConsumeMode, ConsumerConfig, by_executor
 from ._errors import ConfigError
 
 __all__ = ["is_async_callable", "listener_name", "resolve_executor", "signature_problem"]
@@ -119,4 +119,4 @@ def resolve_executor(config: ConsumerConfig, listener: object, *, needs_async: b
             f"up to 65536 lanes), got {config.lanes}",
         )
     executor = "asyncio" if is_async else "thread"
-    return replace(config, executor=executor, lanes=default_lanes(executor) if config.lanes is None else config.lanes)
+    return replace(config, executor=executor, **by_executor(config, executor))  # type: ignore[arg-type]

@@ -109,7 +109,7 @@ def build_parts(
     if by_message:
         # Every buffered message holds its key for this member, until it is
         # acknowledged: buffer little and acknowledge often.
-        cap = min(config.pull_threshold_for_queue, MESSAGE_BUFFER_PER_LANE * len(lanes))
+        cap = min(config.queue_threshold, MESSAGE_BUFFER_PER_LANE * len(lanes))
         config = dataclasses.replace(
             config,
             pull_threshold_for_queue=max(1, cap),

@@ -32,6 +32,11 @@ FOREIGN = {
     "await": "a keyword",
     "TYPE_CHECKING": "typing",
     "sigtimedwait": "the standard library's signal module",
+    "asyncio.sleep": "the standard library",
+    "None": "builtins",
+    "Consumer": "confluent-kafka",
+    "Message": "confluent-kafka",
+    "dlopen": "the C library",
 }
 
 _SPAN = re.compile(r"`([^`\n]+)`")

@@ -9,16 +9,36 @@ from lite_push import ConfigError, ConsumeMode, ConsumerConfig, LitePushError
 
 def test_defaults_follow_rocketmq():
     c = ConsumerConfig(group="g")
-    assert (c.pull_threshold_for_queue, c.pull_threshold_size_for_queue, c.max_span) == (
-        1000,
-        100 * 1024 * 1024,
-        1 << 20,
-    )
+    assert (c.pull_threshold_size_for_queue, c.max_span) == (100 * 1024 * 1024, 1 << 20)
     assert (c.commit_interval, c.batch_size, c.pull_batch_size, c.suspend_ms) == (5.0, 1, 32, 1000)
     assert (c.max_reconsume_times, c.retry_start_level) == (16, 3)
     assert c.mode is ConsumeMode.KEY_ORDERLY
     assert c.lane_placement == "load"
     assert c.executor is None  # by the listener, when the consumer is built
+    assert (c.lanes, c.pull_threshold_for_queue) == (None, None)  # so are these: by the executor
+    assert c.queue_threshold == 1000  # RocketMQ's, until an executor is chosen
+
+
+def test_lanes_and_the_queue_threshold_follow_the_executor():
+    """Unset, ``lanes`` and ``pull_threshold_for_queue`` are the executor's:
+    few threads and RocketMQ's threshold, or thousands of coroutine lanes
+    (an idle one costs no task) with more queued per queue to keep them
+    busy; set, they are kept."""
+    threads = ConsumerConfig(group="g", executor="thread")
+    assert (threads.lanes, threads.pull_threshold_for_queue) == (16, 1000)
+    loop = ConsumerConfig(group="g", executor="asyncio")
+    assert (loop.lanes, loop.pull_threshold_for_queue, loop.queue_threshold) == (4096, 5000, 5000)
+    kept = ConsumerConfig(group="g", executor="asyncio", lanes=8, pull_threshold_for_queue=7)
+    assert (kept.lanes, kept.pull_threshold_for_queue) == (8, 7)
+    from lite_push._listeners import resolve_executor
+
+    async def handle(msgs: list[object]) -> None:
+        return None
+
+    chosen = resolve_executor(ConsumerConfig(group="g"), handle)
+    assert (chosen.executor, chosen.lanes, chosen.pull_threshold_for_queue) == ("asyncio", 4096, 5000)
+    chosen = resolve_executor(ConsumerConfig(group="g"), lambda msgs: None)
+    assert (chosen.executor, chosen.lanes, chosen.pull_threshold_for_queue) == ("thread", 16, 1000)
 
 
 @pytest.mark.parametrize(
