@@ -41,7 +41,7 @@ class ProcessQueue:
         "keyless_lane",
         "finished",
         "owned_until",
-        "_dropped",
+        "dropped",
         "_paused",
         "_lane_blocked",
         "_last_committed",
@@ -78,7 +78,10 @@ class ProcessQueue:
         #: ``PullSource.owned_for``); a lane starts no listener call for the
         #: queue at or past it.  Infinite for a source without sessions.
         self.owned_until = float("inf")
-        self._dropped = False
+        #: Set when the queue is revoked (pull thread, :meth:`drop`): lanes
+        #: skip its remaining messages.  A plain attribute: lanes read it
+        #: before each segment.
+        self.dropped = False
         self._paused = False
         self._lane_blocked: frozenset[int] = frozenset()
         self._last_committed = next_offset
@@ -101,15 +104,10 @@ class ProcessQueue:
 
     # -- state the pull thread writes, anyone reads -------------------------------
 
-    @property
-    def dropped(self) -> bool:
-        """Set when the queue is revoked: lanes skip its remaining messages."""
-        return self._dropped
-
     def drop(self) -> None:
         """The queue was revoked (pull thread): lanes skip what is left of it
         (its fence closes too, so a lane stops before its next message)."""
-        self._dropped = True
+        self.dropped = True
         self.owned_until = -float("inf")
 
     @property

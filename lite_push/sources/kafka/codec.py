@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..._types import MessageExt
@@ -271,15 +271,16 @@ class RecordFormat:
     broker_name: str
     #: The name of the key encoding, when known ("" otherwise).
     key_encoding: str = ""
+    #: Whether keys are UTF-8 (a compiled decoder decodes them itself).
+    utf8_keys: bool = field(init=False)
 
-    @property
-    def utf8_keys(self) -> bool:
-        """Whether keys are UTF-8 (a compiled decoder decodes them itself)."""
-        if not self.key_encoding or self.key_encoding == "hex":
-            return False
-        import codecs
+    def __post_init__(self) -> None:
+        utf8 = bool(self.key_encoding) and self.key_encoding != "hex"
+        if utf8:
+            import codecs
 
-        return codecs.lookup(self.key_encoding).name == "utf-8"
+            utf8 = codecs.lookup(self.key_encoding).name == "utf-8"
+        object.__setattr__(self, "utf8_keys", utf8)
 
     def decode(self, record: Any, topic: str) -> MessageExt:
         """:func:`decode` in this format."""
