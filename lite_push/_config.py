@@ -37,7 +37,10 @@ DEFAULT_THREAD_LANES = 16
 #: lane wait for each other: with 1,000 keys of 100 ms calls, 1,024 lanes
 #: reached 44-67 % of the hot-key bound and 2,048 96 %; RESULTS.md,
 #: issue 31).  Admission keeps the loop's turn short whatever the count.
-DEFAULT_ASYNC_LANES = 4096
+#: An idle lane still holds its lane, worker, gate and parked keys, about
+#: twenty objects the cyclic GC walks: 4,096 lanes cost 0.6 us of CPU a
+#: message more than 1,024 or 2,048 over 1,000 keys (RESULTS.md, issue 40).
+DEFAULT_ASYNC_LANES = 2048
 #: ``pull_threshold_for_queue`` when left unset, on threads: RocketMQ's.
 DEFAULT_THREAD_THRESHOLD = 1000
 #: ``pull_threshold_for_queue`` when left unset, on the asyncio executor:
@@ -120,7 +123,7 @@ class ConsumerConfig:
     #: coroutine on the asyncio executor).  This, not the number of queues,
     #: sets the consumer's concurrency.  ``None`` (default): by the
     #: executor, ``DEFAULT_THREAD_LANES`` (16) threads or
-    #: ``DEFAULT_ASYNC_LANES`` (4096) coroutines (an idle one costs no
+    #: ``DEFAULT_ASYNC_LANES`` (2048) coroutines (an idle one costs no
     #: task); the consumer's ``config`` holds the number chosen.
     lanes: int | None = None
     #: Messages a lane may hold before the queues feeding it are paused.  A

@@ -27,7 +27,7 @@ def test_lanes_and_the_queue_threshold_follow_the_executor():
     threads = ConsumerConfig(group="g", executor="thread")
     assert (threads.lanes, threads.pull_threshold_for_queue) == (16, 1000)
     loop = ConsumerConfig(group="g", executor="asyncio")
-    assert (loop.lanes, loop.pull_threshold_for_queue, loop.queue_threshold) == (4096, 5000, 5000)
+    assert (loop.lanes, loop.pull_threshold_for_queue, loop.queue_threshold) == (2048, 5000, 5000)
     kept = ConsumerConfig(group="g", executor="asyncio", lanes=8, pull_threshold_for_queue=7)
     assert (kept.lanes, kept.pull_threshold_for_queue) == (8, 7)
     from lite_push._listeners import resolve_executor
@@ -36,7 +36,7 @@ def test_lanes_and_the_queue_threshold_follow_the_executor():
         return None
 
     chosen = resolve_executor(ConsumerConfig(group="g"), handle)
-    assert (chosen.executor, chosen.lanes, chosen.pull_threshold_for_queue) == ("asyncio", 4096, 5000)
+    assert (chosen.executor, chosen.lanes, chosen.pull_threshold_for_queue) == ("asyncio", 2048, 5000)
     chosen = resolve_executor(ConsumerConfig(group="g"), lambda msgs: None)
     assert (chosen.executor, chosen.lanes, chosen.pull_threshold_for_queue) == ("thread", 16, 1000)
 

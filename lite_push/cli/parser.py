@@ -238,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--lanes",
         type=int,
         metavar="N",
-        help="lanes (default: 16 threads, or 4096 coroutines for an async def listener; an idle one costs no task)",
+        help="lanes (default: 16 threads, or 2048 coroutines for an async def listener; an idle one costs no task)",
     )
     p.add_argument(
         "--lane-placement",
