@@ -193,7 +193,7 @@ class PullLoop:
         closed), then call ``finish(crashed)`` (the consumer's shutdown
         sequence)."""
         source = self._source
-        size = self._config.pull_batch_size
+        size = self._config.poll_size
         more = partial(source.poll, 0.0, size)
         crashed = False
         try:
@@ -236,7 +236,7 @@ class PullLoop:
         ready and waiting on the helper thread (``blocking``) when none are;
         then run ``finish(crashed)`` there."""
         source = self._source
-        size = self._config.pull_batch_size
+        size = self._config.poll_size
         nowait = source.poll_nowait
 
         def more() -> list[PollBatch]:

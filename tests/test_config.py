@@ -10,13 +10,13 @@ from lite_push import ConfigError, ConsumeMode, ConsumerConfig, LitePushError
 def test_defaults_follow_rocketmq():
     c = ConsumerConfig(group="g")
     assert (c.pull_threshold_size_for_queue, c.max_span) == (100 * 1024 * 1024, 1 << 20)
-    assert (c.commit_interval, c.batch_size, c.pull_batch_size, c.suspend_ms) == (5.0, 1, 32, 1000)
+    assert (c.commit_interval, c.batch_size, c.suspend_ms) == (5.0, 1, 1000)
     assert (c.max_reconsume_times, c.retry_start_level) == (16, 3)
     assert c.mode is ConsumeMode.KEY_ORDERLY
     assert c.lane_placement == "load"
     assert c.executor is None  # by the listener, when the consumer is built
-    assert (c.lanes, c.pull_threshold_for_queue) == (None, None)  # so are these: by the executor
-    assert c.queue_threshold == 1000  # RocketMQ's, until an executor is chosen
+    assert (c.lanes, c.pull_threshold_for_queue, c.pull_batch_size) == (None, None, None)  # by the executor too
+    assert (c.queue_threshold, c.poll_size) == (1000, 32)  # RocketMQ's, until an executor is chosen
 
 
 def test_lanes_and_the_queue_threshold_follow_the_executor():
@@ -25,9 +25,10 @@ def test_lanes_and_the_queue_threshold_follow_the_executor():
     (an idle one costs no task) with more queued per queue to keep them
     busy; set, they are kept."""
     threads = ConsumerConfig(group="g", executor="thread")
-    assert (threads.lanes, threads.pull_threshold_for_queue) == (16, 1000)
+    assert (threads.lanes, threads.pull_threshold_for_queue, threads.pull_batch_size) == (16, 1000, 32)
     loop = ConsumerConfig(group="g", executor="asyncio")
-    assert (loop.lanes, loop.pull_threshold_for_queue, loop.queue_threshold) == (2048, 5000, 5000)
+    assert (loop.lanes, loop.pull_threshold_for_queue, loop.pull_batch_size) == (2048, 5000, 128)
+    assert (loop.queue_threshold, loop.poll_size) == (5000, 128)
     kept = ConsumerConfig(group="g", executor="asyncio", lanes=8, pull_threshold_for_queue=7)
     assert (kept.lanes, kept.pull_threshold_for_queue) == (8, 7)
     from lite_push._listeners import resolve_executor
