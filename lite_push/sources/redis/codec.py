@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from ..._redis_decode import decode_plain
 from ..._types import MessageExt, MessageQueue
 from ..._untrack import untrack_all
 from .._base import reconsume_times_of
@@ -108,10 +109,17 @@ def _decode(namespace: str, q: MessageQueue, entries: Sequence[Any]) -> list[Mes
         return []
     first = offset_of(entries[0][0])
     consecutive = n == 1 or offset_of(entries[-1][0]) - first == n - 1
-    zero = b"-0" if type(entries[0][0]) is bytes else "-0"
     topic = q.topic
     qid = q.queue_id
     prefix = f"{namespace}-{topic}-{qid}-"
+    if consecutive:
+        # Most reads: lite_push's own entries, never retried (the fast
+        # path, compiled when built; it leaves the rest to the loop below).
+        plain = decode_plain(namespace, topic, qid, prefix, entries, first)
+        if plain is not None:
+            untrack_all(plain)
+            return plain
+    zero = b"-0" if type(entries[0][0]) is bytes else "-0"
     loads = orjson.loads
     out = []
     off = first
