@@ -499,7 +499,10 @@ def test_offset_map_budget_pauses_the_queue_and_counts_parked_messages():
     broker.send_batch("T", [(b"x", "P" if i % 10 == 0 else f"k{i}") for i in range(3000)])
     log = Log(fail=lambda m: m.keys == "P")
     clock = ManualClock()
-    with _consumer(broker, log, clock, lanes=4, offset_map_max_bytes=400, suspend_ms=60_000) as consumer:
+    # The thread executor's count threshold and poll size on every executor
+    # (asyncio's defaults would take the whole queue in one dispatch).
+    cfg = dict(lanes=4, offset_map_max_bytes=400, suspend_ms=60_000, pull_threshold_for_queue=1000, pull_batch_size=32)
+    with _consumer(broker, log, clock, **cfg) as consumer:
         q = broker.queues("T")[0]
         assert wait_until(lambda: q in consumer.stats().paused)
 

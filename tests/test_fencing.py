@@ -57,7 +57,11 @@ def _run_freeze(unfenced: bool) -> Recorder:
     # within half a second, so the unfenced run below may not overlap.)
     cfg = dict(group="g", lanes=5, poll_timeout=0.02, commit_interval=0.05, revoke_timeout=0.3, fence_margin=0.2)
     cfg.update(lane_placement="java")
-    cfg.update(pull_threshold_for_queue=4000)
+    # Lanes of 1,000 messages: B's lanes take A's old queues' keys in among
+    # its own queue's backlog, not behind all of it (with a lane taking a
+    # whole 4,096-message dispatch, B may reach A's keys only after A's
+    # lanes have drained them, and the unfenced run below need not overlap).
+    cfg.update(pull_threshold_for_queue=4000, lane_capacity=1000)
     src_a = FreezablePull(broker, "g", consume_from=ConsumeFromWhere.FIRST_OFFSET, client_id="a")
     src_a.unfenced = unfenced
     src_b = broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET, client_id="b")
