@@ -611,6 +611,15 @@ def handle(msgs):
 
 async def ahandle(msgs):
     _record(msgs)
+
+
+def handle_gc(msgs):
+    # handle, and how many objects the cyclic GC leaves alone (gc.freeze)
+    import gc
+
+    with open(OUT + ".frozen", "w") as f:
+        f.write(str(gc.get_freeze_count()))
+    _record(msgs)
 """
 
 
@@ -803,7 +812,7 @@ def test_consume_on_a_durable_embedded_broker(tmp_path: Path) -> None:
             "--from",
             "first",
         ]
-        + ["--listener", "cli_test_listener:handle", "--lanes", "5"],
+        + ["--listener", "cli_test_listener:handle_gc", "--lanes", "5"],
     )
     try:
         service.wait_consumed(300)
@@ -812,6 +821,9 @@ def test_consume_on_a_durable_embedded_broker(tmp_path: Path) -> None:
         service.kill()
     assert code == 0, service.output()
     _check_consumed(_lines(service.consumed), sent)
+    # What existed before the consumer started (modules, the listener, the
+    # consumer) was frozen: thousands of objects no full collection walks.
+    assert int((tmp_path / "consumed.txt.frozen").read_text()) > 10_000
     with EmbeddedBroker(data) as broker:
         for q in broker.queues("T"):
             committed = broker.committed("emb", q)

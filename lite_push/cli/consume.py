@@ -21,7 +21,7 @@ from .._consumer import LitePushConsumer
 from .._signals import StopOnSignal
 from .consume_processes import consume_processes
 from .from_notice import note_from
-from .plan import FROM, banner, load_listener, opened, plan_of
+from .plan import FROM, banner, freeze_startup, load_listener, opened, plan_of
 from .progress import Status
 
 __all__ = ["FROM", "cmd_consume", "load_listener"]
@@ -44,6 +44,7 @@ def _serve(consumer: LitePushConsumer, timeout: float, out: IO[str], status: Sta
     stop = StopOnSignal()
     stop.install()
     try:
+        freeze_startup()
         # on failure the caller's broker.close() closes the source
         consumer.start()
         _announce(consumer, out)
@@ -70,9 +71,7 @@ def _serve(consumer: LitePushConsumer, timeout: float, out: IO[str], status: Sta
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     plan, listener, processes = plan_of(args)
     if processes > 1:
         return consume_processes(plan, listener, processes, args.shutdown_timeout)

@@ -40,7 +40,7 @@ from ..sources._common import parse_tag_expression
 from ..supervisor import ProcessSupervisor
 from .errors import CliError
 from .from_notice import note_from
-from .plan import ConsumePlan, banner, load_listener, opened
+from .plan import ConsumePlan, banner, freeze_startup, load_listener, opened
 
 __all__ = ["check_plan", "consume_processes", "member_consumer", "stopped_line"]
 
@@ -51,15 +51,14 @@ def member_consumer(plan: ConsumePlan, serve_metrics: bool, index: int) -> Itera
     plan's consumer, built as the single-process command builds it, with its
     metrics on a free loopback port when the supervisor serves them (else
     none); the broker is closed after the consumer."""
-    logging.basicConfig(
-        level=plan.log_level, format=f"%(asctime)s %(levelname)s member {index} %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=plan.log_level, format=f"%(asctime)s %(levelname)s member {index} %(name)s: %(message)s")
     listener = load_listener(plan.spec)
     if serve_metrics:
         config = replace(plan.config, metrics_port=0, metrics_addr="127.0.0.1")
     else:
         config = replace(plan.config, metrics_port=None)
     with opened(plan, listener, config) as built:
+        freeze_startup()
         yield built.consumer
 
 
@@ -86,9 +85,7 @@ def check_plan(plan: ConsumePlan, listener: Callable[..., Any], processes: int) 
             built.consumer.shutdown(0.0)  # never started: closes its source, joins nothing
 
 
-def consume_processes(
-    plan: ConsumePlan, listener: Callable[..., Any], processes: int, shutdown_timeout: float
-) -> int:
+def consume_processes(plan: ConsumePlan, listener: Callable[..., Any], processes: int, shutdown_timeout: float) -> int:
     """Run ``processes`` members of the plan until SIGTERM or SIGINT (see the
     module docstring); the exit status."""
     check_plan(plan, listener, processes)
