@@ -290,6 +290,11 @@ cdef object _error_of(void* error, str doing):
     return KafkaException(KafkaError(code, f"{doing}: {text}"))
 
 
+cdef inline object _raw_key(rd_kafka_message_t* m):
+    """The record's key as bytes (``None``: no key)."""
+    return PyBytes_FromStringAndSize(m.key, m.key_len) if m.key != NULL else None
+
+
 cdef class FetchClient:
     """A consumer client that reads by manual assignment (see the module
     docstring): ``settings`` are librdkafka properties (strings), its log
@@ -448,15 +453,14 @@ cdef class FetchClient:
         cdef int64_t ts = _message_timestamp(m, &tstype)
         cdef object keys = None
         value = PyBytes_FromStringAndSize(m.payload, m.len) if m.payload != NULL else None
-        raw_key = PyBytes_FromStringAndSize(m.key, m.key_len) if m.key != NULL else None
         if _message_headers(m, &hdrs) == _NO_ERROR and hdrs != NULL:
-            return self._slow(self._record_type(name, m.partition, m.offset, raw_key, value, _headers(hdrs), tstype, ts),
-                              topic, fmt)
-        if raw_key is not None:
-            try:
-                keys = PyUnicode_DecodeUTF8(m.key, m.key_len, "strict") if utf8_keys else decode_key(raw_key)
+            return self._slow(self._record_type(name, m.partition, m.offset, _raw_key(m), value, _headers(hdrs),
+                                                tstype, ts), topic, fmt)
+        if m.key != NULL:
+            try:  # UTF-8 keys straight from the record: no bytes object between
+                keys = PyUnicode_DecodeUTF8(m.key, m.key_len, "strict") if utf8_keys else decode_key(_raw_key(m))
             except (UnicodeDecodeError, ValueError):
-                return self._slow(self._record_type(name, m.partition, m.offset, raw_key, value, None, tstype, ts),
+                return self._slow(self._record_type(name, m.partition, m.offset, _raw_key(m), value, None, tstype, ts),
                                   topic, fmt)
         msg = _alloc(_cls)
         PyObject_GC_UnTrack(<void*>msg)
