@@ -35,6 +35,7 @@ from lite_push import (
     demo,
 )
 from lite_push.__main__ import main as module_main
+from lite_push.cli.plan import GEN0_THRESHOLD, PYTHON_GEN0_THRESHOLD, prepare_gc
 from lite_push.cli.settings import NON_CONFIG_ENV, load_settings
 from lite_push.sources import ConsumeFromWhere, EmbeddedBroker
 from lite_push.sources.redis import RedisBroker
@@ -614,11 +615,12 @@ async def ahandle(msgs):
 
 
 def handle_gc(msgs):
-    # handle, and how many objects the cyclic GC leaves alone (gc.freeze)
+    # handle, and how many objects the cyclic GC leaves alone (gc.freeze),
+    # and its first generation's threshold
     import gc
 
     with open(OUT + ".frozen", "w") as f:
-        f.write(str(gc.get_freeze_count()))
+        f.write(f"{gc.get_freeze_count()} {gc.get_threshold()[0]}")
     _record(msgs)
 """
 
@@ -822,12 +824,30 @@ def test_consume_on_a_durable_embedded_broker(tmp_path: Path) -> None:
     assert code == 0, service.output()
     _check_consumed(_lines(service.consumed), sent)
     # What existed before the consumer started (modules, the listener, the
-    # consumer) was frozen: thousands of objects no full collection walks.
-    assert int((tmp_path / "consumed.txt.frozen").read_text()) > 10_000
+    # consumer) was frozen: thousands of objects no full collection walks;
+    # young collections wait for the command's threshold.
+    frozen, gen0 = map(int, (tmp_path / "consumed.txt.frozen").read_text().split())
+    assert frozen > 10_000
+    assert gen0 == GEN0_THRESHOLD
     with EmbeddedBroker(data) as broker:
         for q in broker.queues("T"):
             committed = broker.committed("emb", q)
             assert committed is not None and committed.offset == broker.max_offset(q)
+
+
+@pytest.mark.parametrize(("before", "after"), [(PYTHON_GEN0_THRESHOLD, GEN0_THRESHOLD), (5_000, 5_000)])
+def test_prepare_gc_raises_the_default_young_threshold_and_keeps_one_set(before: int, after: int) -> None:
+    import gc
+
+    saved = gc.get_threshold()
+    gc.set_threshold(before, saved[1], saved[2])
+    try:
+        prepare_gc()
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == (after, saved[1], saved[2])
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*saved)
 
 
 def test_consume_of_an_unknown_topic_exits_1(

@@ -21,7 +21,7 @@ from .._consumer import LitePushConsumer
 from .._signals import StopOnSignal
 from .consume_processes import consume_processes
 from .from_notice import note_from
-from .plan import FROM, banner, freeze_startup, load_listener, opened, plan_of
+from .plan import FROM, banner, load_listener, opened, plan_of, prepare_gc
 from .progress import Status
 
 __all__ = ["FROM", "cmd_consume", "load_listener"]
@@ -44,7 +44,7 @@ def _serve(consumer: LitePushConsumer, timeout: float, out: IO[str], status: Sta
     stop = StopOnSignal()
     stop.install()
     try:
-        freeze_startup()
+        prepare_gc()
         # on failure the caller's broker.close() closes the source
         consumer.start()
         _announce(consumer, out)

@@ -40,7 +40,7 @@ from ..sources._common import parse_tag_expression
 from ..supervisor import ProcessSupervisor
 from .errors import CliError
 from .from_notice import note_from
-from .plan import ConsumePlan, banner, freeze_startup, load_listener, opened
+from .plan import ConsumePlan, banner, load_listener, opened, prepare_gc
 
 __all__ = ["check_plan", "consume_processes", "member_consumer", "stopped_line"]
 
@@ -58,7 +58,7 @@ def member_consumer(plan: ConsumePlan, serve_metrics: bool, index: int) -> Itera
     else:
         config = replace(plan.config, metrics_port=None)
     with opened(plan, listener, config) as built:
-        freeze_startup()
+        prepare_gc()
         yield built.consumer
 
 
