@@ -54,6 +54,7 @@ cdef extern from "Python.h":
 cdef extern from "_slots.h":
     Py_ssize_t _slot_offset "lite_push_slot_offset"(PyObject*)
     PyObject* _slot "lite_push_slot"(object, Py_ssize_t)
+    void _prefetch "lite_push_prefetch_slots"(object, Py_ssize_t, Py_ssize_t, PyTypeObject*, Py_ssize_t, Py_ssize_t)
 
 __all__ = [
     "HEAP_SLACK", "PLACEMENTS", "ROUTE_CACHE_LIMIT", "SWEEP_SLACK", "KeyRouter", "java_hash", "lane_of", "mixed_hash",
@@ -437,6 +438,8 @@ cdef class KeyRouter:
                     items = list(items)
                 nitems = PyList_GET_SIZE(items)
                 for j in range(nitems):
+                    if self._key_of is None:
+                        _prefetch(items, j, nitems, self._fast_type, self._keys_offset, -1)
                     item = <object>PyList_GET_ITEM(items, j)
                     key = self._key(item)
                     if key is None or (PyUnicode_CheckExact(key) and PyUnicode_GET_LENGTH(key) == 0) or not key:
@@ -522,10 +525,22 @@ cdef class KeyRouter:
         cdef _Placed placed
         cdef dict table = self._table
         cdef int64_t load
+        cdef object prev = None  # the str key released last, and its placed
         m = PyList_GET_SIZE(items)
         for j in range(m):
+            if self._key_of is None:
+                _prefetch(items, j, m, self._fast_type, self._keys_offset, -1)
             key = self._key(<object>PyList_GET_ITEM(items, j))
             if key is None or (PyUnicode_CheckExact(key) and PyUnicode_GET_LENGTH(key) == 0) or not key:
+                continue
+            if prev is not None and PyUnicode_CheckExact(key) and (key is prev or <str>key == <str>prev):
+                # A segment's messages are mostly one key's: no lookup again
+                # (placed is checked: count above 0, this lane).
+                if placed.count == 0:
+                    raise ValueError(f"release of key {key!r} on lane {lane}: the key is not placed")
+                placed.count -= 1
+                if placed.count == 0:
+                    self._live -= 1
                 continue
             hit = PyDict_GetItemWithError(table, key)
             if hit == NULL:
@@ -540,6 +555,7 @@ cdef class KeyRouter:
             placed.count -= 1
             if placed.count == 0:
                 self._live -= 1
+            prev = key if PyUnicode_CheckExact(key) else None
         load = self._loads[ln] - m
         if load < 0:
             raise ValueError(f"release of {m} message(s) on lane {ln}, which holds {self._loads[ln]}")

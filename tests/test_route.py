@@ -180,6 +180,22 @@ def test_bad_releases_are_errors_naming_the_key(router: ModuleType) -> None:
         r.release(2, [_msg(0, 1, None)])
 
 
+def test_a_run_of_one_key_releases_its_count_and_no_more(router: ModuleType) -> None:
+    # A run of messages of one key (equal keys, distinct str objects, as a
+    # decoder makes them) is released with one lookup; its count still holds.
+    ms = [_msg(0, i, "".join(["k", "ey"])) for i in range(3)]
+    r = router.KeyRouter(4)
+    r.route([("q", [_msg(0, 9, "other")], 0), ("q", ms, 1)])
+    lane = r.lane_of_key("key")
+    r.release(lane, ms)
+    assert r.placed_keys() == 1 and r.lane_of_key("key") is None and sum(r.loads()) == 1
+    r = router.KeyRouter(4)
+    r.route([("q", ms[:2], 0)])
+    lane = r.lane_of_key("key")
+    with pytest.raises(ValueError, match=f"release of key 'key' on lane {lane}: the key is not placed"):
+        r.release(lane, ms)
+
+
 def test_fixed_placements_ignore_releases(router: ModuleType) -> None:
     for placement in ("hash", "java"):
         r = router.KeyRouter(4, placement)
