@@ -34,7 +34,6 @@ from libc.string cimport memset
 cdef extern from "_slots.h":
     Py_ssize_t _slot_offset "lite_push_slot_offset"(PyObject*)
     PyObject* _slot "lite_push_slot"(object, Py_ssize_t)
-    void _prefetch "lite_push_prefetch_slots"(object, Py_ssize_t, Py_ssize_t, PyTypeObject*, Py_ssize_t, Py_ssize_t)
 
 
 cdef class _Reader:
@@ -395,11 +394,8 @@ cdef class OffsetTracker:
             buf = <long long*> PyMem_Malloc(n * sizeof(long long))
             if buf == NULL:
                 raise MemoryError()
-        cdef bint listed = type(messages) is list
         try:
             for i in range(n):
-                if listed:
-                    _prefetch(messages, i, n, r.tp, r.off_offset, r.body_offset)
                 m = messages[i]
                 if Py_TYPE(m) != r.tp:
                     r.learn(m)

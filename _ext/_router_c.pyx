@@ -54,7 +54,7 @@ cdef extern from "Python.h":
 cdef extern from "_slots.h":
     Py_ssize_t _slot_offset "lite_push_slot_offset"(PyObject*)
     PyObject* _slot "lite_push_slot"(object, Py_ssize_t)
-    void _prefetch "lite_push_prefetch_slots"(object, Py_ssize_t, Py_ssize_t, PyTypeObject*, Py_ssize_t, Py_ssize_t)
+    void _prefetch_keys "lite_push_prefetch_keys"(object, Py_ssize_t, Py_ssize_t, PyTypeObject*, Py_ssize_t)
 
 __all__ = [
     "HEAP_SLACK", "PLACEMENTS", "ROUTE_CACHE_LIMIT", "SWEEP_SLACK", "KeyRouter", "java_hash", "lane_of", "mixed_hash",
@@ -439,7 +439,7 @@ cdef class KeyRouter:
                 nitems = PyList_GET_SIZE(items)
                 for j in range(nitems):
                     if self._key_of is None:
-                        _prefetch(items, j, nitems, self._fast_type, self._keys_offset, -1)
+                        _prefetch_keys(items, j, nitems, self._fast_type, self._keys_offset)
                     item = <object>PyList_GET_ITEM(items, j)
                     key = self._key(item)
                     if key is None or (PyUnicode_CheckExact(key) and PyUnicode_GET_LENGTH(key) == 0) or not key:
@@ -529,7 +529,7 @@ cdef class KeyRouter:
         m = PyList_GET_SIZE(items)
         for j in range(m):
             if self._key_of is None:
-                _prefetch(items, j, m, self._fast_type, self._keys_offset, -1)
+                _prefetch_keys(items, j, m, self._fast_type, self._keys_offset)
             key = self._key(<object>PyList_GET_ITEM(items, j))
             if key is None or (PyUnicode_CheckExact(key) and PyUnicode_GET_LENGTH(key) == 0) or not key:
                 continue

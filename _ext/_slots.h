@@ -44,20 +44,20 @@ static inline void lite_push_slot_put(PyObject *o, Py_ssize_t off, PyObject *val
 }
 
 /* Prefetch for a pass over the list ``items`` (``n`` long) at ``j``: the
- * item ``PREFETCH_FAR`` ahead, and the objects in the slots at ``off`` and
- * ``off2`` (-1: none) of the item ``PREFETCH_NEAR`` ahead, fetched by an
- * earlier call, when it is of ``type``.  A dispatch's messages were made a
- * while ago and are out of the cache: a pass that reads each message's key
- * (or offset and body) otherwise waits for two memory reads per message,
- * one after the other.  (Always inlined: a function whose only effect is a
- * prefetch is otherwise taken for pure by GCC, and its calls dropped.) */
+ * item ``PREFETCH_FAR`` ahead, and the object in the slot at ``off`` (its
+ * key) of the item ``PREFETCH_NEAR`` ahead, fetched by an earlier call,
+ * when it is of ``type``.  A dispatch's messages were made a while ago and
+ * are out of the cache: a pass that reads each message's key otherwise
+ * waits for two memory reads per message, one after the other.  (Always
+ * inlined: a function whose only effect is a prefetch is otherwise taken
+ * for pure by GCC, and its calls dropped.) */
 #define LITE_PUSH_PREFETCH_FAR 16
 #define LITE_PUSH_PREFETCH_NEAR 8
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((always_inline))
 #endif
-static inline void lite_push_prefetch_slots(PyObject *items, Py_ssize_t j, Py_ssize_t n,
-                                            PyTypeObject *type, Py_ssize_t off, Py_ssize_t off2) {
+static inline void lite_push_prefetch_keys(PyObject *items, Py_ssize_t j, Py_ssize_t n,
+                                           PyTypeObject *type, Py_ssize_t off) {
 #if defined(__GNUC__) || defined(__clang__)
     if (j + LITE_PUSH_PREFETCH_FAR < n)
         __builtin_prefetch(PyList_GET_ITEM(items, j + LITE_PUSH_PREFETCH_FAR), 0, 3);
@@ -66,10 +66,6 @@ static inline void lite_push_prefetch_slots(PyObject *items, Py_ssize_t j, Py_ss
         if (Py_TYPE(o) == type) {
             PyObject *k = lite_push_slot(o, off);
             if (k != NULL) __builtin_prefetch(k, 0, 3);
-            if (off2 >= 0) {
-                k = lite_push_slot(o, off2);
-                if (k != NULL) __builtin_prefetch(k, 0, 3);
-            }
         }
     }
 #endif

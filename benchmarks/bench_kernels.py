@@ -24,7 +24,13 @@ twins are imported directly (``lite_push._router_py`` / ``_router_c``,
     the lanes do) and the pull thread releases them (``release_from``)
     before the next dispatch.  So every batch starts from an empty table
     and each key is placed on the least-loaded lane on its first message.
-    Also at 1,024 lanes (the asyncio executor's count).
+    Also at 1,024 lanes, and in the asyncio executor's shape: dispatches
+    of 4,096 messages (``DISPATCH_BUDGET``) of 1,000 keys over 2,048
+    lanes, each message's key a str of its own (as a decoder makes them),
+    forty dispatches' messages (about 25 MB), shuffled so that neighbours
+    in a dispatch are apart in memory (as in a heap that frees and reuses):
+    each pass reads them from memory, as the pull side does a dispatch
+    after they were read.
 * **java_hash**: ns per call on one 16-digit key, loop included; the
   ``len(key)`` row is the same loop around a trivial builtin, for scale.
 * **tracker**: ns per message over 1,000,000 messages: ``add_batch`` of 32
@@ -65,6 +71,7 @@ TWINS = {
 
 ACCOUNTS = 10_000
 BATCH = 1_000
+DISPATCH = 4_096
 TRACKER_BATCH = 32
 LANE_CHUNK = 4
 
@@ -220,6 +227,20 @@ def main() -> int:
         name = f"KeyRouter {placement}: {what}, {BATCH:,}-msg batch, n={n}"
         runs = [(label, route_case(m, batches, n, placement) if m else None) for label, m in twins["router"]]
         cases.append((name, "msg", runs, keys_routed))
+    # The asyncio shape: 4,096-message dispatches of 1,000 keys, 2,048 lanes.
+    few = accounts[:1_000]
+    dispatches = []
+    for _ in range(10 if args.quick else 40):
+        batch = []
+        for _ in range(DISPATCH):
+            key = rng.choice(few)
+            batch.append(MessageExt("BENCH", 0, offset, b"x" * 64, keys=key[:8] + key[8:]))
+            offset += 1
+        rng.shuffle(batch)  # apart in memory, as in a heap that frees and reuses
+        dispatches.append(batch)
+    name = f"KeyRouter load: route + release, {DISPATCH:,}-msg dispatches of 1,000 keys (out of cache), n=2048"
+    runs = [(label, route_case(m, dispatches, 2048, "load") if m else None) for label, m in twins["router"]]
+    cases.append((name, "msg", runs, len(dispatches) * DISPATCH))
     hot = [batches[0]] * len(batches)
     for placement in ("hash", "java"):
         name = f"KeyRouter {placement}: route, one {BATCH:,}-msg batch repeated (in cache), n=16"
