@@ -55,6 +55,7 @@ cdef extern from "_slots.h":
     Py_ssize_t _slot_offset "lite_push_slot_offset"(PyObject*)
     PyObject* _slot "lite_push_slot"(object, Py_ssize_t)
     void _prefetch_keys "lite_push_prefetch_keys"(object, Py_ssize_t, Py_ssize_t, PyTypeObject*, Py_ssize_t)
+    void _prefetch_releases "lite_push_prefetch_releases"(object, PyTypeObject*, Py_ssize_t)
 
 __all__ = [
     "HEAP_SLACK", "PLACEMENTS", "ROUTE_CACHE_LIMIT", "SWEEP_SLACK", "KeyRouter", "java_hash", "lane_of", "mixed_hash",
@@ -572,6 +573,8 @@ cdef class KeyRouter:
         cdef bint fixed = self._fixed
         cdef tuple entry
         pop = box.popleft
+        if not fixed and self._key_of is None and box:
+            _prefetch_releases(list(box), self._fast_type, self._keys_offset)
         while box:
             entry = pop()
             if not fixed:
