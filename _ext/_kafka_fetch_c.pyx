@@ -43,6 +43,41 @@ cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void*)
     object PyUnicode_FromFormat(const char*, ...)
 
+cdef extern from *:
+    """
+    /* A message's id, "<topic>-<partition>-<offset>", as
+     * PyUnicode_FromFormat("%U-%d-%lld") makes it, without parsing a format
+     * per message: "<topic>-<partition>-" is written once per run of a
+     * partition's records (lite_push_id_prefix: its length, or -1 when the
+     * topic's name is not ASCII or too long, and the format is used), then
+     * each offset's digits after it (lite_push_ascii_id, offset >= 0). */
+    #include <stdio.h>
+    static Py_ssize_t lite_push_id_prefix(char *buf, Py_ssize_t cap, const char *topic, int partition) {
+        const unsigned char *t = (const unsigned char *)topic;
+        for (; *t; t++) if (*t >= 128) return -1;
+        int n = snprintf(buf, (size_t)cap, "%s-%d-", topic, partition);
+        return (n > 0 && n < cap) ? n : -1;
+    }
+    static PyObject *lite_push_ascii_id(const char *prefix, Py_ssize_t plen, long long off) {
+        char digits[24];
+        int nd = 0, i;
+        unsigned long long v = (unsigned long long)off;
+        do { digits[nd++] = (char)('0' + v % 10); v /= 10; } while (v);
+        PyObject *s = PyUnicode_New(plen + nd, 127);
+        if (s == NULL) return NULL;
+        Py_UCS1 *d = PyUnicode_1BYTE_DATA(s);
+        memcpy(d, prefix, (size_t)plen);
+        for (i = 0; i < nd; i++) d[plen + i] = (Py_UCS1)digits[nd - 1 - i];
+        return s;
+    }
+    """
+    Py_ssize_t _id_prefix "lite_push_id_prefix"(char*, Py_ssize_t, const char*, int)
+    object _ascii_id "lite_push_ascii_id"(const char*, Py_ssize_t, long long)
+
+#: The room for "<topic>-<partition>-" (Kafka's topic names: 249 characters at most).
+cdef enum:
+    _PREFIX_MAX = 288
+
 cdef extern from "_slots.h":
     Py_ssize_t _slot_offset "lite_push_slot_offset"(PyObject*)
     object _alloc "lite_push_alloc"(PyTypeObject*)
@@ -412,6 +447,8 @@ cdef class FetchClient:
         cdef object name = None
         cdef object topic = None
         cdef list run = None
+        cdef char prefix[_PREFIX_MAX]
+        cdef Py_ssize_t plen = -1
         for i in range(n):
             m = msgs[i]
             if m.err != _NO_ERROR:
@@ -431,6 +468,7 @@ cdef class FetchClient:
                 last_rkt = m.rkt
                 last_part = m.partition
                 name = PyUnicode_FromString(_topic_name(m.rkt))
+                plen = _id_prefix(prefix, _PREFIX_MAX, _topic_name(m.rkt), m.partition)
                 st = by_name.get((name, m.partition))
                 if st is not None:
                     fetched = st.fetched
@@ -439,7 +477,7 @@ cdef class FetchClient:
                 continue
             if m.offset < fetched:  # fetched again (after a pause or a seek)
                 continue
-            run.append(self._decode(m, name, topic, decode_key, utf8_keys, broker_name, fmt))
+            run.append(self._decode(m, name, topic, decode_key, utf8_keys, broker_name, fmt, prefix, plen))
             fetched = m.offset + 1
         if run:
             st.file.extend(run)
@@ -447,7 +485,7 @@ cdef class FetchClient:
         return 0
 
     cdef object _decode(self, rd_kafka_message_t* m, object name, object topic, decode_key, bint utf8_keys,
-                        object broker_name, fmt):
+                        object broker_name, fmt, const char* prefix, Py_ssize_t plen):
         cdef void* hdrs = NULL
         cdef int tstype = 0
         cdef int64_t ts = _message_timestamp(m, &tstype)
@@ -474,8 +512,11 @@ cdef class FetchClient:
         _put(msg, _born, ts)
         _put(msg, _store, ts)
         _put(msg, _times, 0)
-        _put(msg, _msg_id, PyUnicode_FromFormat("%U-%d-%lld", <PyObject*>name, <int>m.partition,
-                                                <long long>m.offset))
+        if plen >= 0 and m.offset >= 0:
+            _put(msg, _msg_id, _ascii_id(prefix, plen, m.offset))
+        else:
+            _put(msg, _msg_id, PyUnicode_FromFormat("%U-%d-%lld", <PyObject*>name, <int>m.partition,
+                                                    <long long>m.offset))
         _put(msg, _broker, broker_name)
         return msg
 

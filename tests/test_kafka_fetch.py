@@ -135,6 +135,36 @@ def test_records_are_filed_decoded_under_their_partitions(cluster: MockKafkaClus
         client.close()  # idempotent
 
 
+@pytest.fixture(scope="module")
+def ids_topic(cluster: MockKafkaCluster) -> str:
+    """Partition 11 of a topic named with '.', '_' and '-': offsets 0..1204
+    (one to four digits)."""
+    topic = "ids.v2_x-1"
+    cluster.create_topic(topic, 12)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
+    for i in range(1205):
+        producer.produce(topic, b"v", b"k-%d" % (i % 7), partition=11)
+    assert producer.flush(10) == 0
+    return topic
+
+
+def test_message_ids_name_topic_partition_and_offset(
+    cluster: MockKafkaCluster, ids_topic: str, new_client: Any
+) -> None:
+    topic = ids_topic
+    client = new_client(_settings(cluster))
+    try:
+        client.load_metadata(topic, 10.0)
+        client.assign([(topic, 11, 0)])
+        st = PartitionState(MessageQueue(topic, "kafka", 11), topic, 0, None)
+        by_name = {(topic, 11): st}
+        _read_all(client, by_name, FMT, 1205)
+        assert [m.msg_id for m in st.file] == [f"{topic}-11-{i}" for i in range(1205)]
+        assert all(type(m.msg_id) is str and m.msg_id.isascii() for m in st.file)
+    finally:
+        client.close()
+
+
 def test_what_was_fetched_already_is_not_filed_again(cluster: MockKafkaCluster, new_client: Any) -> None:
     client = new_client(_settings(cluster))
     try:
