@@ -52,11 +52,12 @@ DEFAULT_ASYNC_THRESHOLD = 5000
 #: ``pull_batch_size`` when left unset, on threads: RocketMQ's.
 DEFAULT_THREAD_PULL_BATCH = 32
 #: ``pull_batch_size`` when left unset, on the asyncio executor, which
-#: reads on the loop's own thread: four times fewer reads for a dispatch
-#: (on Redis a round trip each, the loop waiting): 69,000-72,000 msg/s
-#: against 59,000-61,000 at 32 on Redis, 3 % more on Kafka (RESULTS.md,
-#: issue 40).
-DEFAULT_ASYNC_PULL_BATCH = 128
+#: reads on the loop's own thread: sixteen times fewer reads for a dispatch
+#: than at 32 (on Redis a round trip each, the loop waiting).  At 128
+#: against 32: Redis 69,000-72,000 msg/s against 59,000-61,000, Kafka 3 %
+#: more; at 512 against 128 (1,000 keys of 1 ms calls, same runs): Redis
+#: 8-9 % more, Kafka level (RESULTS.md, issue 40).
+DEFAULT_ASYNC_PULL_BATCH = 512
 #: The values of :attr:`ConsumerConfig.lane_placement`.
 LANE_PLACEMENTS = ("load", "hash", "java")
 #: The values of :attr:`ConsumerConfig.dead_letter_order`.
@@ -145,7 +146,7 @@ class ConsumerConfig:
     batch_size: int = 1
     #: Most messages pulled from one queue per poll (pullBatchSize).
     #: ``None`` (default): by the executor, ``DEFAULT_THREAD_PULL_BATCH``
-    #: (32, RocketMQ's) on threads, ``DEFAULT_ASYNC_PULL_BATCH`` (128) on
+    #: (32, RocketMQ's) on threads, ``DEFAULT_ASYNC_PULL_BATCH`` (512) on
     #: the asyncio executor, which reads on the loop's thread.
     pull_batch_size: int | None = None
     #: Pause a queue when it has more unfinished messages than this.

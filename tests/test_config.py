@@ -27,8 +27,8 @@ def test_lanes_and_the_queue_threshold_follow_the_executor():
     threads = ConsumerConfig(group="g", executor="thread")
     assert (threads.lanes, threads.pull_threshold_for_queue, threads.pull_batch_size) == (16, 1000, 32)
     loop = ConsumerConfig(group="g", executor="asyncio")
-    assert (loop.lanes, loop.pull_threshold_for_queue, loop.pull_batch_size) == (2048, 5000, 128)
-    assert (loop.queue_threshold, loop.poll_size) == (5000, 128)
+    assert (loop.lanes, loop.pull_threshold_for_queue, loop.pull_batch_size) == (2048, 5000, 512)
+    assert (loop.queue_threshold, loop.poll_size) == (5000, 512)
     kept = ConsumerConfig(group="g", executor="asyncio", lanes=8, pull_threshold_for_queue=7)
     assert (kept.lanes, kept.pull_threshold_for_queue) == (8, 7)
     from lite_push._listeners import resolve_executor
