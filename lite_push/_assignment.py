@@ -40,6 +40,12 @@ from ._timer import RetryTimer
 from ._types import MessageQueue
 from .sources._base import PullSource, RebalanceListener
 
+#: Seconds between looks at what the lanes handed off while a revoke waits
+#: for its queues' listener calls: a call that fails during the wait hands
+#: its message to this thread, which must send (or skip) it for the queue
+#: to drain.
+REVOKE_SLICE = 0.05
+
 #: An application's rebalance hook: called with the queues, sorted.
 AppHook = Callable[[list[MessageQueue]], object]
 
@@ -147,23 +153,20 @@ class Assignment(RebalanceListener):
             pq.drop()
         if pqs and any(self._counters.parked):
             self._dispatcher.purge()  # parked messages of these queues are left to the next owner
-        if pqs and self._sender.pending:
-            self._sender.send(self._clock.monotonic())
+        revoked = set(pqs)
         if pqs:
-            # What only this (pull) thread could release -- local retries on
-            # the timer, dead letters waiting to be stored again -- is left
-            # to the next owner now: the wait below is for listener calls only.
-            revoked = set(pqs)
-            self._sender.release(revoked)
-            for pq, ms in per_queue(self._timer.take_held(revoked)).items():
-                pq.skip(ms)
+            self._release_held(revoked)
         deadline = time.monotonic() + cfg.revoke_timeout
         for pq in pqs:
-            if not pq.wait_idle(max(0.0, deadline - time.monotonic())):
-                logger.warning(
-                    "consumer %r: %s revoked with work still running after %.1fs; committing below it and releasing",
-                    cfg.group, pq.queue, cfg.revoke_timeout,
-                )  # fmt: skip
+            while not pq.wait_idle(min(REVOKE_SLICE, max(0.0, deadline - time.monotonic()))):
+                if time.monotonic() >= deadline:
+                    logger.warning(
+                        "consumer %r: %s revoked with work still running after %.1fs; committing below it and "
+                        "releasing", cfg.group, pq.queue, cfg.revoke_timeout,
+                    )  # fmt: skip
+                    break
+                if self._sender.pending:  # a listener call failed meanwhile: its hand-off is ours to release
+                    self._release_held(revoked)
         self._committer.commit(pqs)
         for pq in pqs:
             del owned[pq.queue]
@@ -183,6 +186,17 @@ class Assignment(RebalanceListener):
         logger.info("consumer %r revoked %s", cfg.group, [str(q) for q in queues])
         if queues:
             self._call_hook(1, queues)
+
+    def _release_held(self, revoked: set[ProcessQueue]) -> None:
+        """What only this (pull) thread could release -- failures handed
+        off, local retries on the timer, dead letters waiting to be stored
+        again -- is sent, or left to the next owner, now: the wait for the
+        revoked queues is for listener calls only."""
+        if self._sender.pending:
+            self._sender.send(self._clock.monotonic())
+        self._sender.release(revoked)
+        for pq, ms in per_queue(self._timer.take_held(revoked)).items():
+            pq.skip(ms)
 
     def _call_hook(self, which: int, queues: list[MessageQueue]) -> None:
         """The application's hook, after lite_push's own work (for a revoke:

@@ -3,6 +3,7 @@ durable broker (clean and ``kill -9``)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -12,9 +13,11 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from helpers import Recorder, assert_offsets_increase, read_offset_log, wait_until
+from prometheus_client import CollectorRegistry
 
-from lite_push import ConsumeFromWhere, ConsumerConfig, EmbeddedBroker, LitePushConsumer
+from lite_push import ConsumeFromWhere, ConsumerConfig, EmbeddedBroker, LitePushConsumer, MessageQueue
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -295,3 +298,73 @@ def test_a_revoke_does_not_wait_for_a_local_retry():
         broker.create_topic("T", queue_count=2)
         committed = _revoke_with_held_failures(broker, "send-back")
     assert committed == [0]
+
+
+def _rebalances(c: LitePushConsumer) -> int:
+    snap = c.metrics_snapshot()
+    assert snap is not None
+    return snap.rebalances
+
+
+class _HoldAtFailure(logging.Handler):
+    """Holds each lane thread that logs a listener's failure (after the lane
+    checked that its queue is still owned, before it hands the message to
+    the pull thread) until ``go`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.held = threading.Semaphore(0)
+        self.go = threading.Event()
+
+    def handle(self, record: logging.LogRecord) -> bool:  # not emit: Handler.handle holds a lock around it
+        if "RETRY_LATER" in record.getMessage():
+            self.held.release()
+            self.go.wait(30)
+        return True
+
+    def emit(self, record: logging.LogRecord) -> None:
+        pass
+
+
+@pytest.mark.parametrize("refused", [False, True], ids=["sent-back", "refused"])
+def test_a_failure_handed_off_while_its_queue_is_revoked_does_not_hold_the_revoke(refused: bool) -> None:
+    """A listener call fails just before its queue is revoked, and its lane
+    hands the message to the pull thread only once the revoke waits for the
+    queue to drain: the pull thread, the one waiting, sends it back during
+    the wait (or, refused, leaves it to the next owner), so the revoke ends
+    at once rather than at revoke_timeout (60 s here)."""
+    from lite_push import ConsumeMode, ConsumeResult
+
+    hold = _HoldAtFailure()
+    lane_log = logging.getLogger("lite_push._lane_worker")
+    lane_log.addHandler(hold)
+    revoked: list[list[MessageQueue]] = []
+    try:
+        with EmbeddedBroker(session_timeout=120.0) as broker:
+            broker.create_topic("T", queue_count=2)
+            if refused:
+                broker.schedule.send_back = lambda group, items: [OSError("broker refuses")] * len(items)  # type: ignore[method-assign]
+            for q in (0, 1):
+                broker.send("T", b"bad", keys=f"bad{q}", queue_id=q)
+            a = LitePushConsumer(
+                ConsumerConfig(
+                    group="g", mode=ConsumeMode.CONCURRENTLY, revoke_timeout=60.0, suspend_ms=60_000,
+                    commit_interval=0.05, poll_timeout=0.02,
+                ),
+                source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET, client_id="a"),
+                listener=lambda msgs: ConsumeResult.RETRY_LATER,
+                registry=CollectorRegistry(),  # metrics on: the revoke's start is counted
+                on_revoked=revoked.append,
+            )  # fmt: skip
+            a.subscribe("T")
+            with a:
+                for _ in range(2):  # both lanes hold their failure, not yet handed off
+                    assert hold.held.acquire(timeout=20)
+                b = _consumer(broker, lambda msgs: None, "b", mode=ConsumeMode.CONCURRENTLY)
+                with b:
+                    assert wait_until(lambda: _rebalances(a) >= 1, timeout=20)  # A's revoke waits
+                    hold.go.set()
+                    assert wait_until(lambda: bool(revoked), timeout=10), "A's revoke waited for the hand-off"
+    finally:
+        hold.go.set()
+        lane_log.removeHandler(hold)
