@@ -447,6 +447,7 @@ cdef class FetchClient:
         cdef object name = None
         cdef object topic = None
         cdef list run = None
+        cdef const char* tname
         cdef char prefix[_PREFIX_MAX]
         cdef Py_ssize_t plen = -1
         for i in range(n):
@@ -467,8 +468,9 @@ cdef class FetchClient:
                 run = []
                 last_rkt = m.rkt
                 last_part = m.partition
-                name = PyUnicode_FromString(_topic_name(m.rkt))
-                plen = _id_prefix(prefix, _PREFIX_MAX, _topic_name(m.rkt), m.partition)
+                tname = _topic_name(m.rkt)
+                name = PyUnicode_FromString(tname)
+                plen = _id_prefix(prefix, _PREFIX_MAX, tname, m.partition)
                 st = by_name.get((name, m.partition))
                 if st is not None:
                     fetched = st.fetched

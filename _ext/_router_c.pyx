@@ -534,29 +534,23 @@ cdef class KeyRouter:
             key = self._key(<object>PyList_GET_ITEM(items, j))
             if key is None or (PyUnicode_CheckExact(key) and PyUnicode_GET_LENGTH(key) == 0) or not key:
                 continue
-            if prev is not None and PyUnicode_CheckExact(key) and (key is prev or <str>key == <str>prev):
-                # A segment's messages are mostly one key's: no lookup again
-                # (placed is checked: count above 0, this lane).
-                if placed.count == 0:
-                    raise ValueError(f"release of key {key!r} on lane {lane}: the key is not placed")
-                placed.count -= 1
-                if placed.count == 0:
-                    self._live -= 1
-                continue
-            hit = PyDict_GetItemWithError(table, key)
-            if hit == NULL:
-                if PyErr_Occurred():
-                    raise
-                raise ValueError(f"release of key {key!r} on lane {ln}: the key is not placed")
-            placed = <_Placed><object>hit
+            if prev is None or not PyUnicode_CheckExact(key) or not (key is prev or <str>key == <str>prev):
+                hit = PyDict_GetItemWithError(table, key)
+                if hit == NULL:
+                    if PyErr_Occurred():
+                        raise
+                    raise ValueError(f"release of key {key!r} on lane {ln}: the key is not placed")
+                placed = <_Placed><object>hit
+                if placed.count != 0 and placed.lane != ln:
+                    raise ValueError(f"release of key {key!r} on lane {ln}: the key is placed on lane {placed.lane}")
+                prev = key if PyUnicode_CheckExact(key) else None
+            # else the key released last again (a segment's messages are
+            # mostly one key's): its placed, already checked for this lane
             if placed.count == 0:
                 raise ValueError(f"release of key {key!r} on lane {lane}: the key is not placed")
-            if placed.lane != ln:
-                raise ValueError(f"release of key {key!r} on lane {ln}: the key is placed on lane {placed.lane}")
             placed.count -= 1
             if placed.count == 0:
                 self._live -= 1
-            prev = key if PyUnicode_CheckExact(key) else None
         load = self._loads[ln] - m
         if load < 0:
             raise ValueError(f"release of {m} message(s) on lane {ln}, which holds {self._loads[ln]}")

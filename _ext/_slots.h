@@ -71,6 +71,13 @@ static inline void lite_push_prefetch_keys(PyObject *items, Py_ssize_t j, Py_ssi
 #endif
 }
 
+/* The items list of a release entry ``(lane, items)``, or NULL. */
+static inline PyObject *lite_push_entry_items(PyObject *e) {
+    if (!PyTuple_CheckExact(e) || PyTuple_GET_SIZE(e) != 2) return NULL;
+    PyObject *items = PyTuple_GET_ITEM(e, 1);
+    return PyList_CheckExact(items) ? items : NULL;
+}
+
 /* Prefetch what releasing ``entries`` (a list of ``(lane, items)``
  * tuples, ``items`` a list of messages) reads, a level at a time over all
  * of them: the items lists, their arrays, the messages, then the objects in
@@ -78,51 +85,35 @@ static inline void lite_push_prefetch_keys(PyObject *items, Py_ssize_t j, Py_ssi
  * level are independent of each other, so they overlap; the release itself
  * then finds them in the cache instead of waiting for each in turn (a lane
  * hands its segments back a dispatch after they were routed, long out of
- * the cache).  Always inlined, as above. */
+ * the cache).  The first level reads only the tuples: checking a list's
+ * type would wait for it.  Always inlined, as above. */
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((always_inline))
 #endif
 static inline void lite_push_prefetch_releases(PyObject *entries, PyTypeObject *type, Py_ssize_t off) {
 #if defined(__GNUC__) || defined(__clang__)
-    Py_ssize_t n = PyList_GET_SIZE(entries), i, k, m;
-    PyObject *e, *items, *o, *key;
+    Py_ssize_t n = PyList_GET_SIZE(entries), i, k;
+    PyObject *e, *items, *key;
     for (i = 0; i < n; i++) {
         e = PyList_GET_ITEM(entries, i);
         if (PyTuple_CheckExact(e) && PyTuple_GET_SIZE(e) == 2)
             __builtin_prefetch(PyTuple_GET_ITEM(e, 1), 0, 3);
     }
     for (i = 0; i < n; i++) {
-        e = PyList_GET_ITEM(entries, i);
-        if (PyTuple_CheckExact(e) && PyTuple_GET_SIZE(e) == 2) {
-            items = PyTuple_GET_ITEM(e, 1);
-            if (PyList_CheckExact(items)) __builtin_prefetch(((PyListObject *)items)->ob_item, 0, 3);
-        }
+        items = lite_push_entry_items(PyList_GET_ITEM(entries, i));
+        if (items != NULL) __builtin_prefetch(((PyListObject *)items)->ob_item, 0, 3);
     }
     for (i = 0; i < n; i++) {
-        e = PyList_GET_ITEM(entries, i);
-        if (PyTuple_CheckExact(e) && PyTuple_GET_SIZE(e) == 2) {
-            items = PyTuple_GET_ITEM(e, 1);
-            if (PyList_CheckExact(items)) {
-                m = PyList_GET_SIZE(items);
-                for (k = 0; k < m; k++) __builtin_prefetch(PyList_GET_ITEM(items, k), 0, 3);
-            }
-        }
+        items = lite_push_entry_items(PyList_GET_ITEM(entries, i));
+        for (k = 0; items != NULL && k < PyList_GET_SIZE(items); k++)
+            __builtin_prefetch(PyList_GET_ITEM(items, k), 0, 3);
     }
-    if (type == NULL) return;
-    for (i = 0; i < n; i++) {
-        e = PyList_GET_ITEM(entries, i);
-        if (PyTuple_CheckExact(e) && PyTuple_GET_SIZE(e) == 2) {
-            items = PyTuple_GET_ITEM(e, 1);
-            if (PyList_CheckExact(items)) {
-                m = PyList_GET_SIZE(items);
-                for (k = 0; k < m; k++) {
-                    o = PyList_GET_ITEM(items, k);
-                    if (Py_TYPE(o) == type) {
-                        key = lite_push_slot(o, off);
-                        if (key != NULL) __builtin_prefetch(key, 0, 3);
-                    }
-                }
-            }
+    for (i = 0; type != NULL && i < n; i++) {
+        items = lite_push_entry_items(PyList_GET_ITEM(entries, i));
+        for (k = 0; items != NULL && k < PyList_GET_SIZE(items); k++) {
+            PyObject *o = PyList_GET_ITEM(items, k);
+            if (Py_TYPE(o) == type && (key = lite_push_slot(o, off)) != NULL)
+                __builtin_prefetch(key, 0, 3);
         }
     }
 #endif

@@ -35,7 +35,7 @@ from lite_push import (
     demo,
 )
 from lite_push.__main__ import main as module_main
-from lite_push.cli.plan import GEN0_THRESHOLD, PYTHON_GEN0_THRESHOLD, prepare_gc
+from lite_push.cli.process_gc import GEN0_THRESHOLD, PYTHON_GEN0_THRESHOLD, prepare_gc
 from lite_push.cli.settings import NON_CONFIG_ENV, load_settings
 from lite_push.sources import ConsumeFromWhere, EmbeddedBroker
 from lite_push.sources.redis import RedisBroker

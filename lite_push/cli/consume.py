@@ -21,7 +21,8 @@ from .._consumer import LitePushConsumer
 from .._signals import StopOnSignal
 from .consume_processes import consume_processes
 from .from_notice import note_from
-from .plan import FROM, banner, load_listener, opened, plan_of, prepare_gc
+from .plan import FROM, banner, load_listener, opened, plan_of
+from .process_gc import prepare_gc
 from .progress import Status
 
 __all__ = ["FROM", "cmd_consume", "load_listener"]

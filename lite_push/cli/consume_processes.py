@@ -40,7 +40,8 @@ from ..sources._common import parse_tag_expression
 from ..supervisor import ProcessSupervisor
 from .errors import CliError
 from .from_notice import note_from
-from .plan import ConsumePlan, banner, load_listener, opened, prepare_gc
+from .plan import ConsumePlan, banner, load_listener, opened
+from .process_gc import prepare_gc
 
 __all__ = ["check_plan", "consume_processes", "member_consumer", "stopped_line"]
 
