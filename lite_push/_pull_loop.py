@@ -52,7 +52,12 @@ yields each call that may block: storing failures, commits, lock renewals):
   a blocking one (a rebalance is due: its listener waits for the revoked
   queues' listener calls, which run on this very loop), and the turn's
   blocking calls.  The task and the helper never run pull-side code at
-  once: the task waits for each call it hands over.
+  once: the task waits for each call it hands over.  After each read that
+  had messages, and after a turn that had messages, the task asks the
+  source to send its next read now (``PullSource.prefetch``; Redis: the
+  pipelined read on a connection of its own), so the server builds that
+  reply while the task tracks and routes, or while the lanes run; the next
+  ``poll_nowait`` takes it.
 """
 
 from __future__ import annotations
@@ -238,9 +243,14 @@ class PullLoop:
         source = self._source
         size = self._config.poll_size
         nowait = source.poll_nowait
+        prefetch = source.prefetch
 
         def more() -> list[PollBatch]:
-            return nowait(size) or []  # None: the next turn's poll is a blocking one
+            got = nowait(size)  # None: the next turn's poll is a blocking one
+            if not got:
+                return []
+            prefetch(size)  # the next read goes out while this one is tracked
+            return got
 
         crashed = False
         cancelled = False
@@ -251,7 +261,9 @@ class PullLoop:
                 due = self._timer.next_due()
                 try:
                     batches = None if wait else nowait(size)
-                    if batches is None:
+                    if batches:
+                        prefetch(size)  # the next read goes out while this one is tracked
+                    elif batches is None:
                         # Nothing was ready last turn, or the source says this
                         # poll may block (a rebalance is due): on the helper.
                         batches = await blocking(partial(source.poll, self._timeout(due) if wait else 0.0, size))
@@ -272,6 +284,10 @@ class PullLoop:
                     pass
                 wait = not batches
                 if not wait:
+                    # The next read goes out now (if none is out: a source
+                    # that waits on a server builds its reply meanwhile) and
+                    # is taken by the next turn's poll_nowait.
+                    prefetch(size)
                     await asyncio.sleep(0)  # the lanes this turn fed run now
         except asyncio.CancelledError:
             # The loop is going away (its tasks cancelled) without shutdown():

@@ -214,8 +214,10 @@ def test_a_server_outage_is_logged_once_and_consumption_resumes(caplog: pytest.L
         c.subscribe("T")
         got = poll_messages(c, 3)
         caplog.set_level(logging.WARNING, logger="lite_push.sources.redis")
+        c.prefetch(3)  # a read in flight when the server goes: poll drops it
         server.stop(remove=False)
         for _ in range(5):
+            c.prefetch(3)  # nothing to send it to: no error, the poll meets the outage
             t0 = time.monotonic()
             assert c.poll(0.2) == []
             assert time.monotonic() - t0 < 1.5
@@ -409,3 +411,83 @@ def test_a_waiting_poll_is_woken_by_the_send_notification(harness: RedisHarness)
         latencies.append(done - sent_at[0])
         assert sum(len(b.messages) for b in got) == 1
     assert sorted(latencies)[2] < 0.2, latencies
+
+
+def _calls(admin: redis.Redis, command: str) -> int:
+    """How many times the server ran ``command`` (``INFO commandstats``)."""
+    stats = admin.info("commandstats")
+    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def test_a_read_is_one_round_trip_and_a_read_sent_ahead_is_taken(
+    harness: RedisHarness, redis_server: RedisServer
+) -> None:
+    """A poll's pipeline asks no SCRIPT EXISTS (redis-py's pipelines do,
+    once per execute with a script on them), and ``poll_nowait`` takes the
+    read that ``prefetch`` sent instead of reading again."""
+    queues = harness.create_topic("T", 4)
+    for i in range(40):
+        harness.send("T", b"%d" % i, queue_id=i % 4)
+    c = harness.consumer("g")
+    c.subscribe("T")
+    got = poll_until(c, lambda _: len(c.assignment()) == 4, max_per_queue=2)
+    admin = redis.Redis.from_url(redis_server.url)
+    try:
+        exists, xrange = _calls(admin, "script|exists"), _calls(admin, "xrange")
+        for _ in range(3):
+            got += c.poll_nowait(2) or []
+        assert _calls(admin, "xrange") - xrange == 3 * 4  # one XRANGE per queue and read
+        c.prefetch(2)
+        assert _calls(admin, "xrange") - xrange == 4 * 4  # sent: the server runs it now
+        got += c.poll_nowait(2) or []
+        assert _calls(admin, "xrange") - xrange == 4 * 4  # taken, not read again
+        assert _calls(admin, "script|exists") == exists
+    finally:
+        admin.close()
+    got += poll_messages(c, 40 - sum(len(b.messages) for b in got))
+    assert offsets(got) == {q: list(range(10)) for q in queues}
+
+
+@pytest.mark.parametrize("ahead", [False, True])
+def test_reads_go_on_after_the_server_lost_its_scripts(
+    harness: RedisHarness, redis_server: RedisServer, ahead: bool
+) -> None:
+    """A server restarted or flushed has none of lite_push's scripts: the
+    read that meets NOSCRIPT (sent ahead or not) loads them and reads again,
+    delivering each message once."""
+    (q,) = harness.create_topic("T", 1)
+    for i in range(3):
+        harness.send("T", b"%d" % i)
+    c = harness.consumer("g")
+    c.subscribe("T")
+    got = poll_messages(c, 3)
+    admin = redis.Redis.from_url(redis_server.url)
+    try:
+        admin.script_flush()
+        for i in range(3, 5):
+            harness.send("T", b"%d" % i)
+        admin.script_flush()  # sending loaded SEND again
+    finally:
+        admin.close()
+    if ahead:
+        c.prefetch(32)
+    read = c.poll_nowait(32)
+    assert read is not None
+    got += read
+    assert offsets(got) == {q: [0, 1, 2, 3, 4]}
+
+
+def test_a_read_sent_ahead_is_dropped_by_close(harness: RedisHarness) -> None:
+    """Closing with a read in flight closes its connection; nothing is
+    committed or lost: the group's next member reads every message."""
+    (q,) = harness.create_topic("T", 1)
+    for i in range(5):
+        harness.send("T", b"%d" % i)
+    c = harness.consumer("g")
+    c.subscribe("T")
+    poll_until(c, lambda _: len(c.assignment()) == 1)
+    c.prefetch(32)
+    c.close()
+    d = harness.consumer("g")
+    d.subscribe("T")
+    assert offsets(poll_messages(d, 5)) == {q: [0, 1, 2, 3, 4]}

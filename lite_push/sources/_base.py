@@ -432,6 +432,18 @@ class PullSource(abc.ABC):
         The default is ``None``: every read goes through :meth:`poll`."""
         return None
 
+    def prefetch(self, max_per_queue: int = 32) -> None:
+        """Start the read the next :meth:`poll_nowait` returns, and return
+        at once: a source whose reads wait on a server (Redis) sends it now,
+        so the server builds the reply while the event loop runs the lanes.
+        The next ``poll_nowait`` takes that reply if it still fits (the same
+        queues owned, unpaused and read from the same positions, the same
+        ``max_per_queue``) and reads afresh otherwise; :meth:`poll` and
+        :meth:`close` drop it.  Never raises for a read that failed (the
+        next read meets the error).  The same owning thread rules as
+        :meth:`poll`.  The default does nothing."""
+        return None
+
     @abc.abstractmethod
     def assignment(self) -> frozenset[MessageQueue]:
         """The queues this member owns now."""

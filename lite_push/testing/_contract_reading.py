@@ -3,6 +3,7 @@ committing, tag filters, and what a closed source does."""
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -10,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from .._errors import NotSubscribedError, SourceClosedError, UnknownTopicError
-from .._types import OffsetAndMetadata, PollBatch
+from .._types import MessageQueue, OffsetAndMetadata, PollBatch
 from ._harness import SourceHarness
 from ._polling import (
     assert_contiguous,
@@ -113,6 +114,77 @@ class ReadingContract:
         assert count_of(got) == 60
         assert_contiguous(got, {q: 0 for q in queues})
         assert offsets(got) == {q: list(range(30)) for q in queues}
+
+    @pytest.mark.parametrize("seed", range(3))
+    def test_a_read_sent_ahead_never_passes_a_pause_a_seek_or_a_poll(self, harness: SourceHarness, seed: int) -> None:
+        """``prefetch`` starts the next ``poll_nowait``'s read; whatever
+        runs in between (pauses, resumes, seeks, sends, a ``poll``), every
+        batch still starts where its queue's reading stands, no paused
+        queue's batch comes, and in the end every message is read.  Each
+        case once, then a seeded random run of those steps (two queues,
+        small reads)."""
+        rng = random.Random(seed)
+        queues = harness.create_topic("T", 2)
+        end = dict.fromkeys(queues, 0)
+        for i in range(40):
+            q, off = harness.send("T", b"m%d" % i, queue_id=i % 2)
+            end[q] = off + 1
+        c = harness.consumer("g")
+        c.subscribe("T")
+        got = wait_assigned(c, 2)
+        expect = dict.fromkeys(queues, 0)
+        paused: set[MessageQueue] = set()
+
+        def check(batches: list[PollBatch]) -> None:
+            for b in batches:
+                assert b.queue not in paused, f"step {step}: a batch of paused {b.queue}"
+                assert [m.queue_offset for m in b.messages] == list(range(expect[b.queue], b.next_offset)), (
+                    f"step {step}: {b.queue} read from {b.messages[0].queue_offset}, expected {expect[b.queue]}"
+                )
+                expect[b.queue] = b.next_offset
+
+        # Each case once, then a random run.
+        plan = [
+            ("prefetch", 0), ("pause", 0), ("nowait", 0), ("resume", 0),
+            ("prefetch", 0), ("seek", 1), ("nowait", 0),
+            ("prefetch", 0), ("poll", 0), ("nowait", 0),
+            ("prefetch", 0), ("send", 1), ("nowait", 0),
+        ]  # fmt: skip
+        ops = ["prefetch", "prefetch", "nowait", "nowait", "poll", "pause", "resume", "seek", "send"]
+        plan += [(rng.choice(ops), rng.randrange(2)) for _ in range(60)]
+        step = -1
+        check(got)
+        for step, (op, qi) in enumerate(plan):
+            q = queues[qi]
+            if op == "prefetch":
+                c.prefetch(rng.choice([3, 3, 3, 5]))
+            elif op == "nowait":
+                read = c.poll_nowait(3)
+                check(c.poll(0.05, 3) if read is None else read)
+            elif op == "poll":
+                check(c.poll(0.02, 3))
+            elif op == "pause":
+                c.pause([q])
+                paused.add(q)
+            elif op == "resume":
+                c.resume([q])
+                paused.discard(q)
+            elif op == "seek":
+                to = rng.randrange(0, expect[q] + 1)
+                c.seek(q, to)
+                expect[q] = to
+            else:
+                qq, off = harness.send("T", b"s%d" % step, queue_id=q.queue_id)
+                end[qq] = off + 1
+        c.resume(queues)
+        paused.clear()
+        step = len(plan)
+        deadline = time.monotonic() + 10
+        while expect != end and time.monotonic() < deadline:
+            c.prefetch(4)
+            read = c.poll_nowait(4)
+            check(c.poll(0.05, 4) if read is None else read)
+        assert expect == end
 
     def test_poll_timeout_is_respected(self, harness: SourceHarness) -> None:
         harness.create_topic("T", 2)

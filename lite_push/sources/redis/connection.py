@@ -135,6 +135,12 @@ class Connection:
         self.grain_quit = c.register_script(grain_scripts.QUIT)
         self.grain_position = c.register_script(grain_scripts.POSITION)
         self.grain_resync = c.register_script(grain_scripts.RESYNC)
+        self._scripts = [
+            self.send, self.move_due, self.queue_end, self.heartbeat, self.acquire, self.release, self.leave,
+            self.commit, self.lock, self.unlock, self.schedule, self.claim_balance, self.raise_positions,
+            self.grain_dispatch, self.grain_ack, self.grain_renew, self.grain_quit, self.grain_position,
+            self.grain_resync,
+        ]  # fmt: skip
         #: The ``lite_push`` Redis Function library (``FCALL lite_push_send``
         #: for producers in any language), loaded on first use of a topic.
         self.functions = FunctionLoader(c)
@@ -149,6 +155,12 @@ class Connection:
             self._reader = redis.Redis(connection_pool=c.connection_pool)
             self._reader.set_response_callback("XRANGE", _raw_entries)
 
+    @property
+    def pipelines(self) -> bool:
+        """Whether :meth:`pipeline` gives redis-py's pipeline (a single
+        server), not the sequential stand-in of a cluster."""
+        return not self._cluster
+
     def pipeline(self, reader: bool = False) -> Any:
         """A non-transactional pipeline (a sequential stand-in on a cluster);
         ``reader``: on the reader client, whose XRANGE replies are not
@@ -157,14 +169,32 @@ class Connection:
             return Sequential(self.client)
         return (self._reader if reader else self.client).pipeline(transaction=False)
 
-    def run(self, script: Any, keys: list[str], args: list[Any], pipe: Any = None) -> Any:
-        """Run ``script`` now (``pipe`` None) or queue it on ``pipe``."""
+    def run(self, script: Any, keys: list[str], args: list[Any], pipe: Any = None, *, loaded: bool = False) -> Any:
+        """Run ``script`` now (``pipe`` None) or queue it on ``pipe``.
+
+        ``loaded``: queue a bare EVALSHA, so that the pipeline's ``execute``
+        skips redis-py's SCRIPT EXISTS round trip (one per execute with a
+        script on it); the caller then handles ``NoScriptError`` (a server
+        that restarted or flushed its scripts) with :meth:`load_scripts`
+        and runs its pipeline again, which is why only pipelines that may
+        run twice pass it (the poll's: a script that met NOSCRIPT did not run)."""
         if pipe is None:
             return script(keys=keys, args=args, client=self.client)
         if isinstance(pipe, Sequential):
             pipe.results.append(script(keys=keys, args=args, client=self.client))
             return None
+        if loaded:
+            return pipe.evalsha(script.sha, len(keys), *keys, *args)
         return script(keys=keys, args=args, client=pipe)
+
+    def load_scripts(self) -> None:
+        """Load every script this connection runs into the server's cache
+        (one pipelined round trip): after ``NoScriptError`` from a pipeline
+        built with ``run(..., loaded=True)``."""
+        pipe = self.client.pipeline(transaction=False)
+        for script in self._scripts:
+            pipe.script_load(script.script)
+        pipe.execute()
 
     def append(self, topic: str, args: Mapping[int, list[bytes]]) -> dict[int, list[int]]:
         """Store messages in ``topic``: ``args`` holds per queue each

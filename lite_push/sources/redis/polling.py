@@ -12,7 +12,11 @@ by ``poll_nowait`` (the event loop's read, which leaves a rebalance due to
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from redis.exceptions import NoScriptError
 
 from ..._types import MessageExt, PollBatch
 from .._common import GC_PAUSE_MIN, gc_paused
@@ -20,10 +24,13 @@ from .._member_model import MemberModel
 from .._owned import OwnedQueues
 from .connection import Connection
 from .message_grain import MessageGrain
+from .read_ahead import ReadAhead
 from .reading import SCAN_EXTRA, QueueReader, read_into
 from .retries import Retries
 
 __all__ = ["MIN_WAIT", "WAIT_SLICE", "PollRead"]
+
+logger = logging.getLogger(__name__)
 
 #: Longest sleep of a waiting poll between two reads (seconds); pub/sub
 #: notifications usually end it sooner.
@@ -36,7 +43,9 @@ class PollRead:
     """The pipelined read of one member (see the module docstring); the
     queues take turns being read first (round robin across polls)."""
 
-    __slots__ = ("_check_open", "_conn", "_grain", "_group", "_model", "_owned", "_retries", "_rr", "_store_malformed")
+    __slots__ = (
+        "_ahead", "_check_open", "_conn", "_grain", "_group", "_model", "_owned", "_retries", "_rr", "_store_malformed",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -61,16 +70,101 @@ class PollRead:
         self._store_malformed = store_malformed
         self._check_open = check_open
         self._rr = 0
+        self._ahead = ReadAhead()
 
     def __call__(self, max_per_queue: int, rebalance: bool = True) -> tuple[list[PollBatch] | None, float]:
         """One read: ``(batches, wait_hint)`` (how long a waiting poll may
         sleep before the next due retry); ``(None, 0)`` when the owned queues
         changed (or, ``rebalance`` False, are due to: then nothing was
-        changed and, without message balance, nothing read is kept)."""
-        model = self._model
+        changed and, without message balance, nothing read is kept).
+
+        By queue, the read's script (MOVE_DUE) goes as a bare EVALSHA, so a
+        read is one round trip (redis-py would ask SCRIPT EXISTS first on
+        every read); a server without the script (restarted, flushed) is
+        told it and the read runs again: nothing of a read that met
+        NOSCRIPT was applied, here or on the server.  By message, a DISPATCH
+        delivers as it runs, so its pipeline is never run twice.
+
+        With ``rebalance`` False, a read sent ahead (:meth:`send_ahead`) is
+        taken: each queue's reply if the queue is still owned, unpaused, not
+        held and read from the same position (the others are read again
+        later), if ``max_per_queue`` is the same and at least one queue's
+        reply fits.  Else it is dropped and the read made now."""
+        if self._ahead.pending:
+            if not rebalance:
+                got = self._take_ahead(max_per_queue)
+                if got is not None:
+                    return got
+            else:
+                self._ahead.drop()
+        if self._grain is not None:
+            return self._read(max_per_queue, rebalance, loaded=False)
+        try:
+            return self._read(max_per_queue, rebalance, loaded=True)
+        except NoScriptError:
+            logger.info("redis-server had lost lite_push's scripts; loading them")
+            self._conn.load_scripts()
+            return self._read(max_per_queue, rebalance, loaded=True)
+
+    @property
+    def ahead(self) -> bool:
+        """Whether a read sent ahead waits for its reply to be taken."""
+        return self._ahead.pending
+
+    def send_ahead(self, max_per_queue: int) -> bool:
+        """Send the next read now (by queue, on a single Redis server), for
+        the next call with ``rebalance`` False to take: redis-server builds
+        the reply while the caller does other work.  Return whether it was
+        sent (not by message, not on a cluster, not with nothing to read,
+        not twice)."""
+        if self._ahead.pending or self._grain is not None or not self._conn.pipelines:
+            return False
+        pipe, watched, order, pause = self._build(max_per_queue, loaded=True)
+        if not order:
+            pipe.reset()
+            return False
+        self._ahead.send(pipe, _Sent(watched, order, [st.start() for st in order], max_per_queue, pause))
+        return True
+
+    def drop_ahead(self) -> None:
+        """Forget a read sent ahead (closing: its connection is closed)."""
+        self._ahead.drop()
+
+    def _take_ahead(self, max_per_queue: int) -> tuple[list[PollBatch] | None, float] | None:
+        """The read sent ahead, applied; ``None`` when it no longer fits
+        (or met NOSCRIPT): the caller reads again."""
+        sent: _Sent = self._ahead.note
+        with gc_paused(sent.pause):
+            res = self._ahead.receive()
+        for r in res:
+            if isinstance(r, NoScriptError):
+                return None
+            if isinstance(r, Exception):
+                raise r
+        if sent.max_per_queue != max_per_queue:
+            return None
+        # A queue's reply is used only if the queue is still owned (the same
+        # reader), unpaused, not held, and still reads from where the reply
+        # started; another queue's reply is dropped (its position unmoved,
+        # the next read gets it again).
+        states, watched = self._owned.states, sent.watched
+        fit = [
+            i for i, (st, pos) in enumerate(zip(sent.order, sent.starts, strict=True))
+            if states.get(st.mq) is st and not st.paused and not st.waiting() and st.start() == pos
+        ]  # fmt: skip
+        if not fit:
+            return None
+        order = sent.order
+        if len(fit) < len(order):
+            order = [order[i] for i in fit]
+            res = res[: watched + 1] + [res[watched + 1 + i] for i in fit]
+        return self._apply(res, watched, order, max_per_queue, False, sent.pause)
+
+    def _build(self, max_per_queue: int, loaded: bool) -> tuple[Any, int, list[QueueReader], bool]:
+        """A read's pipeline: ``(pipe, watched, order, pause)``."""
         pipe = self._conn.pipeline(reader=True)
-        watched = model.watch(pipe)
-        self._retries.move_due(pipe, self._group)
+        watched = self._model.watch(pipe)
+        self._retries.move_due(pipe, self._group, loaded=loaded)
         active = self._owned.active
         n = len(active)
         if n:
@@ -91,12 +185,23 @@ class PollRead:
         # Parsing and decoding a big read only creates live objects: the
         # cyclic GC is paused meanwhile (else it runs a collection every
         # few hundred entries and costs a third of the read).
-        pause = n * max_per_queue >= GC_PAUSE_MIN
+        return pipe, watched, order, n * max_per_queue >= GC_PAUSE_MIN
+
+    def _read(self, max_per_queue: int, rebalance: bool, loaded: bool) -> tuple[list[PollBatch] | None, float]:
+        pipe, watched, order, pause = self._build(max_per_queue, loaded)
         with gc_paused(pause):
             res = pipe.execute()
+        return self._apply(res, watched, order, max_per_queue, rebalance, pause)
+
+    def _apply(
+        self, res: list[Any], watched: int, order: list[QueueReader], max_per_queue: int, rebalance: bool, pause: bool
+    ) -> tuple[list[PollBatch] | None, float]:
+        """Turn a read's replies into batches (see :meth:`__call__`)."""
+        model = self._model
         due = self._retries.next_due_in(res[watched])
         wait_hint = WAIT_SLICE if due is None else max(MIN_WAIT, due)
         out: list[PollBatch] = []
+        grain = self._grain
         if grain is not None:
             # What a dispatch delivered is this member's on the server: it is
             # kept for the runtime whatever the refresh changes or raises.
@@ -117,3 +222,14 @@ class PollRead:
                 self._store_malformed,
             )  # fmt: skip
         return out, wait_hint
+
+
+class _Sent(NamedTuple):
+    """What a read sent ahead was built from."""
+
+    watched: int
+    order: list[QueueReader]
+    #: Where each queue's read started (``QueueReader.start()``).
+    starts: list[str]
+    max_per_queue: int
+    pause: bool

@@ -134,9 +134,10 @@ class Retries:
             if err is not None:
                 raise err
 
-    def move_due(self, pipe: Any, group: str) -> Any:
+    def move_due(self, pipe: Any, group: str, *, loaded: bool = False) -> Any:
         """Run (or queue on ``pipe``) MOVE_DUE for ``group``: returns (how
-        many moved, the next due time in ms or -1)."""
+        many moved, the next due time in ms or -1).  ``loaded``: see
+        :meth:`~.connection.Connection.run`."""
         target = retry_topic(group)
         return self._conn.run(
             self._conn.move_due,
@@ -149,6 +150,7 @@ class Retries:
             ],
             [int(self._clock.time() * 1000), MOVE_LIMIT, self._conn.notify_channel(target)],
             pipe,
+            loaded=loaded,
         )
 
     def next_due_in(self, reply: Any) -> float | None:
