@@ -189,13 +189,25 @@ class ConsumerCore:
 
     # -- public API shared by both facades --------------------------------------------
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        """Consume ``topic``, filtered by tag ``expression`` (``"*"`` or
-        ``"TagA || TagB"``).  Only before ``start()``.  In CONCURRENTLY
-        mode the group's retry topic ``%RETRY%<group>`` is subscribed too
-        (once), as RocketMQ does."""
+    def subscribe(self, topic: str | list[str] | tuple[str, ...], expression: str = "*") -> None:
+        """Consume ``topic`` (a name, or a list or tuple of names), filtered
+        by tag ``expression`` (``"*"`` or ``"TagA || TagB"``, for each of
+        them).  Only before ``start()``.  In CONCURRENTLY mode the group's
+        retry topic ``%RETRY%<group>`` is subscribed too (once), as
+        RocketMQ does."""
         if self._started:
             raise LitePushError("subscribe() must be called before start()")
+        if isinstance(topic, (list, tuple)):
+            if not topic:
+                raise ValueError("subscribe() needs at least one topic, got an empty " + type(topic).__name__)
+            for t in topic:
+                if not isinstance(t, str):
+                    raise TypeError(f"subscribe(): each topic must be a str, got {t!r} in {topic!r}")
+            for t in topic:
+                self.subscribe(t, expression)
+            return
+        if not isinstance(topic, str):
+            raise TypeError(f"subscribe(): topic must be a str, or a list or tuple of them, got {topic!r}")
         self._source.subscribe(topic, expression)
         self._subscriptions.append((topic, expression))
         retry = retry_topic(self.config.group)

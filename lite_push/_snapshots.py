@@ -139,6 +139,18 @@ class ConsumerStats:
     held_key_names: tuple[str, ...] = ()
     held_behind: int = 0
 
+    def __repr__(self) -> str:
+        """One summary line (the fields hold per-queue maps: read them for
+        the detail)."""
+        failure = "" if self.failure is None else f", failure={self.failure!r}"
+        return (
+            f"ConsumerStats(health={self.health!r}, readiness={self.readiness!r}, consumed={self.consumed}, "
+            f"retried={self.retried}, dead_lettered={self.dead_lettered}, sent_back={self.sent_back}, "
+            f"in_flight={sum(self.in_flight.values())} in {len(self.in_flight)} queues, "
+            f"paused={len(self.paused)} queues, parked={self.parked}, lanes={len(self.lane_depths)} "
+            f"(queued {sum(self.lane_depths)}), polling={self.polling}{failure})"
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class QueueMetrics:

@@ -349,6 +349,57 @@ def test_start_and_subscribe_errors():
     assert consumer.shutdown(timeout=5)
 
 
+@pytest.mark.parametrize("kind", [list, tuple])
+def test_subscribe_takes_a_list_or_tuple_of_topics(kind):
+    """``subscribe(["A", "B"])`` consumes both topics, every message once;
+    an empty list, or one with a name that is not a str, is refused with
+    what is wrong before anything is subscribed."""
+    broker = EmbeddedBroker()
+    produce(broker, "A", 60, keys=6)
+    produce(broker, "B", 40, keys=4)
+    rec = Recorder()
+    consumer = EX.consumer(
+        ConsumerConfig(group="g", commit_interval=0.05, poll_timeout=0.02),
+        source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET),
+        listener=rec,
+    )
+    with pytest.raises(ValueError, match="at least one topic"):
+        consumer.subscribe(kind())
+    with pytest.raises(TypeError, match="got 7 in"):
+        consumer.subscribe(kind(["A", 7]))
+    with pytest.raises(LitePushError, match="subscribe"):
+        consumer.start()  # nothing was subscribed by the refused calls
+    consumer.subscribe(kind(["A", "B"]))
+    consumer.start()
+    try:
+        assert wait_until(lambda: rec.count() >= 100)
+    finally:
+        assert consumer.shutdown(timeout=10)
+    assert sorted(t for (t, _q, _off) in rec.seen).count("A") == 60
+    assert sorted(t for (t, _q, _off) in rec.seen).count("B") == 40
+    assert len(set(rec.seen)) == 100
+
+
+def test_stats_repr_is_one_summary_line():
+    """``repr(consumer.stats())`` is one line that sums the per-queue maps
+    up (the fields keep the detail)."""
+    broker = EmbeddedBroker()
+    produce(broker, "T", 200, keys=20, queue_count=64)
+    rec = Recorder()
+    consumer = make(broker, rec, lanes=16)
+    consumer.start()
+    try:
+        assert wait_until(lambda: rec.count() >= 200)
+        assert wait_until(lambda: consumer.stats().consumed >= 200)
+        st = consumer.stats()
+    finally:
+        assert consumer.shutdown(timeout=10)
+    text = repr(st)
+    assert "\n" not in text and len(text) < 400, text
+    assert "consumed=200" in text and "in 64 queues" in text and "lanes=16" in text, text
+    assert len(st.in_flight) == 64  # the detail is still there
+
+
 def test_listener_must_be_sync_for_thread_executor():
     if EX.is_async:
         pytest.skip("thread executor check (the asyncio one is in test_async_executor)")
