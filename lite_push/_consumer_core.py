@@ -52,7 +52,7 @@ from .sources._base import Balance, MessageModel, PullSource, retry_topic
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-__all__ = ["ConsumerCore", "is_async_callable"]
+__all__ = ["ConsumerCore", "is_async_callable", "topic_names"]
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +95,18 @@ def _check_source(config: ConsumerConfig, source: PullSource) -> None:
             "must be None with a source that balances by message (Balance.MESSAGE): the server holds a key "
             "for one member by the message's keys (what the producer set), so the consumer must route by them too",
         )
+
+
+
+def topic_names(topics: list[str] | tuple[str, ...]) -> list[str]:
+    """The names of a ``subscribe()`` list: ``ValueError`` when empty,
+    ``TypeError`` naming the first that is not a str."""
+    if not topics:
+        raise ValueError("subscribe() needs at least one topic, got an empty " + type(topics).__name__)
+    for t in topics:
+        if not isinstance(t, str):
+            raise TypeError(f"subscribe(): each topic must be a str, got {t!r} in {topics!r}")
+    return list(topics)
 
 
 class ConsumerCore:
@@ -198,12 +210,7 @@ class ConsumerCore:
         if self._started:
             raise LitePushError("subscribe() must be called before start()")
         if isinstance(topic, (list, tuple)):
-            if not topic:
-                raise ValueError("subscribe() needs at least one topic, got an empty " + type(topic).__name__)
-            for t in topic:
-                if not isinstance(t, str):
-                    raise TypeError(f"subscribe(): each topic must be a str, got {t!r} in {topic!r}")
-            for t in topic:
+            for t in topic_names(topic):
                 self.subscribe(t, expression)
             return
         if not isinstance(topic, str):

@@ -144,11 +144,11 @@ class ConsumerStats:
         the detail)."""
         failure = "" if self.failure is None else f", failure={self.failure!r}"
         return (
-            f"ConsumerStats(health={self.health!r}, readiness={self.readiness!r}, consumed={self.consumed}, "
-            f"retried={self.retried}, dead_lettered={self.dead_lettered}, sent_back={self.sent_back}, "
-            f"in_flight={sum(self.in_flight.values())} in {len(self.in_flight)} queues, "
+            f"ConsumerStats(consumed={self.consumed}, retried={self.retried}, dead_lettered={self.dead_lettered}, "
+            f"sent_back={self.sent_back}, in_flight={sum(self.in_flight.values())} in {len(self.in_flight)} queues, "
             f"paused={len(self.paused)} queues, parked={self.parked}, lanes={len(self.lane_depths)} "
-            f"(queued {sum(self.lane_depths)}), polling={self.polling}{failure})"
+            f"(queued {sum(self.lane_depths)}), polling={self.polling}, health={self.health!r}, "
+            f"readiness={self.readiness!r}{failure})"
         )
 
 
