@@ -52,7 +52,7 @@ from .sources._base import Balance, MessageModel, PullSource, retry_topic
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-__all__ = ["ConsumerCore", "is_async_callable", "topic_names"]
+__all__ = ["ConsumerCore", "is_async_callable"]
 
 logger = logging.getLogger(__name__)
 
@@ -97,8 +97,7 @@ def _check_source(config: ConsumerConfig, source: PullSource) -> None:
         )
 
 
-
-def topic_names(topics: list[str] | tuple[str, ...]) -> list[str]:
+def _topic_names(topics: list[str] | tuple[str, ...]) -> list[str]:
     """The names of a ``subscribe()`` list: ``ValueError`` when empty,
     ``TypeError`` naming the first that is not a str."""
     if not topics:
@@ -210,7 +209,7 @@ class ConsumerCore:
         if self._started:
             raise LitePushError("subscribe() must be called before start()")
         if isinstance(topic, (list, tuple)):
-            for t in topic_names(topic):
+            for t in _topic_names(topic):
                 self.subscribe(t, expression)
             return
         if not isinstance(topic, str):

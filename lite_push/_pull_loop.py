@@ -53,11 +53,11 @@ yields each call that may block: storing failures, commits, lock renewals):
   queues' listener calls, which run on this very loop), and the turn's
   blocking calls.  The task and the helper never run pull-side code at
   once: the task waits for each call it hands over.  After each read that
-  had messages, and after a turn that had messages, the task asks the
-  source to send its next read now (``PullSource.prefetch``; Redis: the
-  pipelined read on a connection of its own), so the server builds that
-  reply while the task tracks and routes, or while the lanes run; the next
-  ``poll_nowait`` takes it.
+  had messages, and before it yields to the lanes after a turn that had
+  messages, the task asks the source to send its next read now
+  (``PullSource.prefetch``; Redis: the pipelined read on a connection of
+  its own), so the server builds that reply while the task tracks and
+  routes, and while the lanes run; the next ``poll_nowait`` takes it.
 """
 
 from __future__ import annotations
@@ -245,12 +245,14 @@ class PullLoop:
         nowait = source.poll_nowait
         prefetch = source.prefetch
 
-        def more() -> list[PollBatch]:
-            got = nowait(size)  # None: the next turn's poll is a blocking one
-            if not got:
-                return []
-            prefetch(size)  # the next read goes out while this one is tracked
+        def read() -> list[PollBatch] | None:
+            got = nowait(size)
+            if got:
+                prefetch(size)  # the next read goes out while this one is tracked and routed, and the lanes run
             return got
+
+        def more() -> list[PollBatch]:
+            return read() or []  # None: the next turn's poll is a blocking one
 
         crashed = False
         cancelled = False
@@ -260,10 +262,8 @@ class PullLoop:
             while not self._stopping.is_set():
                 due = self._timer.next_due()
                 try:
-                    batches = None if wait else nowait(size)
-                    if batches:
-                        prefetch(size)  # the next read goes out while this one is tracked
-                    elif batches is None:
+                    batches = None if wait else read()
+                    if batches is None:
                         # Nothing was ready last turn, or the source says this
                         # poll may block (a rebalance is due): on the helper.
                         batches = await blocking(partial(source.poll, self._timeout(due) if wait else 0.0, size))
@@ -284,10 +284,7 @@ class PullLoop:
                     pass
                 wait = not batches
                 if not wait:
-                    # The next read goes out now (if none is out: a source
-                    # that waits on a server builds its reply meanwhile) and
-                    # is taken by the next turn's poll_nowait.
-                    prefetch(size)
+                    prefetch(size)  # unless one is out already (the last read's): the lanes run meanwhile
                     await asyncio.sleep(0)  # the lanes this turn fed run now
         except asyncio.CancelledError:
             # The loop is going away (its tasks cancelled) without shutdown():

@@ -135,12 +135,9 @@ class Connection:
         self.grain_quit = c.register_script(grain_scripts.QUIT)
         self.grain_position = c.register_script(grain_scripts.POSITION)
         self.grain_resync = c.register_script(grain_scripts.RESYNC)
-        self._scripts = [
-            self.send, self.move_due, self.queue_end, self.heartbeat, self.acquire, self.release, self.leave,
-            self.commit, self.lock, self.unlock, self.schedule, self.claim_balance, self.raise_positions,
-            self.grain_dispatch, self.grain_ack, self.grain_renew, self.grain_quit, self.grain_position,
-            self.grain_resync,
-        ]  # fmt: skip
+        #: The scripts queued as bare EVALSHAs (``run(..., loaded=True)``):
+        #: what :meth:`load_scripts` loads.
+        self._bare: set[Any] = set()
         #: The ``lite_push`` Redis Function library (``FCALL lite_push_send``
         #: for producers in any language), loaded on first use of a topic.
         self.functions = FunctionLoader(c)
@@ -184,15 +181,17 @@ class Connection:
             pipe.results.append(script(keys=keys, args=args, client=self.client))
             return None
         if loaded:
+            self._bare.add(script)
             return pipe.evalsha(script.sha, len(keys), *keys, *args)
         return script(keys=keys, args=args, client=pipe)
 
     def load_scripts(self) -> None:
-        """Load every script this connection runs into the server's cache
+        """Load the scripts queued as bare EVALSHAs into the server's cache
         (one pipelined round trip): after ``NoScriptError`` from a pipeline
-        built with ``run(..., loaded=True)``."""
+        built with ``run(..., loaded=True)``.  (Scripts run otherwise load
+        themselves: redis-py's ``Script`` retries after NOSCRIPT.)"""
         pipe = self.client.pipeline(transaction=False)
-        for script in self._scripts:
+        for script in list(self._bare):
             pipe.script_load(script.script)
         pipe.execute()
 

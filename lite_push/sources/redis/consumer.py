@@ -320,7 +320,7 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
             raise ValueError(f"max_per_queue must be an int >= 1, got {max_per_queue!r}")
         if self._model.stale():
             return None
-        if not self._read.ahead:  # a read sent ahead cleared the flag when it was sent
+        if not self._read.ahead:  # a read sent ahead may predate the wake-up: the flag stays then
             self._wakeup_flag = False  # this read sees whatever the wake-up was for
         try:
             batches, _ = self._read(max_per_queue, rebalance=False)
@@ -334,17 +334,14 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
         """See :meth:`PullSource.prefetch`: the next pipelined read, sent on
         a connection of its own (by queue, on a single server; by message a
         DISPATCH delivers as it runs, so it is never sent ahead)."""
-        if self._owned.closed or type(max_per_queue) is not int or max_per_queue < 1 or self._model.stale():
+        if type(max_per_queue) is not int or max_per_queue < 1:
+            raise ValueError(f"max_per_queue must be an int >= 1, got {max_per_queue!r}")
+        if self._owned.closed or self._model.stale():
             return
-        flag = self._wakeup_flag
-        self._wakeup_flag = False  # the read sent now sees whatever the wake-up was for
         try:
-            sent = self._read.send_ahead(max_per_queue)
+            self._read.send_ahead(max_per_queue)
         except CONN_ERRORS as e:
             logger.debug("%r: a read sent ahead failed (%s); the next read meets it", self, e)
-            sent = False
-        if not sent:
-            self._wakeup_flag = self._wakeup_flag or flag
 
     # -- positions (assignment, pause, resume: QueueControl) ------------------
 

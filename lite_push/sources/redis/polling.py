@@ -111,20 +111,18 @@ class PollRead:
         """Whether a read sent ahead waits for its reply to be taken."""
         return self._ahead.pending
 
-    def send_ahead(self, max_per_queue: int) -> bool:
+    def send_ahead(self, max_per_queue: int) -> None:
         """Send the next read now (by queue, on a single Redis server), for
         the next call with ``rebalance`` False to take: redis-server builds
-        the reply while the caller does other work.  Return whether it was
-        sent (not by message, not on a cluster, not with nothing to read,
-        not twice)."""
+        the reply while the caller does other work.  Nothing is sent by
+        message, on a cluster, with nothing to read, or with a read out."""
         if self._ahead.pending or self._grain is not None or not self._conn.pipelines:
-            return False
+            return
         pipe, watched, order, pause = self._build(max_per_queue, loaded=True)
         if not order:
             pipe.reset()
-            return False
+            return
         self._ahead.send(pipe, _Sent(watched, order, [st.start() for st in order], max_per_queue, pause))
-        return True
 
     def drop_ahead(self) -> None:
         """Forget a read sent ahead (closing: its connection is closed)."""
