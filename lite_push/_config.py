@@ -189,6 +189,14 @@ class ConsumerConfig:
     #: Longest a revoked queue's in-flight work is awaited before its final
     #: commit and release (seconds).
     revoke_timeout: float = 10.0
+    #: What a stop (``shutdown()``, SIGINT/SIGTERM) waits for.  ``False``
+    #: (default), as a Kafka consumer's close: the listener calls running
+    #: finish, the messages polled but never started are let go
+    #: uncommitted (the next start delivers them again), what finished is
+    #: committed.  ``True``: the lanes first work through everything
+    #: queued, retries included.  Either way ``shutdown(timeout)`` waits
+    #: at most ``timeout`` seconds.
+    drain_on_shutdown: bool = False
     #: Fencing: seconds before the end of the source's certain ownership of
     #: a queue (:meth:`~lite_push.sources.PullSource.owned_for`) at which
     #: lanes stop starting listener calls for it (a safety margin for the
@@ -323,6 +331,8 @@ class ConsumerConfig:
         _check_int("retry_start_level", self.retry_start_level, 1, 1000)
         _check_float("revoke_timeout", self.revoke_timeout, 0.0, 3600.0)
         _check_float("fence_margin", self.fence_margin, 0.0, 3600.0)
+        if not isinstance(self.drain_on_shutdown, bool):
+            raise ConfigError("drain_on_shutdown", f"must be True or False, got {self.drain_on_shutdown!r}")
         _check_int("consume_thread_min", self.consume_thread_min, 1, 1000)
         _check_int("consume_thread_max", self.consume_thread_max, 1, 1000)
         if self.consume_thread_max < self.consume_thread_min:

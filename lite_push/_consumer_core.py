@@ -42,6 +42,7 @@ from ._offsets import OFFSETS_IMPL
 from ._pull_runner import PullRunner
 from ._router import ROUTER_IMPL
 from ._shared import ABORT_GRACE, FailureLatch
+from ._shutdown import Stopper, StopReport
 from ._snapshots import ConsumerMetrics, ConsumerStats, metrics_of, stats_of
 from ._thread_executor import ThreadExecutor
 from ._types import MessageQueue
@@ -168,13 +169,11 @@ class ConsumerCore:
                 lane.stamp()
         self._stopping = threading.Event()  # stop polling
         self._stopped = threading.Event()  # the pull thread finished shutdown
-        self._deadline = 0.0
         parts = build_parts(
             config, source, clock, self._executor, lanes, listener, lane_metrics, FailureLatch(self._on_failure),
             self._stopping, (on_assigned, on_revoked),
         )  # fmt: skip
         self._latch = parts.latch
-        self._abort = parts.abort
         self._owned = parts.owned
         self._app_pauses = parts.app_pauses
         self._key_pauses = parts.key_pauses
@@ -185,6 +184,11 @@ class ConsumerCore:
         self._pull = parts.pull
         self._readings = parts.readings
         self._watch = parts.watch
+        self._stopper = Stopper(
+            group=config.group, drain=config.drain_on_shutdown, lanes=lanes, executor=self._executor,
+            orderly=parts.orderly, abort=parts.abort, owned=parts.owned, sender=parts.sender,
+            committer=parts.committer, source=source,
+        )  # fmt: skip
         source.set_rebalance_listener(parts.assignment)
         #: The source's listener: checked at start (one set since would
         #: silently replace it).
@@ -329,6 +333,10 @@ class ConsumerCore:
         """Check that the consumer may start; start its metrics (a bad
         ``metrics_port`` raises and leaves it unstarted)."""
         if self._started:
+            if self._stopping.is_set():
+                raise LitePushError(
+                    "this consumer was shut down and cannot start again: build a new one (with a new source)"
+                )
             raise LitePushError("consumer already started")
         if not self._subscriptions:
             raise LitePushError("subscribe() to at least one topic before start()")
@@ -355,20 +363,39 @@ class ConsumerCore:
         )  # fmt: skip
 
     def _stop(self, timeout: float) -> bool:
-        """Stop polling, let the lanes finish what they hold (at most
-        ``timeout`` seconds), commit, close the source; return whether
-        everything queued was processed in time.  Idempotent."""
+        """Stop polling; let the listener calls in flight finish (or, with
+        ``drain_on_shutdown``, everything queued) for at most ``timeout``
+        seconds; commit what finished; close the source (``_shutdown``).
+        Whether everything started finished and its commit was taken.
+        Idempotent."""
         if not self._started:
+            self._stopping.set()
             self._source.close()
             return True
         if not self._stopping.is_set():
-            self._deadline = time.monotonic() + max(0.0, timeout)
+            self._stopper.begin(timeout)
             self._stopping.set()
             self._source.wakeup()
-        self._stopped.wait(max(0.0, timeout) + ABORT_GRACE + 5.0)
+        while not self._stopped.wait(0.1):
+            if time.monotonic() > self._stopper.deadline + ABORT_GRACE + 5.0:
+                break
         if self._stopped.is_set():
             self._stop_metrics()  # a failed consumer's endpoint outlives its pull thread
-        return self._stopped.is_set() and not self._abort.is_set()
+        report = self._stopper.report
+        return self._stopped.is_set() and report is not None and report.clean
+
+    def stop_now(self) -> None:
+        """Hurry a stop under way (a second Ctrl-C): wait no longer for the
+        listener calls running, commit what finished, close.  From any
+        thread; before a stop, it makes the next one wait for nothing."""
+        self._stopper.hurry()
+
+    @property
+    def stop_report(self) -> StopReport | None:
+        """What the last stop did: what was committed (read back from the
+        source) and which queues will be delivered again from where
+        (``summary()`` says it in a line); ``None`` until stopped."""
+        return self._stopper.report
 
     @property
     def failure(self) -> BaseException | None:
@@ -381,43 +408,20 @@ class ConsumerCore:
         # A lane or the pull thread failed: stop polling and shut down as
         # shutdown() would (drain what the other lanes hold, commit).
         if not self._stopping.is_set():
-            self._deadline = time.monotonic() + FAILURE_DRAIN
+            self._stopper.begin(FAILURE_DRAIN)
             self._stopping.set()
             self._source.wakeup()
 
     def _finish(self, crashed: bool) -> None:
-        # The pull thread, leaving its loop.  Shutdown order: (1) polling has
-        # stopped, so no new work arrives; (2) close the lanes, whose tasks
-        # exit once they have processed what is queued; (3) at the deadline,
-        # abort: lanes skip what is left, running listener calls get a short
-        # grace; (4) store the failures the lanes handed off, then commit the
-        # lowest unfinished offsets; (5) close the source, which releases the
-        # queues to the other members only after that commit.
-        lanes = self._lanes
-        if crashed and not self._deadline:
-            self._deadline = time.monotonic() + FAILURE_DRAIN
+        # The pull side, leaving its loop: polling has stopped, so no new
+        # work arrives.  The stop (``_shutdown``) lets the calls in flight
+        # finish (or drains), commits and reads the commits back; then the
+        # source is closed, which releases the queues to the other members
+        # only after that commit.
+        if crashed:
+            self._stopper.begin(FAILURE_DRAIN)
         try:
-            if self._orderly is not None:
-                self._orderly.close(self._deadline)
-            for lane in lanes:
-                lane.close()
-            self._executor.flush()
-            if not self._executor.join(self._deadline):
-                self._abort.set()
-                left = 0
-                for lane in lanes:
-                    for pq, msgs in lane.drain():
-                        left += len(msgs)
-                        pq.skip(msgs)
-                self._executor.join(time.monotonic() + ABORT_GRACE, final=True)
-                logger.warning(
-                    "consumer %r: shutdown deadline passed with %d queued messages unprocessed; "
-                    "they stay uncommitted and will be delivered again",
-                    self.config.group, left,
-                )  # fmt: skip
-            if self._sender.pending:
-                self._sender.send(self._clock.monotonic(), final=True)
-            self._committer.commit_all()
+            self._stopper.run()
         finally:
             if self._watch is not None:
                 self._watch.close()
@@ -429,7 +433,11 @@ class ConsumerCore:
                 # else the endpoint stays up, its probes saying why, until
                 # shutdown() (_stop) takes it down
                 self._stopped.set()
-                logger.info("lite_push consumer %r stopped", self.config.group)
+                report = self._stopper.report
+                logger.info(
+                    "lite_push consumer %r stopped: %s", self.config.group,
+                    report.summary() if report is not None else "the stop did not finish",
+                )  # fmt: skip
 
     def _baseline_counts(self) -> tuple[int, int]:
         return self._orderly.counts() if self._orderly is not None else (0, 0)

@@ -38,6 +38,7 @@ class ProcessQueue:
 
     __slots__ = (
         "queue",
+        "first_offset",
         "keyless_lane",
         "finished",
         "owned_until",
@@ -70,6 +71,8 @@ class ProcessQueue:
         finished: FinishedOffsets | None = None,
     ) -> None:
         self.queue = queue
+        #: The offset this member started the queue from.
+        self.first_offset = next_offset
         #: Lane of messages with no key: one per queue keeps queue order.
         self.keyless_lane = keyless_lane
         #: Fencing: until when (the consumer's clock, ``monotonic``) this
@@ -108,6 +111,12 @@ class ProcessQueue:
         """The queue was revoked (pull thread): lanes skip what is left of it
         (its fence closes too, so a lane stops before its next message)."""
         self.dropped = True
+        self.owned_until = -float("inf")
+
+    def stop_calls(self) -> None:
+        """The consumer is stopping (pull thread): its fence closes, so a
+        lane stops before its next message of this queue, and what it holds
+        of it is let go, unfinished (the consumer's abort is set first)."""
         self.owned_until = -float("inf")
 
     @property

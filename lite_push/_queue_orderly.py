@@ -184,12 +184,14 @@ class QueueOrderlyService:
             if submit:
                 self._submit(st)
 
-    def close(self, deadline: float) -> None:
-        """Let the queued work finish until ``deadline`` (monotonic), then
-        stop; past the deadline the consumer's abort is set, and what is
-        left stays unfinished (uncommitted)."""
+    def close(self, deadline: Callable[[], float]) -> None:
+        """Let the queued work finish until ``deadline()`` (monotonic, read
+        again as it waits: a hurried stop brings it forward), then stop;
+        past the deadline the consumer's abort is set, and what is left
+        stays unfinished (uncommitted).  With the abort set already (a stop
+        that does not drain), only the consume requests running finish."""
         while any(st.consuming for st in list(self._states.values())):
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline():
                 self._abort.set()
                 break
             time.sleep(0.005)

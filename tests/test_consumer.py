@@ -253,23 +253,40 @@ def test_invalid_listener_result_is_a_retry():
     assert len(calls) == 3
 
 
-def test_shutdown_drains_lanes_and_commits_final_offsets():
+@pytest.mark.parametrize("drain", [False, True], ids=["stop", "drain"])
+def test_shutdown_commits_what_finished_and_the_rest_comes_back(drain):
+    """A stop lets the calls in flight finish and commits; by default what
+    was never started is let go and a second run gets it (nothing lost);
+    with drain_on_shutdown everything routed is processed first."""
     broker = EmbeddedBroker()
     produce(broker, "T", 2000, keys=50)
-    rec = Recorder(jitter=0.0002)
-    consumer = make(broker, rec, lanes=8, commit_interval=3600.0)
+    rec = Recorder(jitter=0.002)
+    consumer = make(broker, rec, lanes=8, commit_interval=3600.0, drain_on_shutdown=drain)
     consumer.start()
     assert wait_until(lambda: rec.count() > 100)
     assert consumer.shutdown(timeout=30.0) is True
-    # everything that was routed was processed, and committed at shutdown
+    report = consumer.stop_report
+    assert report is not None and report.clean and report.committed
+    assert (report.let_go == 0) if drain else (report.let_go + rec.count() <= 2000)
     check = broker.pull_consumer("g")
     for q in broker.queues("T"):
-        done = sorted(off for (_t, qid, off) in rec.seen if qid == q.queue_id)
+        done = {off for (_t, qid, off) in rec.seen if qid == q.queue_id}
         committed = check.committed(q)
-        expected = done[-1] + 1 if done else None
-        assert (committed.offset if committed else None) == expected
-        assert done == list(range(len(done)))  # nothing skipped below it
+        at = committed.offset if committed else 0
+        assert set(range(at)) <= done  # the commit never passes an unfinished message
+        (qstop,) = [s for s in report.queues if s.queue == q]
+        assert qstop.committed == (committed.offset if committed else None) and qstop.taken
+        if drain:  # everything routed was processed, and committed at shutdown
+            assert done == set(range(at))
     check.close()
+    first = set(rec.seen)
+    rest = Recorder()
+    with make(broker, rest, lanes=8):
+        every = {("T", q.queue_id, o) for q in broker.queues("T") for o in range(broker.max_offset(q))}
+        assert len(every) == 2000
+        assert wait_until(lambda: first | set(rest.seen) >= every)
+    assert rest.overlaps == [] and rec.overlaps == []
+    assert_offsets_increase(rest.order)
 
 
 def test_shutdown_deadline_leaves_stuck_work_uncommitted():

@@ -492,6 +492,18 @@ class PullSource(abc.ABC):
     def committed(self, queue: MessageQueue) -> OffsetAndMetadata | None:
         """The group's committed position of ``queue``, or ``None``."""
 
+    def committed_all(self, queues: Collection[MessageQueue]) -> dict[MessageQueue, OffsetAndMetadata]:
+        """The group's committed positions of ``queues`` (those with none
+        are left out), read from where the group keeps them: what a stop
+        reports as committed.  One :meth:`committed` each by default; a
+        source with a batch read overrides it."""
+        out: dict[MessageQueue, OffsetAndMetadata] = {}
+        for q in queues:
+            c = self.committed(q)
+            if c is not None:
+                out[q] = c
+        return out
+
     @abc.abstractmethod
     def lock(self, queues: Collection[MessageQueue], lease: float) -> frozenset[MessageQueue]:
         """Take or renew the group's broker-side lock of each queue for this

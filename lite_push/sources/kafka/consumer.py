@@ -430,6 +430,19 @@ class KafkaPullConsumer(QueueControl[PartitionState], PullSource):
             return None
         return OffsetAndMetadata(tp.offset, tp.metadata or "")
 
+    def committed_all(self, queues: Collection[MessageQueue]) -> dict[MessageQueue, OffsetAndMetadata]:
+        """One OffsetFetch for all of ``queues``."""
+        self._check_open()
+        qs = list(queues)
+        if not qs:
+            return {}
+        tps = self._kc.committed([TopicPartition(kafka_topic(q.topic), q.queue_id) for q in qs], timeout=10.0)
+        out: dict[MessageQueue, OffsetAndMetadata] = {}
+        for q, tp in zip(qs, tps, strict=True):
+            if tp.error is None and tp.offset != OFFSET_INVALID and tp.offset >= 0:
+                out[q] = OffsetAndMetadata(tp.offset, tp.metadata or "")
+        return out
+
     # -- locks: the assignment is the lock ----------------------------------------
 
     def lock(self, queues: Collection[MessageQueue], lease: float) -> frozenset[MessageQueue]:
