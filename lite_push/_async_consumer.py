@@ -10,8 +10,10 @@ stand-alone on a new loop (uvloop when installed) until SIGINT/SIGTERM.
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 from collections.abc import Awaitable
+from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -21,6 +23,7 @@ from ._clock import Clock
 from ._config import ConsumerConfig
 from ._consumer_core import ConsumerCore
 from ._errors import ConsumerFailedError, LitePushError
+from ._shutdown import StopReport
 from ._types import AsyncListener
 from ._watchdog import LoopWatchdog
 from .sources._base import PullSource
@@ -29,6 +32,8 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
 __all__ = ["AsyncLitePushConsumer"]
+
+logger = logging.getLogger(__name__)
 
 
 #: How often ``run()`` looks whether the consumer failed (seconds).
@@ -96,10 +101,15 @@ class AsyncLitePushConsumer(ConsumerCore):
         finally:
             self._async_executor.close()
 
-    def run(self, until: Awaitable[object] | None = None, *, use_uvloop: bool = True) -> None:
+    def run(
+        self, until: Awaitable[object] | None = None, *, use_uvloop: bool = True, timeout: float = 10.0
+    ) -> StopReport:
         """Run stand-alone: a new event loop (uvloop when installed and
         ``use_uvloop``), :meth:`start`, then wait for ``until`` or, without
-        it, for SIGINT/SIGTERM; then :meth:`shutdown` (drain, commit).
+        it, for SIGINT/SIGTERM or :meth:`stop` from another thread; then
+        :meth:`shutdown` (``timeout``) and return what the stop did.  A
+        second signal stops at once (the listener calls running are
+        cancelled, what finished is committed).  No ``KeyboardInterrupt``.
         Raises :class:`~lite_push.ConsumerFailedError` when a lane or the
         pull thread failed and stopped the consumer."""
 
@@ -110,28 +120,40 @@ class AsyncLitePushConsumer(ConsumerCore):
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, stop.set)
+                loop.add_signal_handler(sig, partial(self._signalled, stop, sig))
             await stop.wait()
 
-        async def failed() -> None:
-            while self.failure is None:
+        async def stopped_or_failed() -> None:
+            while self.failure is None and not self._run_stop.is_set():
                 await asyncio.sleep(FAILURE_POLL)
 
         async def main() -> None:
             await self.start()
-            waits = [asyncio.ensure_future(wait_for_stop()), asyncio.ensure_future(failed())]
+            waits = [asyncio.ensure_future(wait_for_stop()), asyncio.ensure_future(stopped_or_failed())]
             try:
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 for w in waits:
                     w.cancel()
-                await self.shutdown()
+                await self.shutdown(timeout)
 
         with asyncio.Runner(loop_factory=lambda: new_event_loop(use_uvloop)) as runner:
             runner.run(main())
         failure = self.failure
         if failure is not None:
             raise ConsumerFailedError(f"consumer {self.config.group!r} failed: {self.stats().failure}") from failure
+        report = self.stop_report
+        assert report is not None  # shutdown() waited for the stop
+        return report
+
+    def _signalled(self, stop: asyncio.Event, sig: signal.Signals) -> None:
+        """(loop) The first SIGINT/SIGTERM stops; a second one hurries the stop."""
+        if stop.is_set():
+            logger.warning("consumer %r: %s again, stopping at once", self.config.group, sig.name)
+            self.stop_now()
+        else:
+            logger.info("consumer %r: %s, stopping", self.config.group, sig.name)
+            stop.set()
 
     async def __aenter__(self) -> AsyncLitePushConsumer:
         await self.start()

@@ -18,6 +18,7 @@ that already runs an event loop uses :class:`~lite_push.AsyncLitePushConsumer`.
 from __future__ import annotations
 
 import logging
+import threading
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,9 @@ from ._async_executor import AsyncExecutor, LoopThread
 from ._clock import Clock
 from ._config import ConsumerConfig
 from ._consumer_core import ConsumerCore
+from ._errors import ConsumerFailedError
+from ._shutdown import StopReport
+from ._signals import StopOnSignal
 from ._snapshots import ConsumerStats
 from ._types import AsyncListener, Listener
 from .sources._base import PullSource
@@ -36,6 +40,10 @@ if TYPE_CHECKING:
 __all__ = ["ConsumerStats", "LitePushConsumer"]
 
 logger = logging.getLogger(__name__)
+
+#: How often ``run()`` looks whether :meth:`LitePushConsumer.stop` was
+#: called or the consumer failed (seconds).
+RUN_POLL = 0.1
 
 
 class LitePushConsumer(ConsumerCore):
@@ -112,6 +120,37 @@ class LitePushConsumer(ConsumerCore):
                 if isinstance(self._executor, AsyncExecutor):
                     self._executor.close()
                 self._loop_thread.stop()
+
+    def run(self, timeout: float = 10.0) -> StopReport:
+        """Start, block until SIGINT or SIGTERM (handled while it runs, when
+        called on the main thread) or :meth:`stop` from another thread, then
+        shut down (:meth:`shutdown` with ``timeout``) and return what the
+        stop did.  No ``KeyboardInterrupt``: Ctrl-C is a stop.  A second
+        signal stops at once: the listener calls still running are not
+        awaited, what finished is committed.  Raises
+        :class:`~lite_push.ConsumerFailedError` when a lane or the pull
+        thread failed and stopped the consumer."""
+        signals = StopOnSignal(on_again=lambda _name: self.stop_now())
+        main = threading.current_thread() is threading.main_thread()
+        if main:
+            signals.install()
+        try:
+            self.start()
+            while not signals.event.wait(RUN_POLL):
+                if self._run_stop.is_set() or self.failure is not None:
+                    break
+            if signals.signal_name is not None:
+                logger.info("consumer %r: %s, stopping", self.config.group, signals.signal_name)
+            self.shutdown(timeout)
+        finally:
+            if main:
+                signals.restore()
+        failure = self.failure
+        if failure is not None:
+            raise ConsumerFailedError(f"consumer {self.config.group!r} failed: {self.stats().failure}") from failure
+        report = self.stop_report
+        assert report is not None  # shutdown() waited for the stop
+        return report
 
     def __enter__(self) -> LitePushConsumer:
         self.start()

@@ -22,7 +22,6 @@ metrics collector only read.
 
 from __future__ import annotations
 
-import errno
 import logging
 import threading
 import time
@@ -35,9 +34,9 @@ from ._async_executor import AsyncExecutor
 from ._clock import SYSTEM_CLOCK, Clock
 from ._config import ConsumeMode, ConsumerConfig
 from ._errors import ConfigError, LitePushError
-from ._exporter import exporter_for, release_exporter
 from ._lanemetrics import LANE_METRICS_IMPL, LaneMetrics
 from ._listeners import is_async_callable, resolve_executor
+from ._metrics_serving import MetricsServing
 from ._offsets import OFFSETS_IMPL
 from ._pull_runner import PullRunner
 from ._router import ROUTER_IMPL
@@ -47,7 +46,7 @@ from ._snapshots import ConsumerMetrics, ConsumerStats, metrics_of, stats_of
 from ._thread_executor import ThreadExecutor
 from ._types import MessageQueue
 from ._wiring import build_parts
-from .metrics import collector_for, new_lane_metrics
+from .metrics import new_lane_metrics
 from .sources._base import Balance, MessageModel, PullSource, retry_topic
 
 if TYPE_CHECKING:
@@ -161,7 +160,6 @@ class ConsumerCore:
         )
         assert config.lanes is not None  # resolve_executor chose it with the executor
         lanes = self._lanes = self._executor.make_lanes(config.lanes, source.wakeup)
-        self._registry = registry
         lane_metrics: list[LaneMetrics] | None = None
         if config.metrics_port is not None or registry is not None:
             lane_metrics = [new_lane_metrics() for _ in lanes]
@@ -169,6 +167,7 @@ class ConsumerCore:
                 lane.stamp()
         self._stopping = threading.Event()  # stop polling
         self._stopped = threading.Event()  # the pull thread finished shutdown
+        self._run_stop = threading.Event()  # stop(): run() returns
         parts = build_parts(
             config, source, clock, self._executor, lanes, listener, lane_metrics, FailureLatch(self._on_failure),
             self._stopping, (on_assigned, on_revoked),
@@ -198,9 +197,7 @@ class ConsumerCore:
         self._puller = PullRunner(self._pull, config.group)
         self._started = False
         self._subscriptions: list[tuple[str, str]] = []
-        self._exporter: tuple[str, int] | None = None
-        #: ``http://addr:port/metrics`` once started with ``metrics_port``.
-        self.metrics_url: str | None = None
+        self._serving = MetricsServing(config, registry, lane_metrics is not None)
 
     # -- public API shared by both facades --------------------------------------------
 
@@ -319,6 +316,11 @@ class ConsumerCore:
             return live, "no queue assigned yet"
         return live, "ok"
 
+    @property
+    def metrics_url(self) -> str | None:
+        """``http://addr:port/metrics`` once started with ``metrics_port``."""
+        return self._serving.url
+
     def metrics_snapshot(self) -> ConsumerMetrics | None:
         """This consumer's metric samples now (the collector of
         :mod:`lite_push.metrics` calls it at scrape time); None when metrics
@@ -346,7 +348,7 @@ class ConsumerCore:
                 "(set_rebalance_listener): the consumer needs its own to drain and commit revoked "
                 "queues; pass on_assigned= / on_revoked= to the consumer for the application's hooks"
             )
-        self._start_metrics()
+        self._serving.start(self)
         self._started = True
 
     def _start_pull(self) -> None:
@@ -380,9 +382,14 @@ class ConsumerCore:
             if time.monotonic() > self._stopper.deadline + ABORT_GRACE + 5.0:
                 break
         if self._stopped.is_set():
-            self._stop_metrics()  # a failed consumer's endpoint outlives its pull thread
+            self._serving.stop(self)  # a failed consumer's endpoint outlives its pull thread
         report = self._stopper.report
         return self._stopped.is_set() and report is not None and report.clean
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return, as SIGTERM would: it then shuts the
+        consumer down.  From any thread (or a signal handler)."""
+        self._run_stop.set()
 
     def stop_now(self) -> None:
         """Hurry a stop under way (a second Ctrl-C): wait no longer for the
@@ -429,7 +436,7 @@ class ConsumerCore:
                 self._source.close()
             finally:
                 if self._latch.failure is None:
-                    self._stop_metrics()
+                    self._serving.stop(self)
                 # else the endpoint stays up, its probes saying why, until
                 # shutdown() (_stop) takes it down
                 self._stopped.set()
@@ -441,34 +448,3 @@ class ConsumerCore:
 
     def _baseline_counts(self) -> tuple[int, int]:
         return self._orderly.counts() if self._orderly is not None else (0, 0)
-
-    # -- metrics -----------------------------------------------------------------------
-
-    def _start_metrics(self) -> None:
-        """Register with the registry's collector; start or share the
-        exporter when ``metrics_port`` is set."""
-        if self._readings.lane_metrics is None:
-            return
-        collector_for(self._registry).add(self)
-        port = self.config.metrics_port
-        if port is not None:
-            addr = self.config.metrics_addr
-            try:
-                self._exporter, bound = exporter_for(addr, port, self._registry, self)
-            except (OSError, ValueError) as e:
-                collector_for(self._registry).remove(self)
-                # A port taken or not allowed is the port's fault; anything
-                # else (no such address here, not an address) the address's.
-                port_fault = isinstance(e, OSError) and e.errno in (errno.EADDRINUSE, errno.EACCES)
-                field = "metrics_port" if port_fault else "metrics_addr"
-                raise ConfigError(field, f"cannot serve metrics on {addr}:{port}: {e}") from e
-            self.metrics_url = f"http://{addr}:{bound}/metrics"
-
-    def _stop_metrics(self) -> None:
-        """Leave the collector and the exporter (idempotent)."""
-        if self._readings.lane_metrics is None:
-            return
-        collector_for(self._registry).remove(self)
-        if self._exporter is not None:
-            release_exporter(self._exporter, self)
-            self._exporter = None

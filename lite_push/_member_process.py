@@ -27,6 +27,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
@@ -97,6 +98,8 @@ class MemberFinished:
     consumed: int
     drained: bool
     failure: str | None
+    #: What the stop committed and what comes back (``StopReport.summary``).
+    commits: str = ""
 
 
 Report: TypeAlias = MemberStarted | MemberError | MemberProgress | MemberFinished
@@ -129,6 +132,10 @@ class MemberState:
     #: count (killed): ``consumed`` then counts that one as of its last
     #: report, and may be short.
     consumed_exact: bool = True
+    #: What its last process's stop committed and left to come back (one
+    #: line, see ``StopReport.summary``); ``None`` before it stopped, or
+    #: when it ended without saying (killed, failed).
+    commits: str | None = None
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -196,12 +203,30 @@ def _serve(factory: MemberFactory, index: int, conn: Connection, serve_metrics: 
             consumer.start()
             _report(conn, MemberStarted(os.getpid(), consumer.metrics_url))
             why = _wait_for_stop(consumer, conn)
-            logger.info("member %d (pid %d): %s; draining up to %gs", index, os.getpid(), why, timeout)
+            what = "everything polled" if consumer.config.drain_on_shutdown else "the listener calls running"
+            logger.info("member %d (pid %d): %s; waiting up to %gs for %s", index, os.getpid(), why, timeout, what)
         finally:  # explicitly (no atexit in a multiprocessing child); unstarted, it closes the source
+            hurry = threading.Thread(target=_hurry_on_sigterm, args=(consumer,), daemon=True)
+            hurry.start()
             drained = consumer.shutdown(timeout)
     st = consumer.stats()
-    _report(conn, MemberFinished(st.consumed, drained, st.failure))
+    report = consumer.stop_report
+    commits = report.summary() if report is not None else ""
+    if report is not None:
+        logger.info("member %d (pid %d) stopped: consumed %s; %s", index, os.getpid(), f"{st.consumed:,}", commits)
+    _report(conn, MemberFinished(st.consumed, drained, st.failure, commits))
     return 0 if drained and st.failure is None else 1
+
+
+def _hurry_on_sigterm(consumer: LitePushConsumer) -> None:
+    """While the member stops: a second SIGTERM (the supervisor's second
+    Ctrl-C) stops it at once (SIGTERM stays blocked, so waiting here is
+    safe from any thread)."""
+    while consumer.stop_report is None:
+        if signal.sigtimedwait({signal.SIGTERM}, MEMBER_POLL) is not None:
+            logger.info("member (pid %d): SIGTERM again, stopping at once", os.getpid())
+            consumer.stop_now()
+            return
 
 
 def _wait_for_stop(consumer: LitePushConsumer, conn: Connection) -> str:

@@ -1,6 +1,6 @@
-"""SIGINT and SIGTERM as a request to stop, for a process that drains first.
+"""SIGINT and SIGTERM as a request to stop; a second one to stop at once.
 
-:class:`StopOnSignal` is what ``lite-push consume`` and
+:class:`StopOnSignal` is what ``lite-push consume``, ``run()`` and
 :meth:`lite_push.ProcessSupervisor.run` install on the main thread while
 they run, and restore after.
 """
@@ -14,23 +14,35 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-__all__ = ["StopOnSignal"]
+__all__ = ["EXIT_INTERRUPTED", "StopOnSignal"]
 
 logger = logging.getLogger(__name__)
+
+#: The exit status of a process stopped at once by a second signal (a
+#: shell's 128 + SIGINT).
+EXIT_INTERRUPTED = 130
 
 
 class StopOnSignal:
     """SIGINT/SIGTERM set :attr:`event` (and call ``on_signal`` with the
-    signal's name).  The handler does both from a short helper thread: the
-    main thread may be inside ``event.wait()`` holding the event's lock
-    when the handler runs, and ``Event.set`` in the handler itself could
-    then deadlock.  A second signal is logged and otherwise ignored."""
+    signal's name); a second one sets :attr:`again` (and calls
+    ``on_again``): stop at once.  The handler does this from a short helper
+    thread: the main thread may be inside ``event.wait()`` holding the
+    event's lock when the handler runs, and ``Event.set`` in the handler
+    itself could then deadlock.  Later signals are logged and otherwise
+    ignored."""
 
-    def __init__(self, on_signal: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, on_signal: Callable[[str], None] | None = None, on_again: Callable[[str], None] | None = None
+    ) -> None:
         self.event = threading.Event()
+        #: Set by a second signal: the stop should not wait any longer.
+        self.again = threading.Event()
         #: The name of the first signal received (``"SIGTERM"``), else ``None``.
         self.signal_name: str | None = None
         self._on_signal = on_signal
+        self._on_again = on_again
+        self._count = 0
         self._previous: dict[int, Any] = {}
 
     def install(self) -> None:
@@ -45,13 +57,18 @@ class StopOnSignal:
         self._previous.clear()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.signal_name is None:
-            self.signal_name = signal.Signals(signum).name
-            threading.Thread(target=self._notify, name="lite-push-stop", daemon=True).start()
+        name = signal.Signals(signum).name
+        self._count += 1
+        if self._count == 1:
+            self.signal_name = name
+            threading.Thread(target=self._notify, args=(self.event, self._on_signal, name), daemon=True).start()
+        elif self._count == 2:
+            threading.Thread(target=self._notify, args=(self.again, self._on_again, name), daemon=True).start()
         else:
-            logger.warning("%s: already stopping", signal.Signals(signum).name)
+            logger.warning("%s: already stopping at once", name)
 
-    def _notify(self) -> None:
-        self.event.set()
-        if self._on_signal is not None and self.signal_name is not None:
-            self._on_signal(self.signal_name)
+    @staticmethod
+    def _notify(event: threading.Event, call: Callable[[str], None] | None, name: str) -> None:
+        event.set()
+        if call is not None:
+            call(name)

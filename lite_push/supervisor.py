@@ -111,7 +111,9 @@ class _Slot:
     """One member index: its process now, its restart series, its history
     (the monitor thread's alone)."""
 
-    __slots__ = ("consumed_before", "exact", "index", "last_exit", "proc", "restart_at", "restarts", "tracker")
+    __slots__ = (
+        "commits", "consumed_before", "exact", "index", "last_exit", "proc", "restart_at", "restarts", "tracker",
+    )  # fmt: skip
 
     def __init__(self, index: int, policy: RestartPolicy) -> None:
         self.index = index
@@ -124,6 +126,8 @@ class _Slot:
         self.consumed_before = 0
         #: Whether every ended process reported its final count.
         self.exact = True
+        #: What its last process's stop committed (its summary line).
+        self.commits: str | None = None
 
     def ended(self, proc: MemberProcess) -> None:
         """Its process ``proc`` ended: keep its count (a killed one's as of
@@ -131,6 +135,7 @@ class _Slot:
         self.consumed_before += proc.consumed
         if proc.finished is None and proc.started is not None:
             self.exact = False
+        self.commits = None if proc.finished is None else proc.finished.commits or None
 
     def state(self) -> MemberState:
         proc = self.proc
@@ -145,7 +150,28 @@ class _Slot:
             last_exit=self.last_exit,
             consumed=self.consumed_before + (0 if proc is None else proc.consumed),
             consumed_exact=self.exact,
+            commits=self.commits,
         )
+
+
+def _check_arguments(factory: MemberFactory, processes: int, metrics_port: int | None, metrics_addr: str) -> None:
+    """:class:`~lite_push.ConfigError` naming the first argument of
+    :class:`ProcessSupervisor` that is wrong."""
+    if not callable(factory):
+        raise ConfigError("factory", f"must be callable, got {factory!r}")
+    try:
+        pickle.dumps(factory)
+    except Exception as e:
+        raise ConfigError(
+            "factory",
+            f"must be picklable (a module-level function or a functools.partial of one), got {factory!r}: {e}",
+        ) from None
+    if type(processes) is not int or processes < 1:
+        raise ConfigError("processes", f"must be an int >= 1, got {processes!r}")
+    if metrics_port is not None and (type(metrics_port) is not int or not 0 <= metrics_port <= 65535):
+        raise ConfigError("metrics_port", f"must be None or a port in [0, 65535], got {metrics_port!r}")
+    if not isinstance(metrics_addr, str) or not metrics_addr.strip():
+        raise ConfigError("metrics_addr", f"must be a host address string, got {metrics_addr!r}")
 
 
 class ProcessSupervisor:
@@ -168,21 +194,7 @@ class ProcessSupervisor:
         max_start_failures: int = 5,
         clock: Clock | None = None,
     ) -> None:
-        if not callable(factory):
-            raise ConfigError("factory", f"must be callable, got {factory!r}")
-        try:
-            pickle.dumps(factory)
-        except Exception as e:
-            raise ConfigError(
-                "factory",
-                f"must be picklable (a module-level function or a functools.partial of one), got {factory!r}: {e}",
-            ) from None
-        if type(processes) is not int or processes < 1:
-            raise ConfigError("processes", f"must be an int >= 1, got {processes!r}")
-        if metrics_port is not None and (type(metrics_port) is not int or not 0 <= metrics_port <= 65535):
-            raise ConfigError("metrics_port", f"must be None or a port in [0, 65535], got {metrics_port!r}")
-        if not isinstance(metrics_addr, str) or not metrics_addr.strip():
-            raise ConfigError("metrics_addr", f"must be a host address string, got {metrics_addr!r}")
+        _check_arguments(factory, processes, metrics_port, metrics_addr)
         self._factory = factory
         self._processes = processes
         self._metrics_port = metrics_port
@@ -194,6 +206,7 @@ class ProcessSupervisor:
         self._lock = threading.Lock()  # guards _states
         self._states = tuple(_Slot(i, self._policy).state() for i in range(processes))
         self._stop_requested = threading.Event()
+        self._hurry = threading.Event()
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
         self._wake_r = self._wake_w = -1
@@ -262,6 +275,12 @@ class ProcessSupervisor:
         at once: :meth:`wait` for the end."""
         self._stop_requested.set()
         self._wake()
+
+    def stop_now(self) -> None:
+        """Stop the members at once (a second SIGTERM each): they commit what
+        finished and do not wait for the listener calls running."""
+        self._hurry.set()
+        self.stop()
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Block until the supervisor finished (at most ``timeout`` seconds);
@@ -449,6 +468,9 @@ class ProcessSupervisor:
             s.proc.terminate()
         deadline = time.monotonic() + self._shutdown_timeout + STOP_MARGIN
         while live and (left := deadline - time.monotonic()) > 0:
+            if self._hurry.is_set():  # SIGTERM again, each turn (a pending one absorbs the next): at once
+                for s in live:
+                    s.proc.terminate()  # type: ignore[union-attr]
             waitables = [w for s in live if s.proc is not None for w in s.proc.waitables()]
             if waitables:
                 multiprocessing.connection.wait(waitables, min(left, _TURN))

@@ -1,9 +1,12 @@
 """``lite-push consume``: run a listener (``module:function``) as a service.
 
 It loads the listener, builds a :class:`~lite_push.LitePushConsumer` from the
-settings, and runs it until SIGINT or SIGTERM; then it stops polling, drains
-(up to ``--shutdown-timeout``), commits and exits 0 (1 when not everything
-finished).  An ``async def`` listener runs on the asyncio executor, on an
+settings, and runs it until SIGINT or SIGTERM; then it stops polling, lets
+the listener calls running finish (``--drain``: everything polled; up to
+``--shutdown-timeout``), commits what finished and exits 0; 1 when not
+everything started finished or a commit was not taken (the last line says
+which queues the next start resumes where).  A second signal stops at once:
+exit 130.  An ``async def`` listener runs on the asyncio executor, on an
 event loop of the consumer's own: the command serves both executors the same
 way.  With ``--processes N`` (N > 1) it runs N member processes of the group
 instead (:mod:`lite_push.cli.consume_processes`); the consumer is built the
@@ -18,14 +21,15 @@ import sys
 from typing import IO
 
 from .._consumer import LitePushConsumer
-from .._signals import StopOnSignal
+from .._shutdown import StopReport
+from .._signals import EXIT_INTERRUPTED, StopOnSignal
 from .consume_processes import consume_processes
 from .from_notice import note_from
 from .plan import FROM, banner, load_listener, opened, plan_of
 from .process_gc import prepare_gc
 from .progress import Status
 
-__all__ = ["FROM", "cmd_consume", "load_listener"]
+__all__ = ["FROM", "cmd_consume", "load_listener", "stopped_line"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,18 +46,22 @@ def _announce(consumer: LitePushConsumer, out: IO[str]) -> None:
 
 
 def _serve(consumer: LitePushConsumer, timeout: float, out: IO[str], status: Status | None = None) -> bool:
-    stop = StopOnSignal()
+    """Run ``consumer`` until SIGINT/SIGTERM (or its failure), then stop it:
+    whether a second signal hurried the stop."""
+
+    def again(name: str) -> None:
+        print(f"{name} again: stopping at once (not waiting for the calls running)", file=out, flush=True)
+        consumer.stop_now()
+
+    stop = StopOnSignal(on_again=again)
     stop.install()
     try:
         prepare_gc()
         # on failure the caller's broker.close() closes the source
         consumer.start()
         _announce(consumer, out)
-        print(
-            "consuming; SIGTERM or Ctrl-C stops (drain, commit, exit)",
-            file=out,
-            flush=True,
-        )
+        how = "drain, commit, exit" if consumer.config.drain_on_shutdown else "finish the calls running, commit, exit"
+        print(f"consuming; SIGTERM or Ctrl-C stops ({how}; twice: at once)", file=out, flush=True)
         while not stop.event.wait(FAILURE_POLL):
             if consumer.failure is not None:  # logged with its traceback already
                 print(f"consumer failed: {consumer.stats().failure}; stopping", file=out, flush=True)
@@ -61,14 +69,21 @@ def _serve(consumer: LitePushConsumer, timeout: float, out: IO[str], status: Sta
             if status is not None:
                 status.tick(consumer.stats())
         else:
-            print(
-                f"{stop.signal_name}: stopping (draining up to {timeout:g}s)",
-                file=out,
-                flush=True,
-            )
-        return consumer.shutdown(timeout=timeout)
+            what = "everything polled" if consumer.config.drain_on_shutdown else "the listener calls running"
+            print(f"{stop.signal_name}: stopping (waiting up to {timeout:g}s for {what})", file=out, flush=True)
+        consumer.shutdown(timeout=timeout)
+        return stop.again.is_set()
     finally:
         stop.restore()
+
+
+def stopped_line(consumed: int, report: StopReport | None, timeout: float) -> str:
+    """The last line of ``consume``: what was consumed, and what the stop
+    committed (read back from the source) and left to come back."""
+    if report is None:
+        return f"stopped: consumed {consumed:,}; the stop did not finish (what is not committed comes back)"
+    late = "" if report.finished else f"; not everything started finished within {timeout:g}s"
+    return f"stopped: consumed {consumed:,}{late}; {report.summary()}"
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
@@ -82,17 +97,13 @@ def cmd_consume(args: argparse.Namespace) -> int:
         print(banner(plan), flush=True)
         show = args.progress == "on" or (args.progress == "auto" and out.isatty())
         status = Status(out, built.source) if show else None
-        drained = _serve(built.consumer, args.shutdown_timeout, out, status)
+        hurried = _serve(built.consumer, args.shutdown_timeout, out, status)
         st = built.consumer.stats()
+        report = built.consumer.stop_report
     if st.failure is not None:
         print(f"stopped: the consumer failed ({st.failure}); consumed {st.consumed:,}", flush=True)
         return 1
-    if not drained:
-        print(
-            f"stopped: consumed {st.consumed:,}; not everything finished within {args.shutdown_timeout:g}s "
-            "(the rest is delivered again)",
-            flush=True,
-        )
-        return 1
-    print(f"stopped: consumed {st.consumed:,}, offsets committed", flush=True)
-    return 0
+    print(stopped_line(st.consumed, report, args.shutdown_timeout), flush=True)
+    if hurried:
+        return EXIT_INTERRUPTED
+    return 0 if report is not None and report.clean else 1

@@ -20,8 +20,11 @@ member's consumer serves its own on a free loopback port; without it the
 members serve none.  The supervisor prints the banner, the metrics URL,
 ``SIGTERM: stopping N members ...`` on a signal, and at the end the total
 the members consumed (a member killed before its final count counted as of
-its last report, and the line says so); exit status 0 when every member drained and
-committed, 1 otherwise (a member that did not stop in time, a crash loop).
+its last report, and the line says so) and what each member's stop
+committed (read back from the source) and left to come back; exit status 0
+when every member stopped cleanly with its commits taken, 1 otherwise (a
+member that did not stop in time or whose commit was refused, a crash
+loop), 130 after a second signal (the members stopped at once).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from functools import partial
 from typing import Any
 
 from .._consumer import LitePushConsumer
-from .._signals import StopOnSignal
+from .._signals import EXIT_INTERRUPTED, StopOnSignal
 from ..sources._common import parse_tag_expression
 from ..supervisor import ProcessSupervisor
 from .errors import CliError
@@ -100,22 +103,31 @@ def consume_processes(plan: ConsumePlan, listener: Callable[..., Any], processes
     )
     out = sys.stdout
 
+    what = "everything polled" if config.drain_on_shutdown else "the listener calls running"
+
     def on_signal(name: str) -> None:
-        print(f"{name}: stopping {processes} members (draining up to {shutdown_timeout:g}s)", file=out, flush=True)
+        print(f"{name}: stopping {processes} members (waiting up to {shutdown_timeout:g}s for {what})", file=out,
+              flush=True)  # fmt: skip
         supervisor.stop()
 
+    def on_again(name: str) -> None:
+        print(f"{name} again: stopping the members at once", file=out, flush=True)
+        supervisor.stop_now()
+
     print(banner(plan, processes), file=out, flush=True)
-    signals = StopOnSignal(on_signal)
+    signals = StopOnSignal(on_signal, on_again)
     signals.install()
     try:
         supervisor.start()
         if supervisor.metrics_url is not None:
             print(f"metrics: {supervisor.metrics_url}", file=out, flush=True)
-        print("consuming; SIGTERM or Ctrl-C stops (drain, commit, exit)", file=out, flush=True)
+        print("consuming; SIGTERM or Ctrl-C stops (twice: at once)", file=out, flush=True)
         code = supervisor.wait()
     finally:
         signals.restore()
     print(stopped_line(supervisor, code), file=out, flush=True)
+    if signals.again.is_set():
+        return EXIT_INTERRUPTED
     return 1 if code is None else code
 
 
@@ -132,11 +144,11 @@ def stopped_line(supervisor: ProcessSupervisor, code: int | None) -> str:
         else:
             why = f"; the counts of members {members}, killed, are as of their last reports"
     consumed = f"consumed {supervisor.consumed:,} ({supervisor.processes} members{why})"
+    commits = "; ".join(
+        f"member {m.index}: {m.commits or 'did not say what it committed (see the log)'}" for m in supervisor.members
+    )
     if supervisor.failure is not None:
-        return f"stopped: {supervisor.failure}; {consumed}"
+        return f"stopped: {supervisor.failure}; {consumed}; {commits}"
     if code != 0:
-        return (
-            f"stopped: {consumed}; a member did not stop cleanly (see the log; what it had not finished is "
-            "delivered again)"
-        )
-    return f"stopped: {consumed}, offsets committed"
+        return f"stopped: {consumed}; a member did not stop cleanly (see the log); {commits}"
+    return f"stopped: {consumed}; {commits}"

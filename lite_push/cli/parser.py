@@ -213,7 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a listener (module:function) as a service",
         description=_para(
             "Consume TOPIC as group G from a source and call the listener for each batch; "
-            "SIGTERM or SIGINT stops polling, drains, commits and exits 0."
+            "SIGTERM or SIGINT stops polling, lets the listener calls running finish, commits what finished and "
+            "exits 0 (what was polled but never started comes back on the next start; --drain works through it "
+            "first); a second one stops at once and exits 130."
         ),
         epilog=_SETTINGS_EPILOG,
         formatter_class=fmt,
@@ -312,7 +314,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=_seconds,
         default=30.0,
         metavar="S",
-        help="longest drain at shutdown (30)",
+        help="longest wait at shutdown for the listener calls running (with --drain, for everything queued) (30)",
+    )
+    p.add_argument(
+        "--drain",
+        dest="drain_on_shutdown",
+        action="store_true",
+        default=None,
+        help="at SIGTERM/Ctrl-C, work through everything already polled before committing (default: finish the "
+        "calls running, commit, and let the rest come back on the next start)",
     )
     p.add_argument(
         "--progress",
