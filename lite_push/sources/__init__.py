@@ -3,6 +3,7 @@
 from ._base import (
     DEFAULT_DELAY_LEVELS,
     Balance,
+    ConsumeFrom,
     ConsumeFromWhere,
     MessageModel,
     PullSource,
@@ -17,6 +18,7 @@ from .group_admin import GroupAdmin, GroupMember
 __all__ = [
     "DEFAULT_DELAY_LEVELS",
     "Balance",
+    "ConsumeFrom",
     "ConsumeFromWhere",
     "EmbeddedBroker",
     "EmbeddedPullConsumer",

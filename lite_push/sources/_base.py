@@ -45,9 +45,10 @@ writes a release record (:data:`RELEASED_KEY`) into the dead-letter topic.
 from __future__ import annotations
 
 import abc
+import datetime
 import enum
 from collections.abc import Collection, Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
 from .._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
 
@@ -74,6 +75,7 @@ __all__ = [
     "RETRY_TOPIC",
     "TIMER_DELIVER_MS",
     "Balance",
+    "ConsumeFrom",
     "ConsumeFromWhere",
     "DeadLetterReader",
     "MessageModel",
@@ -253,6 +255,13 @@ class ConsumeFromWhere(enum.Enum):
     FIRST_OFFSET = "FIRST_OFFSET"
     #: The first message stored at or after ``consume_timestamp`` (ms).
     TIMESTAMP = "TIMESTAMP"
+
+
+#: Where a new group starts, as ``pull_consumer(consume_from=...)`` takes
+#: it: a :class:`ConsumeFromWhere`, ``"first"`` or ``"last"`` (as the
+#: command line's ``--from``), or a :class:`~datetime.datetime` (the first
+#: message stored at or after it; a naive one is local time).
+ConsumeFrom: TypeAlias = ConsumeFromWhere | Literal["first", "last"] | datetime.datetime
 
 
 class MessageModel(enum.Enum):

@@ -13,6 +13,7 @@ message model -- CLUSTERING or BROADCASTING -- as a strategy
 from __future__ import annotations
 
 import contextlib
+import datetime
 import gc
 import logging
 import math
@@ -28,6 +29,7 @@ from ._base import (
     DLQ_REASON,
     RECONSUME_TIME,
     Balance,
+    ConsumeFrom,
     ConsumeFromWhere,
     origin_properties,
 )
@@ -48,6 +50,7 @@ __all__ = [
     "now_ms",
     "parse_tag_expression",
     "retry_item",
+    "start_position",
     "warn_skipped_start",
     "validate_topic",
 ]
@@ -95,6 +98,28 @@ def check_member_arguments(
         raise ConfigError("client_id", f"must be a non-empty string, got {client_id!r}")
     if allocate is not _NO_ALLOCATE and not callable(allocate):
         raise ConfigError("allocate", f"must be an allocation strategy, got {allocate!r}")
+
+
+#: ``consume_from`` words, as the command line's ``--from``.
+_FROM_WORDS = {"first": ConsumeFromWhere.FIRST_OFFSET, "last": ConsumeFromWhere.LAST_OFFSET}
+
+
+def start_position(consume_from: ConsumeFrom, consume_timestamp: int | None) -> tuple[ConsumeFromWhere, int | None]:
+    """``consume_from`` as every source's member takes it (a
+    :class:`ConsumeFromWhere`, ``"first"``/``"last"`` in any case, or a
+    ``datetime``: ``TIMESTAMP`` at it), with the timestamp (ms) it implies;
+    ``ConfigError`` naming ``consume_from`` for anything else."""
+    if isinstance(consume_from, ConsumeFromWhere):
+        return consume_from, consume_timestamp
+    if isinstance(consume_from, datetime.datetime):
+        if consume_timestamp is not None:
+            raise ConfigError("consume_timestamp", "must be None when consume_from is a datetime (it is the time)")
+        return ConsumeFromWhere.TIMESTAMP, int(consume_from.timestamp() * 1000)
+    if isinstance(consume_from, str) and consume_from.strip().lower() in _FROM_WORDS:
+        return _FROM_WORDS[consume_from.strip().lower()], consume_timestamp
+    raise ConfigError(
+        "consume_from", f"must be 'first', 'last', a datetime or a ConsumeFromWhere, got {consume_from!r}"
+    )
 
 
 def check_balance(balance: object, refused: str | None = None) -> Balance:

@@ -3,11 +3,13 @@ starts, and that a committed offset wins."""
 
 from __future__ import annotations
 
+import datetime
 import logging
 import time
 
 import pytest
 
+from .._errors import ConfigError
 from ..sources import ConsumeFromWhere
 from ._harness import SourceHarness
 from ._polling import count_of, offsets, poll_messages, wait_assigned
@@ -84,6 +86,37 @@ class StartPositionContract:
         got = poll_messages(c, 2)
         assert [(m.queue_offset, m.body) for b in got for m in b.messages] == [(3, b"after"), (4, b"after")]
         assert all(m.store_timestamp >= ts for b in got for m in b.messages)
+
+    def test_start_positions_by_word_and_by_datetime(self, harness: SourceHarness) -> None:
+        """``consume_from`` takes what the command line's ``--from`` does
+        (``"first"``, ``"last"``, any case) and a ``datetime``, meaning the
+        :class:`ConsumeFromWhere` member (and its timestamp)."""
+        (q0,) = harness.create_topic("T", 1)
+        for _i in range(3):
+            harness.send("T", b"before")
+        first = harness.consumer("g-word-first", consume_from="first")
+        first.subscribe("T")
+        assert offsets(poll_messages(first, 3))[q0] == [0, 1, 2]
+        last = harness.consumer("g-word-last", consume_from="LAST")  # type: ignore[arg-type]  # any case, at run time
+        last.subscribe("T")
+        wait_assigned(last, 1)
+        assert last.position(q0) == 3
+        if not harness.finds_offsets_by_time:
+            return
+        time.sleep(0.05)
+        at = datetime.datetime.fromtimestamp(harness.now_ms() / 1000.0, tz=datetime.UTC)
+        time.sleep(0.05)
+        harness.send("T", b"after")
+        since = harness.consumer("g-datetime", consume_from=at)
+        since.subscribe("T")
+        got = poll_messages(since, 1)
+        assert [(m.queue_offset, m.body) for b in got for m in b.messages] == [(3, b"after")]
+
+    def test_a_bad_start_position_names_consume_from(self, harness: SourceHarness) -> None:
+        harness.create_topic("T", 1)
+        for bad in ("middle", 3, None):
+            with pytest.raises(ConfigError, match="consume_from.*'first', 'last', a datetime"):
+                harness.consumer("g-bad", consume_from=bad)  # type: ignore[arg-type]
 
     def test_committed_offset_wins_over_start_position(self, harness: SourceHarness) -> None:
         (q0,) = harness.create_topic("T", 1)

@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping
 
 from .._types import MessageQueue
-from ..sources import ConsumeFromWhere, PullSource
+from ..sources import ConsumeFrom, ConsumeFromWhere, PullSource
 
 __all__ = ["SkewedClock", "SourceHarness"]
 
@@ -53,7 +53,7 @@ class SourceHarness(abc.ABC):
         self,
         group: str,
         *,
-        consume_from: ConsumeFromWhere = FIRST,
+        consume_from: ConsumeFrom = FIRST,
         consume_timestamp: int | None = None,
         client_id: str | None = None,
     ) -> PullSource:

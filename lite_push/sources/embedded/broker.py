@@ -25,6 +25,7 @@ from ...rebalance.allocate import AVERAGELY, AllocateStrategy
 from .._base import (
     DEFAULT_DELAY_LEVELS,
     Balance,
+    ConsumeFrom,
     ConsumeFromWhere,
     MessageModel,
     is_retry_or_dlq_topic,
@@ -364,7 +365,7 @@ class EmbeddedBroker:
         self,
         group: str,
         *,
-        consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
+        consume_from: ConsumeFrom = ConsumeFromWhere.LAST_OFFSET,
         consume_timestamp: int | None = None,
         client_id: str | None = None,
         allocate: AllocateStrategy = AVERAGELY,

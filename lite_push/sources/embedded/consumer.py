@@ -29,6 +29,7 @@ from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
 from ...rebalance.allocate import AVERAGELY, AllocateStrategy
 from .._base import (
     Balance,
+    ConsumeFrom,
     ConsumeFromWhere,
     DeadLetterReader,
     MessageModel,
@@ -43,6 +44,7 @@ from .._common import (
     check_member_arguments,
     commit_entries,
     parse_tag_expression,
+    start_position,
 )
 from .._member_model import Broadcasting, MemberModel, check_message_model, open_offset_store
 from .._owned import OwnedQueues, QueueControl
@@ -118,7 +120,7 @@ class EmbeddedPullConsumer(QueueControl[QueueReader], PullSource):
         broker: BrokerParts,
         group: str,
         *,
-        consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
+        consume_from: ConsumeFrom = ConsumeFromWhere.LAST_OFFSET,
         consume_timestamp: int | None = None,
         client_id: str | None = None,
         allocate: AllocateStrategy = AVERAGELY,
@@ -127,6 +129,7 @@ class EmbeddedPullConsumer(QueueControl[QueueReader], PullSource):
         offset_file: str | os.PathLike[str] | None = None,
         balance: Balance = Balance.QUEUE,
     ) -> None:
+        consume_from, consume_timestamp = start_position(consume_from, consume_timestamp)
         check_message_model(message_model, offset_file)
         _check_arguments(group, consume_from, session_timeout, client_id, allocate)
         check_balance(balance, MESSAGE_BALANCE_REFUSED)

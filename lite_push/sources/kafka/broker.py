@@ -32,7 +32,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from ..._errors import ConfigError, SourceClosedError, UnknownTopicError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
-from .._base import DEFAULT_DELAY_LEVELS, Balance, ConsumeFromWhere
+from .._base import DEFAULT_DELAY_LEVELS, Balance, ConsumeFrom, ConsumeFromWhere
 from .._common import check_delay_levels
 from .._sending import checked_items
 from .client_log import LIBRDKAFKA_LOGGER
@@ -136,7 +136,7 @@ class KafkaBroker:
         self,
         group: str,
         *,
-        consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
+        consume_from: ConsumeFrom = ConsumeFromWhere.LAST_OFFSET,
         consume_timestamp: int | None = None,
         client_id: str | None = None,
         balance: Balance = Balance.QUEUE,

@@ -67,13 +67,21 @@ from ..._errors import ConfigError, UnknownTopicError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
 from .._base import (
     Balance,
+    ConsumeFrom,
     ConsumeFromWhere,
     DeadLetterReader,
     PullSource,
     RebalanceListener,
     is_retry_or_dlq_topic,
 )
-from .._common import check_balance, check_lease, check_member_arguments, commit_entries, parse_tag_expression
+from .._common import (
+    check_balance,
+    check_lease,
+    check_member_arguments,
+    commit_entries,
+    parse_tag_expression,
+    start_position,
+)
 from .._owned import OwnedQueues, QueueControl
 from .client_log import LIBRDKAFKA_LOGGER
 from .codec import RecordFormat, kafka_topic
@@ -159,11 +167,12 @@ class KafkaPullConsumer(QueueControl[PartitionState], PullSource):
         broker: BrokerParts,
         group: str,
         *,
-        consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
+        consume_from: ConsumeFrom = ConsumeFromWhere.LAST_OFFSET,
         consume_timestamp: int | None = None,
         client_id: str | None = None,
         balance: Balance = Balance.QUEUE,
     ) -> None:
+        consume_from, consume_timestamp = start_position(consume_from, consume_timestamp)
         _check_arguments(group, consume_from, consume_timestamp, client_id)
         check_balance(balance, MESSAGE_BALANCE_REFUSED)
         broker.check_open()

@@ -29,6 +29,7 @@ from ...rebalance.allocate import AVERAGELY, AllocateStrategy
 from .._base import (
     DEFAULT_DELAY_LEVELS,
     Balance,
+    ConsumeFrom,
     ConsumeFromWhere,
     MessageModel,
     is_retry_or_dlq_topic,
@@ -261,7 +262,7 @@ class RedisBroker:
         self,
         group: str,
         *,
-        consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
+        consume_from: ConsumeFrom = ConsumeFromWhere.LAST_OFFSET,
         consume_timestamp: int | None = None,
         client_id: str | None = None,
         allocate: AllocateStrategy = AVERAGELY,

@@ -38,6 +38,7 @@ from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
 from ...rebalance.allocate import AVERAGELY, AllocateStrategy
 from .._base import (
     Balance,
+    ConsumeFrom,
     ConsumeFromWhere,
     DeadLetterReader,
     MessageModel,
@@ -51,6 +52,7 @@ from .._common import (
     check_member_arguments,
     commit_entries,
     parse_tag_expression,
+    start_position,
 )
 from .._member_model import Broadcasting, MemberModel, check_message_model, open_offset_store
 from .._owned import OwnedQueues, QueueControl
@@ -114,7 +116,7 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
         broker: BrokerParts,
         group: str,
         *,
-        consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
+        consume_from: ConsumeFrom = ConsumeFromWhere.LAST_OFFSET,
         consume_timestamp: int | None = None,
         client_id: str | None = None,
         allocate: AllocateStrategy = AVERAGELY,
@@ -122,6 +124,7 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
         offset_file: str | os.PathLike[str] | None = None,
         balance: Balance = Balance.QUEUE,
     ) -> None:
+        consume_from, consume_timestamp = start_position(consume_from, consume_timestamp)
         check_message_model(message_model, offset_file)
         check_balance(balance)  # the Redis source balances either way
         if balance is Balance.MESSAGE and message_model is not MessageModel.CLUSTERING:
