@@ -119,177 +119,213 @@ def by_executor(config: ConsumerConfig, executor: str) -> dict[str, object]:
 
 @dataclass(frozen=True, slots=True)
 class ConsumerConfig:
-    """Settings of one :class:`~lite_push.LitePushConsumer`.
+    """Settings of one :class:`~lite_push.LitePushConsumer` (each a
+    keyword argument with a default).
 
     Invalid values raise :class:`~lite_push.ConfigError` naming the field and
-    the allowed range.
+    the allowed range.  The fields:
+
+    ``group``
+        Consumer group name.  ``""`` (default): the group of the source the consumer
+        is given (``broker.pull_consumer("orders", ...)``), so the group is named
+        once; named in both, they must agree.
+    ``mode``
+        Ordering mode: a :class:`ConsumeMode`, or its name in any case
+        (``"key_orderly"``), which becomes the member (:attr:`consume_mode` reads it
+        as the member, typed).
+    ``lanes``
+        Number of lanes: each is a FIFO drained by one task (a thread, or a
+        coroutine on the asyncio executor).  This, not the number of queues, sets
+        the consumer's concurrency.  ``None`` (default): by the executor,
+        ``DEFAULT_THREAD_LANES`` (16) threads or ``DEFAULT_ASYNC_LANES`` (2048)
+        coroutines (an idle one costs no task); the consumer's ``config`` holds the
+        number chosen.
+    ``lane_capacity``
+        Messages a lane may hold before the queues feeding it are paused.  A
+        dispatch is checked as a whole, so a lane holds at most twice this plus one
+        poll (``pull_batch_size`` per queue) waiting for its task.  It also bounds a
+        dispatch (see ``_pull_loop.DISPATCH_BUDGET``).
+    ``batch_size``
+        Most messages handed to one listener call (consumeMessageBatchMaxSize).
+    ``pull_batch_size``
+        Most messages pulled from one queue per poll (pullBatchSize). ``None``
+        (default): by the executor, ``DEFAULT_THREAD_PULL_BATCH`` (32, RocketMQ's)
+        on threads, ``DEFAULT_ASYNC_PULL_BATCH`` (512) on the asyncio executor,
+        which reads on the loop's thread.
+    ``pull_threshold_for_queue``
+        Pause a queue when it has more unfinished messages than this. ``None``
+        (default): by the executor, ``DEFAULT_THREAD_THRESHOLD`` (1000, RocketMQ's)
+        on threads, ``DEFAULT_ASYNC_THRESHOLD`` (5000) on the asyncio executor,
+        whose thousands of lanes each need a few messages queued; the consumer's
+        ``config`` holds the number chosen.
+    ``pull_threshold_size_for_queue``
+        Pause a queue when its unfinished message bodies exceed this (bytes).
+    ``max_span``
+        Pause a queue when highest pulled minus lowest unfinished offset exceeds
+        this.  Not RocketMQ's 2000: a parked (retrying) key holds the lowest
+        unfinished offset while its queue flows on, and what is finished above it is
+        committed in the offset map.  The default lets a key parked for its whole
+        retry schedule (16 x 1 s) at 50,000 msg/s keep its queue flowing.  Memory:
+        the compiled offset tracker keeps one byte per offset of the span (at most 2
+        MiB per queue at this default); the pure-Python twin about 40 bytes (lower
+        this when running without the extension).
+    ``offset_map_max_bytes``
+        Pause a queue when its offset map (the finished offsets above the committed
+        one, stored with each commit) could encode to more than this many bytes.
+        The run-length form needs about 8 bytes per unfinished offset, so with the
+        default thresholds this is rarely the binding limit.
+    ``commit_interval``
+        Seconds between periodic offset commits.
+    ``poll_timeout``
+        Longest a poll blocks (seconds); bounds how late a resume is seen.
+    ``suspend_ms``
+        Orderly modes: delay before a failed message is processed again
+        (milliseconds).  In KEY_ORDERLY only its key waits; in QUEUE_ORDERLY (the
+        baseline) its whole queue waits.
+    ``max_reconsume_times``
+        Failed attempts after which a message goes to the dead-letter queue
+        ``%DLQ%<group>``; -1 retries forever (RocketMQ's orderly default).
+    ``retry_start_level``
+        CONCURRENTLY: a failed message is sent back to ``%RETRY%<group>`` at delay
+        level ``retry_start_level + reconsume_times`` (RocketMQ: 3, i.e. 10 s, then
+        30 s, 1 m, ...; the source's levels, the last one repeats).
+    ``revoke_timeout``
+        Longest a revoked queue's in-flight work is awaited before its final commit
+        and release (seconds).
+    ``drain_on_shutdown``
+        What a stop (``shutdown()``, SIGINT/SIGTERM) waits for.  ``False``
+        (default), as a Kafka consumer's close: the listener calls running finish,
+        the messages polled but never started are let go uncommitted (the next start
+        delivers them again), what finished is committed.  ``True``: the lanes first
+        work through everything queued, retries included.  Either way
+        ``shutdown(timeout)`` waits at most ``timeout`` seconds.
+    ``fence_margin``
+        Fencing: seconds before the end of the source's certain ownership of a queue
+        (:meth:`~lite_push.sources.PullSource.owned_for`) at which lanes stop
+        starting listener calls for it (a safety margin for the moment between the
+        check and the call).  ``revoke_timeout`` plus this must be shorter than the
+        source's session timeout.
+    ``key_extractor``
+        Ordering key of a message; ``None`` means ``message.keys``.  It must be a
+        pure function of the message (the router reads it again when a lane is done
+        with the message).
+    ``lane_placement``
+        KEY_ORDERLY: which lane a key runs on.  ``"load"`` (default): a key with
+        messages queued or in flight stays on its lane, a key with none goes to the
+        lane with the fewest messages queued or in flight. ``"hash"``: a fixed,
+        well-mixed hash of the key mod ``lanes``. ``"java"``: Java's
+        ``String.hashCode`` mod ``lanes``, the lane the Java runtime would pick (its
+        low bits are poorly mixed for sequential ids, and a queue's keys reach only
+        ``lanes / gcd(lanes, queues)`` lanes).  The producer's queue choice is
+        Java's in every case.
+    ``consume_thread_min``
+        QUEUE_ORDERLY: threads of the shared consume pool (all that ever run).
+    ``consume_thread_max``
+        QUEUE_ORDERLY: the most threads of the shared consume pool; at least
+        ``consume_thread_min``, the number that runs (as in RocketMQ, whose pool has
+        an unbounded queue).
+    ``lock_lease``
+        QUEUE_ORDERLY: lease of the broker-side queue lock (seconds).
+    ``lock_renew_interval``
+        QUEUE_ORDERLY: seconds between renewals of the queue locks.
+    ``max_continuous_consume``
+        QUEUE_ORDERLY: seconds a consume request may run before it yields.
+    ``executor``
+        How lanes run: ``"thread"`` (a thread per lane, a plain listener; at most
+        1024 lanes) or ``"asyncio"`` (a coroutine per lane on one event loop, uvloop
+        when installed, an ``async def`` listener; up to 65536 lanes; see
+        :class:`~lite_push.AsyncLitePushConsumer`).  ``None`` (default): by the
+        listener, ``"asyncio"`` for an ``async def`` one and ``"thread"`` for a
+        plain one; the consumer's ``config`` holds the executor chosen.  Named, it
+        must fit the listener (a :class:`~lite_push.ConfigError` naming ``executor``
+        otherwise).
+    ``loop_block_threshold``
+        asyncio executor: a listener that keeps the event loop busy (does not await)
+        for longer than this many seconds is logged with its duration.
+    ``loop_turn_target``
+        asyncio executor: how long a turn of the event loop may take (seconds)
+        before fewer lanes are let into listener calls at once. When the loop cannot
+        keep up with every lane that has work, lanes queue for a slot and new keys
+        go to the lanes that run (see ``_async_executor.Admission``): the same
+        throughput, each key's next message waits less, and the busiest keys are not
+        starved by the idle ones.  ``0``: every lane with work runs at once.
+    ``max_rate``
+        The consumer's rate limit: listener calls start at most this many messages
+        per second in all (a call of a batch counts its messages), to protect what
+        the listener calls.  A lane over the limit waits for its turn (without
+        holding a lock, the pull thread or the event loop); after an idle spell up
+        to a tenth of a second's worth may start at once.  ``None``: no limit.
+    ``key_min_interval``
+        KEY_ORDERLY: the least time (seconds) between the starts of two listener
+        calls of one key.  A key's next message waits on the consumer's timer, as a
+        parked key does, while its lane goes on with other keys; messages without a
+        key are not paced.  ``0``: off.
+    ``steal_after``
+        KEY_ORDERLY with ``lane_placement="load"``: when a lane's listener call has
+        run longer than this many seconds, the other keys queued on that lane (those
+        with nothing in flight there) move, whole and in offset order, to other
+        lanes, and new keys avoid the lane until the call returns; the key of the
+        slow call stays.  ``"auto"`` (default): ``STEAL_MULTIPLE`` times the 99th
+        percentile of the recent call times the call watch saw, and at least
+        ``STEAL_FLOOR`` seconds. ``None``: keys never move.
+    ``slow_call_warning``
+        A listener call that runs longer than this many seconds is logged once, at
+        WARNING, with its key, queue and offset.  ``None``: never.
+    ``metrics_port``
+        Serve Prometheus metrics over HTTP on this port (``None``: no exporter;
+        ``0``: any free port).  Consumers in one process that name the same address
+        and port share one exporter.
+    ``metrics_addr``
+        Address the metrics exporter binds (loopback unless told otherwise).
+    ``dead_letter_order``
+        What a dead letter does to its key.  ``"message"`` (default): the key moves
+        on, its later messages run.  ``"key"`` (KEY_ORDERLY only): the key is held
+        in its queue, and its later messages follow the dead letter into
+        ``%DLQ%<group>`` in offset order, each marked as held behind it, until
+        ``lite_push.dlq.resend_key`` (``lite-push dlq resend --key``) sends them
+        back in order; other keys run as usual. Held keys survive a restart and a
+        rebalance: the dead-letter topic is their record.
     """
 
-    #: Consumer group name (non-empty).
-    group: str
-    #: Ordering mode: a :class:`ConsumeMode`, or its name in any case
-    #: (``"key_orderly"``), which becomes the member.
-    mode: ConsumeMode = ConsumeMode.KEY_ORDERLY
-    #: Number of lanes: each is a FIFO drained by one task (a thread, or a
-    #: coroutine on the asyncio executor).  This, not the number of queues,
-    #: sets the consumer's concurrency.  ``None`` (default): by the
-    #: executor, ``DEFAULT_THREAD_LANES`` (16) threads or
-    #: ``DEFAULT_ASYNC_LANES`` (2048) coroutines (an idle one costs no
-    #: task); the consumer's ``config`` holds the number chosen.
+    group: str = ""
+    mode: ConsumeMode | str = ConsumeMode.KEY_ORDERLY
     lanes: int | None = None
-    #: Messages a lane may hold before the queues feeding it are paused.  A
-    #: dispatch is checked as a whole, so a lane holds at most twice this plus
-    #: one poll (``pull_batch_size`` per queue) waiting for its task.  It also
-    #: bounds a dispatch (see ``_pull_loop.DISPATCH_BUDGET``).
     lane_capacity: int = 4096
-    #: Most messages handed to one listener call (consumeMessageBatchMaxSize).
     batch_size: int = 1
-    #: Most messages pulled from one queue per poll (pullBatchSize).
-    #: ``None`` (default): by the executor, ``DEFAULT_THREAD_PULL_BATCH``
-    #: (32, RocketMQ's) on threads, ``DEFAULT_ASYNC_PULL_BATCH`` (512) on
-    #: the asyncio executor, which reads on the loop's thread.
     pull_batch_size: int | None = None
-    #: Pause a queue when it has more unfinished messages than this.
-    #: ``None`` (default): by the executor, ``DEFAULT_THREAD_THRESHOLD``
-    #: (1000, RocketMQ's) on threads, ``DEFAULT_ASYNC_THRESHOLD`` (5000) on
-    #: the asyncio executor, whose thousands of lanes each need a few
-    #: messages queued; the consumer's ``config`` holds the number chosen.
     pull_threshold_for_queue: int | None = None
-    #: Pause a queue when its unfinished message bodies exceed this (bytes).
     pull_threshold_size_for_queue: int = 100 * MIB
-    #: Pause a queue when highest pulled minus lowest unfinished offset
-    #: exceeds this.  Not RocketMQ's 2000: a parked (retrying) key holds the
-    #: lowest unfinished offset while its queue flows on, and what is finished
-    #: above it is committed in the offset map.  The default lets a key parked
-    #: for its whole retry schedule (16 x 1 s) at 50,000 msg/s keep its queue
-    #: flowing.  Memory: the compiled offset tracker keeps one byte per offset
-    #: of the span (at most 2 MiB per queue at this default); the pure-Python
-    #: twin about 40 bytes (lower this when running without the extension).
     max_span: int = 1 << 20
-    #: Pause a queue when its offset map (the finished offsets above the
-    #: committed one, stored with each commit) could encode to more than this
-    #: many bytes.  The run-length form needs about 8 bytes per unfinished
-    #: offset, so with the default thresholds this is rarely the binding limit.
     offset_map_max_bytes: int = 64 * 1024
-    #: Seconds between periodic offset commits.
     commit_interval: float = 5.0
-    #: Longest a poll blocks (seconds); bounds how late a resume is seen.
     poll_timeout: float = 0.1
-    #: Orderly modes: delay before a failed message is processed again
-    #: (milliseconds).  In KEY_ORDERLY only its key waits; in QUEUE_ORDERLY
-    #: (the baseline) its whole queue waits.
     suspend_ms: int = 1000
-    #: Failed attempts after which a message goes to the dead-letter queue
-    #: ``%DLQ%<group>``; -1 retries forever (RocketMQ's orderly default).
     max_reconsume_times: int = 16
-    #: CONCURRENTLY: a failed message is sent back to ``%RETRY%<group>`` at
-    #: delay level ``retry_start_level + reconsume_times`` (RocketMQ: 3, i.e.
-    #: 10 s, then 30 s, 1 m, ...; the source's levels, the last one repeats).
     retry_start_level: int = 3
-    #: Longest a revoked queue's in-flight work is awaited before its final
-    #: commit and release (seconds).
     revoke_timeout: float = 10.0
-    #: What a stop (``shutdown()``, SIGINT/SIGTERM) waits for.  ``False``
-    #: (default), as a Kafka consumer's close: the listener calls running
-    #: finish, the messages polled but never started are let go
-    #: uncommitted (the next start delivers them again), what finished is
-    #: committed.  ``True``: the lanes first work through everything
-    #: queued, retries included.  Either way ``shutdown(timeout)`` waits
-    #: at most ``timeout`` seconds.
     drain_on_shutdown: bool = False
-    #: Fencing: seconds before the end of the source's certain ownership of
-    #: a queue (:meth:`~lite_push.sources.PullSource.owned_for`) at which
-    #: lanes stop starting listener calls for it (a safety margin for the
-    #: moment between the check and the call).  ``revoke_timeout`` plus
-    #: this must be shorter than the source's session timeout.
     fence_margin: float = 0.5
-    #: Ordering key of a message; ``None`` means ``message.keys``.  It must
-    #: be a pure function of the message (the router reads it again when a
-    #: lane is done with the message).
     key_extractor: KeyExtractor | None = None
-    #: KEY_ORDERLY: which lane a key runs on.  ``"load"`` (default): a key
-    #: with messages queued or in flight stays on its lane, a key with none
-    #: goes to the lane with the fewest messages queued or in flight.
-    #: ``"hash"``: a fixed, well-mixed hash of the key mod ``lanes``.
-    #: ``"java"``: Java's ``String.hashCode`` mod ``lanes``, the lane the
-    #: Java runtime would pick (its low bits are poorly mixed for sequential
-    #: ids, and a queue's keys reach only ``lanes / gcd(lanes, queues)``
-    #: lanes).  The producer's queue choice is Java's in every case.
     lane_placement: str = "load"
-    #: QUEUE_ORDERLY: threads of the shared consume pool.  As in RocketMQ,
-    #: whose pool has an unbounded queue, only ``consume_thread_min``
-    #: threads ever run; ``consume_thread_max`` must be >= it.
     consume_thread_min: int = 20
     consume_thread_max: int = 20
-    #: QUEUE_ORDERLY: lease of the broker-side queue lock (seconds).
     lock_lease: float = 60.0
-    #: QUEUE_ORDERLY: seconds between renewals of the queue locks.
     lock_renew_interval: float = 20.0
-    #: QUEUE_ORDERLY: seconds a consume request may run before it yields.
     max_continuous_consume: float = 60.0
-    #: How lanes run: ``"thread"`` (a thread per lane, a plain listener; at
-    #: most 1024 lanes) or ``"asyncio"`` (a coroutine per lane on one event
-    #: loop, uvloop when installed, an ``async def`` listener; up to 65536
-    #: lanes; see :class:`~lite_push.AsyncLitePushConsumer`).  ``None``
-    #: (default): by the listener, ``"asyncio"`` for an ``async def`` one and
-    #: ``"thread"`` for a plain one; the consumer's ``config`` holds the
-    #: executor chosen.  Named, it must fit the listener (a
-    #: :class:`~lite_push.ConfigError` naming ``executor`` otherwise).
     executor: str | None = None
-    #: asyncio executor: a listener that keeps the event loop busy (does not
-    #: await) for longer than this many seconds is logged with its duration.
     loop_block_threshold: float = 0.1
-    #: asyncio executor: how long a turn of the event loop may take
-    #: (seconds) before fewer lanes are let into listener calls at once.
-    #: When the loop cannot keep up with every lane that has work, lanes
-    #: queue for a slot and new keys go to the lanes that run (see
-    #: ``_async_executor.Admission``): the same throughput, each key's next
-    #: message waits less, and the busiest keys are not starved by the
-    #: idle ones.  ``0``: every lane with work runs at once.
     loop_turn_target: float = 0.0015
-    #: The consumer's rate limit: listener calls start at most this many
-    #: messages per second in all (a call of a batch counts its messages),
-    #: to protect what the listener calls.  A lane over the limit waits for
-    #: its turn (without holding a lock, the pull thread or the event loop);
-    #: after an idle spell up to a tenth of a second's worth may start at
-    #: once.  ``None``: no limit.
     max_rate: float | None = None
-    #: KEY_ORDERLY: the least time (seconds) between the starts of two
-    #: listener calls of one key.  A key's next message waits on the
-    #: consumer's timer, as a parked key does, while its lane goes on with
-    #: other keys; messages without a key are not paced.  ``0``: off.
     key_min_interval: float = 0.0
-    #: KEY_ORDERLY with ``lane_placement="load"``: when a lane's listener
-    #: call has run longer than this many seconds, the other keys queued on
-    #: that lane (those with nothing in flight there) move, whole and in
-    #: offset order, to other lanes, and new keys avoid the lane until the
-    #: call returns; the key of the slow call stays.  ``"auto"`` (default):
-    #: ``STEAL_MULTIPLE`` times the 99th percentile of the recent call
-    #: times the call watch saw, and at least ``STEAL_FLOOR`` seconds.
-    #: ``None``: keys never move.
     steal_after: float | str | None = "auto"
-    #: A listener call that runs longer than this many seconds is logged
-    #: once, at WARNING, with its key, queue and offset.  ``None``: never.
     slow_call_warning: float | None = 60.0
-    #: Serve Prometheus metrics over HTTP on this port (``None``: no
-    #: exporter; ``0``: any free port).  Consumers in one process that name
-    #: the same address and port share one exporter.
     metrics_port: int | None = None
-    #: Address the metrics exporter binds (loopback unless told otherwise).
     metrics_addr: str = "127.0.0.1"
-    #: What a dead letter does to its key.  ``"message"`` (default): the
-    #: key moves on, its later messages run.  ``"key"`` (KEY_ORDERLY only):
-    #: the key is held in its queue, and its later messages follow the dead
-    #: letter into ``%DLQ%<group>`` in offset order, each marked as held
-    #: behind it, until ``lite_push.dlq.resend_key`` (``lite-push dlq
-    #: resend --key``) sends them back in order; other keys run as usual.
-    #: Held keys survive a restart and a rebalance: the dead-letter topic
-    #: is their record.
     dead_letter_order: str = "message"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.group, str) or not self.group.strip():
-            raise ConfigError("group", f"must be a non-empty string, got {self.group!r}")
+        if not isinstance(self.group, str) or (self.group and not self.group.strip()):
+            raise ConfigError("group", f"must be a group name, or '' for the source's group, got {self.group!r}")
         if isinstance(self.mode, str):  # its name, in any case, as the command line takes it
             named = {m.name: m for m in ConsumeMode}.get(self.mode.strip().upper())
             if named is not None:
@@ -354,7 +390,8 @@ class ConsumerConfig:
         if self.key_min_interval > 0 and self.mode is not ConsumeMode.KEY_ORDERLY:
             raise ConfigError(
                 "key_min_interval",
-                f"paces the calls of one key, which only KEY_ORDERLY runs one at a time; mode is {self.mode.name}",
+                "paces the calls of one key, which only KEY_ORDERLY runs one at a time; "
+                f"mode is {self.consume_mode.name}",
             )
         self._check_slow_calls()
         if self.dead_letter_order not in DEAD_LETTER_ORDERS:
@@ -366,7 +403,7 @@ class ConsumerConfig:
             raise ConfigError(
                 "dead_letter_order",
                 f"'key' keeps a key's order behind its dead letters, which only KEY_ORDERLY keeps; mode is "
-                f"{self.mode.name}",
+                f"{self.consume_mode.name}",
             )
         if self.metrics_port is not None:
             _check_int("metrics_port", self.metrics_port, 0, 65535)
@@ -385,10 +422,17 @@ class ConsumerConfig:
                 raise ConfigError(
                     "steal_after",
                     "moves keys between lanes, which only KEY_ORDERLY with lane_placement='load' does "
-                    f"(mode is {self.mode.name}, lane_placement {self.lane_placement!r}); use None or 'auto'",
+                    f"(mode is {self.consume_mode.name}, lane_placement {self.lane_placement!r}); use None or 'auto'",
                 )
         if self.slow_call_warning is not None:
             _check_float("slow_call_warning", self.slow_call_warning, 0.0, 86400.0, low_open=True)
+
+    @property
+    def consume_mode(self) -> ConsumeMode:
+        """:attr:`mode` as the :class:`ConsumeMode` member (a name given is
+        one after construction)."""
+        assert isinstance(self.mode, ConsumeMode)
+        return self.mode
 
     @property
     def poll_size(self) -> int:

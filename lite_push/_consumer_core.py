@@ -131,6 +131,10 @@ class ConsumerCore:
             raise ConfigError("config", f"must be a ConsumerConfig, got {type(config).__name__}")
         if not isinstance(source, PullSource):
             raise ConfigError("source", f"must be a PullSource, got {type(source).__name__}")
+        if not config.group:  # named once, with the source
+            if source.group is None:
+                raise ConfigError("group", "is not given, and the source belongs to no group: name it in either")
+            config = replace(config, group=source.group)
         # the listener fits its call, and the executor fits the listener (unset: chosen by it)
         config = resolve_executor(config, listener, needs_async=self.EVENT_LOOP_ONLY)
         _check_source(config, source)
@@ -360,7 +364,7 @@ class ConsumerCore:
             self._watch.start()
         logger.info(
             "lite_push consumer %r started: mode=%s executor=%s lanes=%d router=%s offsets=%s lane_metrics=%s",
-            group, self.config.mode.name, self.config.executor, self.config.lanes, ROUTER_IMPL, OFFSETS_IMPL,
+            group, self.config.consume_mode.name, self.config.executor, self.config.lanes, ROUTER_IMPL, OFFSETS_IMPL,
             LANE_METRICS_IMPL,
         )  # fmt: skip
 

@@ -289,7 +289,7 @@ def metrics_of(rt: Readings, extra: tuple[int, int]) -> ConsumerMetrics:
     busy = c.busy
     return ConsumerMetrics(
         group=rt.config.group,
-        mode=rt.config.mode.name,
+        mode=rt.config.consume_mode.name,
         queues=queues,
         queue_counts={q: (s.polled, s.filtered, s.pauses, s.resumes) for q, s in list(c.queues.items())},
         consumed=sum(c.consumed) + extra[0],

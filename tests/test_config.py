@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from lite_push import ConfigError, ConsumeMode, ConsumerConfig, LitePushError
@@ -45,8 +47,8 @@ def test_lanes_and_the_queue_threshold_follow_the_executor():
 @pytest.mark.parametrize(
     ("field", "value", "fragment"),
     [
-        ("group", "", "non-empty"),
-        ("group", None, "non-empty"),
+        ("group", "  ", "a group name, or '' for the source's group"),
+        ("group", None, "a group name"),
         ("mode", "SIDEWAYS", "ConsumeMode or its name (KEY_ORDERLY, CONCURRENTLY, QUEUE_ORDERLY)"),
         ("mode", 1, "ConsumeMode"),
         ("lanes", 0, "[1, 65536]"),  # executor unset: a plain listener's threads take at most 1024 (test_listeners)
@@ -109,8 +111,53 @@ def test_the_consumer_and_its_source_must_name_the_same_group() -> None:
         LitePushConsumer(ConsumerConfig(group="orders"), source, lambda msgs: None)
 
 
+def test_the_group_is_named_once_with_the_source() -> None:
+    """Issue 41: ``ConsumerConfig()`` takes the source's group; a source of
+    no group (a bare PullSource) needs it named."""
+    from lite_push import EmbeddedBroker, LitePushConsumer
+
+    with EmbeddedBroker() as broker:
+        broker.create_topic("T")
+        consumer = LitePushConsumer(ConsumerConfig(), broker.pull_consumer("orders"), lambda msgs: None)
+        assert consumer.config.group == "orders"
+        consumer.shutdown()
+
+
+def test_a_source_of_no_group_needs_the_group_named() -> None:
+    from lite_push import EmbeddedBroker, LitePushConsumer
+    from lite_push.sources import EmbeddedPullConsumer
+
+    class NoGroup(EmbeddedPullConsumer):
+        @property
+        def group(self) -> str | None:
+            return None
+
+    with EmbeddedBroker() as broker:
+        source = NoGroup(broker, "x")
+        with pytest.raises(ConfigError, match="source belongs to no group") as info:
+            LitePushConsumer(ConsumerConfig(), source, lambda msgs: None)
+        assert info.value.field == "group"
+        source.close()
+
+
 @pytest.mark.parametrize("name", ["KEY_ORDERLY", "key_orderly", " Concurrently ", "queue_orderly"])
 def test_mode_takes_its_name_in_any_case(name: str) -> None:
     """Issue 30, 6: as the command line does; the field holds the member."""
-    c = ConsumerConfig(group="g", mode=name)  # type: ignore[arg-type]
+    c = ConsumerConfig(group="g", mode=name)  # typed for its names too: no ignore needed
     assert c.mode is ConsumeMode[name.strip().upper()]
+
+
+def test_help_documents_every_field() -> None:
+    """Issue 41: ``help(ConsumerConfig)`` shows each field with what it
+    means, not only its name."""
+    import dataclasses
+    import inspect
+    import pydoc
+
+    doc = inspect.getdoc(ConsumerConfig) or ""
+    shown = pydoc.render_doc(ConsumerConfig, renderer=pydoc.plaintext)
+    for f in dataclasses.fields(ConsumerConfig):
+        entry = re.search(rf"^``{f.name}``\n((?:    \S.*\n?)+)", doc, re.MULTILINE)
+        assert entry is not None, f.name
+        assert len(entry.group(1).split()) >= 5, (f.name, entry.group(1))
+        assert entry.group(1).splitlines()[0].strip() in shown, f.name

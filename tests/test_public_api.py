@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import inspect
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -207,3 +208,41 @@ def test_every_source_runs_the_whole_suite() -> None:
             if name.startswith("Test") and isinstance(cls, type) and issubclass(cls, lite_push.testing.SourceContract)
         ]
         assert len(subclasses) == expected, (module_name, subclasses)
+
+
+APPLICATION = '''
+import datetime
+
+from lite_push import ConsumerConfig, LitePushConsumer, MessageExt
+from lite_push.sources import EmbeddedBroker
+
+
+def handle(messages: list[MessageExt]) -> None:
+    for m in messages:
+        print(m.keys, m.body)
+
+
+def main() -> None:
+    broker = EmbeddedBroker()
+    broker.create_topic("orders", 4)
+    source = broker.pull_consumer("billing", consume_from="first")
+    later = broker.pull_consumer("audit", consume_from=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC))
+    later.close()
+    consumer = LitePushConsumer(ConsumerConfig(mode="key_orderly", lanes=8), source, handle)
+    consumer.subscribe(["orders"])
+    report = consumer.run()
+    print(report.summary(), consumer.stats())
+'''
+
+
+def test_an_application_of_the_readme_s_api_passes_mypy_strict(tmp_path: Path) -> None:
+    """Issue 41: the names a user passes (a mode's name, "first", a list of
+    topics) are typed, so an application type-checks under --strict."""
+    app = tmp_path / "app.py"
+    app.write_text(APPLICATION)
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--follow-imports=silent", str(app)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+        env={**os.environ, "MYPYPATH": str(Path(lite_push.__file__).resolve().parent.parent)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -140,7 +140,7 @@ def banner(plan: ConsumePlan, processes: int = 1) -> str:
     lanes = f"{c.lanes} lanes" + (" per process" if processes > 1 else "")
     return (
         f"lite-push consume: group {c.group!r} topic {plan.topic!r} tags {plan.tags!r} "
-        f"from {redact(plan.url)} ({c.mode.name}, {lanes}, executor {c.executor}, listener {plan.spec}"
+        f"from {redact(plan.url)} ({c.consume_mode.name}, {lanes}, executor {c.executor}, listener {plan.spec}"
         + (f", balance {plan.balance.name.lower()}" if plan.balance is not Balance.QUEUE else "")
         + (f", {processes} processes)" if processes > 1 else ")")
     )

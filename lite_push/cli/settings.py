@@ -140,6 +140,9 @@ def _settable(tp: object) -> _FieldType | None:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if set(args) == {float, str}:  # a number or a word
             return _FieldType(float, type(None) in typing.get_args(tp), word=True)
+        enums = [a for a in args if isinstance(a, type) and issubclass(a, enum.Enum)]
+        if len(enums) == 1 and set(args) == {enums[0], str}:  # a member or its name: the member
+            return _FieldType(enums[0], type(None) in typing.get_args(tp))
         if len(args) != 1 or len(typing.get_args(tp)) != 2:
             return None
         optional = True
