@@ -218,8 +218,9 @@ def test_two_members_on_redis_drain_and_commit_on_sigterm(
     executor = "thread" if variant == "flag" else "asyncio"
     assert f"8 lanes per process, executor {executor}, listener cli_test_listener:" in out, out
     assert ", 2 processes)" in out
-    assert "SIGTERM: stopping 2 members (draining up to 30s)" in out
-    assert f"stopped: consumed {len(lines):,} (2 members), offsets committed" in out, out
+    assert "SIGTERM: stopping 2 members (waiting up to 30s for the listener calls running)" in out
+    assert f"stopped: consumed {len(lines):,} (2 members); member 0: offsets committed for " in out, out
+    assert "; member 1: offsets committed for " in out, out
     assert ("metrics:" in out) == (variant == "flag")
     reader = b.pull_consumer("svc")
     try:
@@ -233,7 +234,8 @@ def test_two_members_on_redis_drain_and_commit_on_sigterm(
 def _committed_to_the_end(broker: KafkaBroker, queues: list[MessageQueue]) -> bool:
     for q in queues:
         committed = broker.committed("g", q)
-        if committed is None or committed.offset != broker.watermarks(q)[1]:
+        end = broker.watermarks(q)[1]
+        if (committed.offset if committed is not None else 0) != end:  # an empty partition has no commit
             return False
     return True
 
@@ -274,7 +276,48 @@ def test_two_members_on_kafka(tmp_path: Path) -> None:
             for i in range(n):
                 sent.setdefault(f"k{i % 37}", []).append(i)
             _check_consumed(_lines(service.consumed), sent)
-            assert "stopped: consumed 1,000 (2 members), offsets committed" in service.stdout.read_text()
+            out = service.stdout.read_text()
+            assert "stopped: consumed 1,000 (2 members); member 0: offsets committed" in out, out
+            assert _committed_to_the_end(broker, queues)
+        finally:
+            broker.close()
+
+
+COMMITS = "; member 0: offsets committed for 2 queues; member 1: did not say what it committed (see the log)"
+
+
+def test_a_group_of_two_forms_at_once_on_the_local_kafka(tmp_path: Path) -> None:
+    """Issue 41: ``consume --processes 2`` on a topic of 1,000 messages in 8
+    partitions, with Kafka's default session (45 s).  The mock completes a
+    join into a group already up only after session - 1 s; started as
+    ``python -m lite_push.sources.kafka.mock_cluster`` starts it (the
+    broker's initial rebalance delay, 3 s), both members join the first
+    generation and each gets 4 partitions.  The last line says what each
+    member's stop committed, read back; the group holds it."""
+    n = 1000
+    with MockKafkaCluster(rebalance_delay_ms=3000) as cluster:
+        broker = KafkaBroker(cluster.bootstrap, topic_creator=cluster.create_topic)
+        try:
+            broker.create_topic("orders", 8)
+            broker.send_batch("orders", [{"body": str(i).encode(), "keys": f"k{i % 37}"} for i in range(n)])
+            service = Service(
+                tmp_path,
+                [
+                    "--source", f"kafka://{cluster.bootstrap}", "--group", "g", "--topic", "orders", "--from",
+                    "first", "--listener", "cli_test_listener:handle", "--processes", "2",
+                ],
+            )  # fmt: skip
+            try:
+                service.wait_consumed(n, timeout=60)
+                queues = broker.queues("orders")
+                assert wait_until(lambda: _committed_to_the_end(broker, queues), timeout=30), service.output()
+                code = service.stop()
+            finally:
+                service.kill()
+            assert code == 0, service.output()
+            out = service.stdout.read_text()
+            for member in (0, 1):
+                assert f"member {member}: offsets committed for 4 queues" in out, out
             assert _committed_to_the_end(broker, queues)
         finally:
             broker.close()
@@ -283,26 +326,31 @@ def test_two_members_on_kafka(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("short", "failure", "code", "line"),
     [
-        ((), None, 0, "stopped: consumed 4,000 (2 members), offsets committed"),
+        ((), None, 0, "stopped: consumed 4,000 (2 members)" + COMMITS),
         (
             (1,),
             None,
             0,
-            "stopped: consumed 4,000 (2 members; the count of member 1, killed, is as of its last report), "
-            "offsets committed",
+            "stopped: consumed 4,000 (2 members; the count of member 1, killed, is as of its last report)" + COMMITS,
         ),
         (
             (0, 1),
             None,
             1,
             "stopped: consumed 4,000 (2 members; the counts of members 0, 1, killed, are as of their last reports); "
-            "a member did not stop cleanly",
+            "a member did not stop cleanly (see the log)" + COMMITS,
         ),
-        ((), "member 0 ended 5 times", 1, "stopped: member 0 ended 5 times; consumed 4,000 (2 members)"),
+        ((), "member 0 ended 5 times", 1, "stopped: member 0 ended 5 times; consumed 4,000 (2 members)" + COMMITS),
     ],
 )
 def test_the_last_line_says_whose_count_is_as_of_a_last_report(
     short: tuple[int, ...], failure: str | None, code: int, line: str
 ) -> None:
-    supervisor: Any = SimpleNamespace(consumed=4000, consumed_short=short, processes=2, failure=failure)
-    assert stopped_line(supervisor, code).startswith(line)
+    members = (
+        SimpleNamespace(index=0, commits="offsets committed for 2 queues"),
+        SimpleNamespace(index=1, commits=None),
+    )
+    supervisor: Any = SimpleNamespace(
+        consumed=4000, consumed_short=short, processes=2, failure=failure, members=members
+    )
+    assert stopped_line(supervisor, code) == line
