@@ -63,6 +63,7 @@ def test_every_readme_python_example_runs() -> None:
     assert out.rstrip().endswith("--- done"), out[-3000:]
     # block 0: all 1,000 messages of 50 keys consumed, each key in offset order
     assert "ConsumerStats(consumed=1000" in out, out[-3000:]
+    assert "\noffsets committed for 4 queues\n" in out, out[-3000:]  # run()'s stop report
     assert "50 keys, each in offset order: True" in out, out[-3000:]
     # block 1: the application-loop consumer consumed them too
     assert "app loop consumed 1000" in out, out[-3000:]
