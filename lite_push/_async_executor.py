@@ -92,7 +92,7 @@ def _reraise_if_cancelled(e: BaseException) -> None:
             raise e
 
 
-async def _adrive(steps: Steps, listener: AsyncListener, worker: LaneWorker) -> None:
+async def _adrive(steps: Steps, listener: AsyncListener, worker: LaneWorker, waker: LoopWaker) -> None:
     """Await the listener for each list of messages ``steps`` yields and
     send it the outcome."""
     lm = worker.metrics
@@ -107,8 +107,8 @@ async def _adrive(steps: Steps, listener: AsyncListener, worker: LaneWorker) -> 
                 chunk = steps.send((None, None))
                 continue
             if chunk is PAUSE:  # max_rate: this call starts later (not before: timers may fire early)
-                while (left := gate.pause_until - gate.monotonic()) > 0.0:
-                    await asyncio.sleep(left)
+                while (left := gate.pause_until - gate.monotonic()) > 0.0 and not gate.aborted():
+                    await _pause(waker.stopping, left)
                 chunk = steps.send((None, None))
                 continue
             t0 = clock()
@@ -127,6 +127,19 @@ async def _adrive(steps: Steps, listener: AsyncListener, worker: LaneWorker) -> 
                 lm.call(t0, len(chunk))
             chunk = steps.send(outcome)
     except StopIteration:
+        pass
+
+
+async def _pause(stopping: asyncio.Event | None, seconds: float) -> None:
+    """``max_rate``'s wait before a call: ``seconds``, or until the consumer
+    stops (a stop does not wait for calls that have not started)."""
+    if stopping is None:
+        await asyncio.sleep(seconds)
+        return
+    try:
+        async with asyncio.timeout(seconds):
+            await stopping.wait()
+    except TimeoutError:
         pass
 
 
@@ -188,12 +201,12 @@ async def run_async_lane(
                         taken = (taken[0] + more[0], taken[1] + more[1])
             segments, due = worker.took(taken, lane.taken)
             if due:
-                await _adrive(worker.due_steps(due), listener, worker)
+                await _adrive(worker.due_steps(due), listener, worker, lane.waker)
             for pq, msgs in segments:
                 if parked or not hot or held_keys.keys or pq.dropped or aborted():
                     steps = worker.segment_steps(pq, msgs)
                     if steps is not None:
-                        await _adrive(steps, listener, worker)
+                        await _adrive(steps, listener, worker, lane.waker)
                         continue
                 # The hot path: one listener call per message, inline,
                 # each shown in lane.call while it runs.
@@ -228,7 +241,7 @@ async def run_async_lane(
                 if j == len(msgs):  # all succeeded (outside the try: a lane bug is not a listener failure)
                     worker.completed(pq, msgs, t0)
                     continue
-                await _adrive(worker.failed_at(pq, msgs, j, exc, result), listener, worker)
+                await _adrive(worker.failed_at(pq, msgs, j, exc, result), listener, worker, lane.waker)
     except Exception as e:
         worker.crashed(e)
     finally:
@@ -280,6 +293,7 @@ class AsyncExecutor:
         waker.loop = loop
         waker.thread = threading.get_ident()
         waker.start = self._start_lanes
+        waker.stopping = asyncio.Event()
         admission = self.admission = Admission(len(lanes), loop, self._turn_target) if self._turn_target else None
         if admission is not None:
             admission.start()
@@ -361,6 +375,16 @@ class AsyncExecutor:
     async def _stop_workers(self) -> None:
         for worker in self._workers:
             worker.stop()
+
+    def stop_waits(self) -> None:
+        """(any thread) The consumer stops: lanes waiting for their turn
+        under ``max_rate`` stop waiting (they start no more calls)."""
+        loop, stopping = self._loop, self._waker.stopping
+        if loop is not None and stopping is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(stopping.set)
+            except RuntimeError:  # closed meanwhile: nothing waits on it any more
+                pass
 
     def lane_limit(self) -> int | None:
         """(any thread) How many lanes admission lets into listener calls

@@ -322,7 +322,7 @@ class LoopWaker:
     loop from its helper thread: one call per dispatch, not per lane or
     message)."""
 
-    __slots__ = ("_lock", "_pending", "loop", "start", "thread")
+    __slots__ = ("_lock", "_pending", "loop", "start", "stopping", "thread")
 
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -330,6 +330,9 @@ class LoopWaker:
         self.thread = 0
         #: Starts the tasks of the lanes given (on the loop's thread).
         self.start: Callable[[list[AsyncLane]], None] = _no_start
+        #: Set on the loop when the consumer stops (lanes waiting for their
+        #: ``max_rate`` turn stop waiting); made by the executor's start.
+        self.stopping: asyncio.Event | None = None
         self._lock = threading.Lock()
         self._pending: list[AsyncLane] = []
 

@@ -207,6 +207,13 @@ class ProcessQueue:
         return self._count
 
     @property
+    def unfinished(self) -> int:
+        """Messages polled and not finished (skipped ones included: they
+        come back to the next owner)."""
+        with self._lock:
+            return self._tracker.in_flight
+
+    @property
     def next_offset(self) -> int:
         """One past the highest offset polled or passed over (pull thread); a
         late batch does not lower it."""

@@ -91,8 +91,9 @@ class StopReport:
     #: Every listener call in flight finished in time (draining: everything
     #: queued was processed), and no stop was hurried.
     finished: bool
-    #: Messages polled that were never started: they were let go, uncommitted.
-    let_go: int
+    #: Messages polled and not finished (never started, given up, or
+    #: waiting for a retry): uncommitted, they come back on the next start.
+    unfinished: int
     #: Listener calls given up at the deadline (their messages stay uncommitted).
     abandoned: int
     #: Each queue owned at the end, by name.
@@ -129,8 +130,8 @@ class StopReport:
         again = [q for q in qs if q.again_from is not None]
         if again:
             parts.append(f"the next start resumes {_named([f'{q.queue} at {q.again_from}' for q in again])}")
-        if self.let_go:
-            parts.append(f"{_count(self.let_go, 'message')} polled but never started come back")
+        if self.unfinished:
+            parts.append(f"{_count(self.unfinished, 'message')} polled but not finished come back")
         if self.abandoned:
             parts.append(f"{_count(self.abandoned, 'listener call')} given up at the deadline")
         return "; ".join(parts)
@@ -213,7 +214,6 @@ class Stopper:
         """The stop (pull side): let the calls in flight finish (draining:
         everything queued), commit, read the commits back."""
         self.begin(0.0)  # a crash with no shutdown() yet: the caller set one, else stop at once
-        let_go = 0
         if not self._drain:
             self._stop_calls()
         if self._orderly is not None:
@@ -222,12 +222,12 @@ class Stopper:
             lane.close()
         self._executor.flush()
         if not self._drain:
-            let_go += self._let_go()
+            self._let_go()
         finished = self._join()
         abandoned = 0
         if not finished:
             self._stop_calls()
-            let_go += self._let_go()
+            self._let_go()
             abandoned = sum(1 for lane in self._lanes if lane.call is not None)
             self._executor.join(time.monotonic() + ABORT_GRACE, final=True)
             if abandoned:
@@ -235,15 +235,10 @@ class Stopper:
                     "consumer %r: %d listener call(s) still running when the stop gave up; their messages stay "
                     "uncommitted and are delivered again", self._group, abandoned,
                 )  # fmt: skip
-        if let_go:
-            logger.info(
-                "consumer %r: %d message(s) polled but never started were let go, uncommitted; they are "
-                "delivered again on the next start", self._group, let_go,
-            )  # fmt: skip
         if self._sender.pending:
             self._sender.send(time.monotonic(), final=True)
         self._committer.commit_all()
-        report = self.report = self._read_back(finished and not self._hurried, let_go, abandoned)
+        report = self.report = self._read_back(finished and not self._hurried, abandoned)
         return report
 
     def _stop_calls(self) -> None:
@@ -251,15 +246,13 @@ class Stopper:
         self._abort.set()
         for pq in list(self._owned.values()):
             pq.stop_calls()
+        self._executor.stop_waits()
 
-    def _let_go(self) -> int:
-        """Take what the lanes still queue, uncommitted; how many messages."""
-        left = 0
+    def _let_go(self) -> None:
+        """Take what the lanes still queue: it stays uncommitted."""
         for lane in self._lanes:
             for pq, msgs in lane.drain():
-                left += len(msgs)
                 pq.skip(msgs)
-        return left
 
     def _join(self) -> bool:
         """Wait for the lanes' tasks until the deadline (which
@@ -273,16 +266,17 @@ class Stopper:
             if time.monotonic() >= self._deadline:
                 return False
 
-    def _read_back(self, finished: bool, let_go: int, abandoned: int) -> StopReport:
+    def _read_back(self, finished: bool, abandoned: int) -> StopReport:
         pqs = sorted(self._owned.values(), key=lambda pq: pq.queue)
+        unfinished = sum(pq.unfinished for pq in pqs)
         try:
             stored = self._source.committed_all([pq.queue for pq in pqs])
         except Exception as e:  # the source is down: say so rather than guess
             logger.debug("consumer %r: reading the committed offsets back failed", self._group, exc_info=True)
-            return StopReport(finished, let_go, abandoned, (), unread=" ".join(f"{type(e).__name__}: {e}".split()))
+            return StopReport(finished, unfinished, abandoned, (), unread=" ".join(f"{type(e).__name__}: {e}".split()))
         queues = []
         for pq in pqs:
             held = stored.get(pq.queue)
             at = None if held is None else held.offset
             queues.append(QueueStop(pq.queue, pq.commit_point()[0], at, pq.next_offset, pq.first_offset))
-        return StopReport(finished, let_go, abandoned, tuple(queues))
+        return StopReport(finished, unfinished, abandoned, tuple(queues))

@@ -149,6 +149,10 @@ class ThreadExecutor:
             t.start()
             self._threads.append(t)
 
+    def stop_waits(self) -> None:
+        """The consumer stops: nothing to do (a lane thread waiting for its
+        ``max_rate`` turn waits on the abort event)."""
+
     def lanes_alive(self) -> bool:
         """Whether every lane's thread runs (before start: none to run)."""
         return all(t.is_alive() for t in self._threads)

@@ -267,7 +267,7 @@ def test_shutdown_commits_what_finished_and_the_rest_comes_back(drain):
     assert consumer.shutdown(timeout=30.0) is True
     report = consumer.stop_report
     assert report is not None and report.clean and report.committed
-    assert (report.let_go == 0) if drain else (report.let_go + rec.count() <= 2000)
+    assert (report.unfinished == 0) if drain else (report.unfinished + rec.count() <= 2000)
     check = broker.pull_consumer("g")
     for q in broker.queues("T"):
         done = {off for (_t, qid, off) in rec.seen if qid == q.queue_id}

@@ -97,13 +97,16 @@ def test_max_rate_bounds_the_calls_of_the_whole_consumer(mode: ConsumeMode) -> N
     )
 
 
-def test_a_rate_limited_consumer_stops_at_its_deadline_and_loses_nothing() -> None:
+@pytest.mark.parametrize("drain", [False, True], ids=["stop", "drain"])
+def test_a_rate_limited_consumer_stops_at_its_deadline_and_loses_nothing(drain: bool) -> None:
     """Lanes waiting for their turn do not hold a shutdown up, and what they
-    did not run stays uncommitted: the next consumer of the group gets it."""
+    did not run stays uncommitted: the next consumer of the group gets it.
+    A stop lets the backlog go at once (a clean stop); a drain works at it
+    until the deadline passes."""
     broker = _broker([(f"k{i}", 10) for i in range(40)])
     calls = Calls()
     consumer = EX.consumer(
-        EX.config(group="g", lanes=8, max_rate=50.0, commit_interval=0.2),
+        EX.config(group="g", lanes=8, max_rate=50.0, commit_interval=0.2, drain_on_shutdown=drain),
         source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET),
         listener=calls,
     )
@@ -113,7 +116,8 @@ def test_a_rate_limited_consumer_stops_at_its_deadline_and_loses_nothing() -> No
     t0 = time.monotonic()
     drained = consumer.shutdown(timeout=0.3)
     assert time.monotonic() - t0 < 10.0  # not the 8 s the backlog needs at 50/s
-    assert not drained
+    assert drained is not drain
+    assert consumer.stop_report.unfinished > 0
     first = {(q, o) for _, _, q, o in calls.starts}
     assert len(first) < 400
     rest = Calls()
