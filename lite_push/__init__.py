@@ -7,7 +7,8 @@ Layout (one concern per module; underscored modules are implementation;
   types, ConsumerConfig, the error tree, injectable time
 * ``_consumer``        LitePushConsumer: the facade for plain code
 * ``_async_consumer``  AsyncLitePushConsumer: the facade inside an event loop
-* ``_consumer_core``   what both share: checks, start, the shutdown order
+* ``_consumer_core``   what both share: checks, start, stop
+* ``_shutdown``        a stop: the calls in flight finish (or a drain), the commit read back
 * ``_listeners``       the listener given: a signature that takes the messages, the executor it picks
 * ``_wiring``          building one consumer's parts, each with the collaborators it uses
 * ``_shared``          what several parts share: counters, the first failure, app pauses
@@ -50,9 +51,10 @@ Layout (one concern per module; underscored modules are implementation;
 * ``_member_process``  one member process: its body, and the supervisor's handle on it
 * ``_member_metrics``  the supervisor's endpoint: the members' metrics merged, their health
 * ``_restart_policy``  when a member that died starts again, and when to give up
-* ``_signals``         SIGINT / SIGTERM as a request to drain and stop
+* ``_signals``         SIGINT / SIGTERM as a request to stop; a second one, at once
 * ``metric_names``     every Prometheus metric's name, type, labels and help
 * ``metrics``          the metrics collector and the HTTP exporter
+* ``_metrics_serving`` a consumer joining and leaving the collector and the exporter
 * ``codec``            JSON bodies (orjson)
 * ``dlq``              reading dead letters and re-sending them (a held key's in order)
 * ``_held_keys``       ``dead_letter_order="key"``: keys held behind their dead letters
@@ -93,6 +95,7 @@ from ._errors import (
 from ._lanemetrics import LANE_METRICS_IMPL
 from ._offsets import OFFSETS_IMPL
 from ._router import ROUTER_IMPL
+from ._shutdown import QueueStop, StopReport
 from ._snapshots import ConsumerStats
 from ._types import (
     AsyncListener,
@@ -108,6 +111,7 @@ from ._version import __version__
 from .dlq import DeadLetter, HeldKey, dead_letters, held_keys, resend, resend_key
 from .sources import (
     Balance,
+    ConsumeFrom,
     ConsumeFromWhere,
     EmbeddedBroker,
     EmbeddedPullConsumer,
@@ -134,6 +138,7 @@ __all__ = [
     "CallInProgress",
     "Clock",
     "ConfigError",
+    "ConsumeFrom",
     "ConsumeFromWhere",
     "ConsumeMode",
     "ConsumeResult",
@@ -164,8 +169,10 @@ __all__ = [
     "PollBatch",
     "ProcessSupervisor",
     "PullSource",
+    "QueueStop",
     "SendResult",
     "SourceClosedError",
+    "StopReport",
     "SystemClock",
     "UnknownTopicError",
     "__version__",
