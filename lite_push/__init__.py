@@ -81,6 +81,7 @@ from ._config import ConsumeMode, ConsumerConfig, KeyExtractor
 from ._consumer import LitePushConsumer
 from ._errors import (
     AdminNotSupportedError,
+    CommitRefusedError,
     ConfigError,
     ConsumerFailedError,
     GroupActiveError,
@@ -137,6 +138,7 @@ __all__ = [
     "Balance",
     "CallInProgress",
     "Clock",
+    "CommitRefusedError",
     "ConfigError",
     "ConsumeFrom",
     "ConsumeFromWhere",

@@ -80,6 +80,13 @@ class NotSubscribedError(LitePushError):
     """A queue operation named a queue this consumer does not own."""
 
 
+class CommitRefusedError(LitePushError):
+    """The group refused a commit (a Kafka coordinator in a rebalance, or
+    a member no longer in the group's generation): the committed offsets
+    stayed as they were.  The consumer commits again at the next interval,
+    and at its stop reports what the group holds."""
+
+
 class SourceClosedError(LitePushError):
     """The source was used after ``close()``."""
 

@@ -4,6 +4,7 @@ asyncio, asyncio on uvloop: see ``executors.py``)."""
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import time
@@ -289,7 +290,7 @@ def test_shutdown_commits_what_finished_and_the_rest_comes_back(drain):
     assert_offsets_increase(rest.order)
 
 
-def test_shutdown_deadline_leaves_stuck_work_uncommitted():
+def test_shutdown_deadline_leaves_stuck_work_uncommitted(caplog):
     broker = EmbeddedBroker()
     broker.create_topic("T", queue_count=1)
     for i in range(20):
@@ -310,9 +311,17 @@ def test_shutdown_deadline_leaves_stuck_work_uncommitted():
     consumer.start()
     assert stuck.wait(10)
     t0 = time.monotonic()
-    assert consumer.shutdown(timeout=0.3) is False
+    with caplog.at_level(logging.INFO, logger="lite_push"):
+        assert consumer.shutdown(timeout=0.3) is False
     assert time.monotonic() - t0 < 5
     release.set()
+    # what the log says of it adds up: the one call given up, no "0 queued messages unprocessed"
+    said = [r.getMessage() for r in caplog.records]
+    assert any("1 listener call(s) still running when the stop gave up" in m for m in said), said
+    assert not any(" 0 " in m and "unprocessed" in m for m in said), said
+    report = consumer.stop_report
+    assert report is not None and report.abandoned == 1 and not report.finished and report.committed
+    assert "1 listener call given up at the deadline" in report.summary()
     check = broker.pull_consumer("g")
     committed = check.committed(broker.queues("T")[0])
     # nothing at or past the stuck message was committed ...

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from helpers import PollCounter, Recorder, assert_offsets_increase, wait_for, wait_until
+from helpers import PollCounter, Recorder, assert_offsets_increase, wait_consumed, wait_for, wait_until
 
 from lite_push import ConsumeMode, ConsumerConfig, LitePushConsumer, ManualClock, MessageExt, OffsetAndMetadata
 from lite_push._offset_map import decode, encode
@@ -23,6 +23,9 @@ from lite_push.sources.kafka.mock_cluster import MockKafkaCluster
 
 #: The mock's rebalances take the session less a second: keep it short.
 SESSION = 3.0
+#: Kafka's API key of OffsetCommit, and the error code of REBALANCE_IN_PROGRESS.
+OFFSET_COMMIT = 8
+REBALANCE_IN_PROGRESS = 27
 
 
 @pytest.fixture
@@ -350,3 +353,29 @@ def test_a_topic_pattern_subscribes_every_matching_topic_with_its_tag_filter(bro
     assert wait_until(lambda: got.extend(m for b in c.poll(0.05) for m in b.messages) or len(got) >= 40, timeout=20)
     assert len(got) == 40 and {m.tags for m in got} == {"A"}
     c.close()
+
+
+def test_a_commit_the_group_refuses_is_reported_not_claimed(cluster, broker):
+    """Issue 41: the coordinator refuses every commit (REBALANCE_IN_PROGRESS,
+    injected into the mock): the stop reads the group's offsets back and
+    says they were not committed, rather than "offsets committed"; the
+    refused commit is tried again, not taken for done."""
+    broker.create_topic("T", 2)
+    broker.send_batch("T", [(b"x", f"k{i}") for i in range(40)])
+    gate, started = threading.Event(), threading.Event()
+
+    def listener(msgs):
+        started.set()
+        gate.wait(30)
+
+    consumer = _consumer(broker, listener, "c1", commit_interval=3600.0)
+    with consumer:
+        assert started.wait(30)
+        cluster.push_request_errors(OFFSET_COMMIT, [REBALANCE_IN_PROGRESS] * 2000)
+        gate.set()
+        wait_consumed(consumer, 40)
+    report = consumer.stop_report
+    assert report is not None and not report.committed and not report.clean
+    assert all(q.committed is None and q.finished_to > 0 for q in report.queues), report
+    assert report.summary().startswith("offsets NOT committed for 2 of 2 queues"), report.summary()
+    assert [broker.committed("g", q) for q in broker.queues("T")] == [None, None]

@@ -495,7 +495,9 @@ class PullSource(abc.ABC):
         what was delivered to this member below it: see :attr:`balance`).
         A plain ``int`` means no metadata.
         Commits for queues not owned are ignored (a late commit of a revoked
-        queue must not move the new owner back)."""
+        queue must not move the new owner back).  A group that refuses the
+        commit (a Kafka coordinator in a rebalance) raises
+        :class:`~lite_push.CommitRefusedError`: nothing was stored."""
 
     @abc.abstractmethod
     def committed(self, queue: MessageQueue) -> OffsetAndMetadata | None:

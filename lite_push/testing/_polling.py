@@ -6,11 +6,13 @@ they hold for an in-process source and for one behind a network."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable
 
+from .._errors import CommitRefusedError
 from .._types import MessageExt, MessageQueue, PollBatch
 from ..sources import PullSource, RebalanceListener
 from ._harness import SourceHarness
@@ -171,7 +173,8 @@ class OwnershipLog:
 
             def on_revoked(self, queues: Collection[MessageQueue]) -> None:
                 if commit:
-                    consumer.commit({q: consumer.position(q) for q in queues})
+                    with contextlib.suppress(CommitRefusedError):  # as a runtime: the next owner replays
+                        consumer.commit({q: consumer.position(q) for q in queues})
                 log.released(name, queues, "revoked")
 
         return _Listener()
@@ -203,7 +206,8 @@ class OwnershipLog:
 def leave(consumer: PullSource, log: OwnershipLog | None, name: str) -> None:
     """What a runtime does to leave: commit the positions, then close."""
     owned = consumer.assignment()
-    consumer.commit({q: consumer.position(q) for q in owned})
+    with contextlib.suppress(CommitRefusedError):  # as a runtime: the next owner replays
+        consumer.commit({q: consumer.position(q) for q in owned})
     if log is not None:
         log.released(name, owned, "closed")
     consumer.close()

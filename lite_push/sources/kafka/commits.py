@@ -11,9 +11,11 @@ During a rebalance the coordinator may answer REBALANCE_IN_PROGRESS (a
 classic group that is between join and sync); the commit is tried again
 every :data:`COMMIT_RETRY`, inside the revoke callback for up to a session
 (the group is stable again within one), elsewhere for up to
-:data:`COMMIT_PATIENCE`.  A commit refused because the member is no longer in the
-generation (its partitions were reassigned) is logged and dropped: commits
-of partitions not owned are ignored, as the contract says.
+:data:`COMMIT_PATIENCE`.  A commit refused for good (the member is no longer in
+the generation, or the rebalance outlasted the patience) raises
+:class:`~lite_push.CommitRefusedError`: the consumer's committer logs it once
+and commits again at the next interval, and a stop reports what the group
+holds.  Commits of partitions not owned are ignored, as the contract says.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from ..._errors import CommitRefusedError
 from ..._offset_map import shrink
 from ..._types import MessageQueue, OffsetAndMetadata
 
@@ -63,8 +66,8 @@ def fit_metadata(om: OffsetAndMetadata, limit: int, queue: MessageQueue) -> str:
 
 def commit_within(kc: Consumer, tps: list[TopicPartition], patience: float, owner: object) -> None:
     """Commit ``tps`` synchronously; REBALANCE_IN_PROGRESS is retried for up
-    to ``patience`` seconds, a fenced member's commit is logged and dropped,
-    any other error raised.  A partition the coordinator refused on its own
+    to ``patience`` seconds; a commit refused for good raises
+    :class:`~lite_push.CommitRefusedError`, any other error its own.  A partition the coordinator refused on its own
     is logged."""
     deadline = time.monotonic() + patience
     while True:
@@ -77,9 +80,9 @@ def commit_within(kc: Consumer, tps: list[TopicPartition], patience: float, owne
                 time.sleep(COMMIT_RETRY)  # the coordinator takes commits again once the group is stable
                 continue
             if code in FENCED:
-                logger.warning("%r: commit refused (%s); the next owner resumes from the last accepted one",
-                               owner, e.args[0].str())  # fmt: skip
-                return
+                raise CommitRefusedError(
+                    f"{owner!r}: commit refused ({e.args[0].str()}); the group keeps its last accepted offsets"
+                ) from None
             raise
     for tp in result or ():
         if tp.error is not None:

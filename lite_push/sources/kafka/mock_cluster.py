@@ -16,6 +16,7 @@ and then serves one command per line on its standard input:
     topic <name> <partitions>     create a topic   -> "ok" or "error <text>"
     down <broker id>              the broker stops answering (its connections drop)
     up <broker id>                ... and answers again
+    errors <api key> <code>...    the next requests of that API get these errors
 
 It is stopped by its PID (SIGTERM, then SIGKILL); closing its standard
 input stops it too, so it never outlives the process that started it.
@@ -39,6 +40,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from types import TracebackType
 
 __all__ = ["MockClusterError", "MockKafkaCluster", "librdkafka_path"]
@@ -125,6 +127,13 @@ class MockKafkaCluster:
         """Bring broker ``broker_id`` back."""
         self._command(f"up {int(broker_id)}", f"broker {broker_id}")
 
+    def push_request_errors(self, api_key: int, errors: Sequence[int]) -> None:
+        """Answer the next ``len(errors)`` requests of Kafka API ``api_key``
+        (8: OffsetCommit, ...) with these error codes, one each, whoever
+        sends them (a coordinator refusing commits, as a client sees it)."""
+        codes = " ".join(str(int(e)) for e in errors)
+        self._command(f"errors {int(api_key)} {codes}", f"errors for API {api_key}")
+
     def _command(self, line: str, what: str) -> None:
         with self._lock:
             proc = self._proc
@@ -186,6 +195,7 @@ def _serve(brokers: int, rebalance_delay_ms: int) -> int:  # pragma: no cover - 
     for name in ("rd_kafka_mock_broker_set_down", "rd_kafka_mock_broker_set_up"):
         getattr(lib, name).restype = ci
         getattr(lib, name).argtypes = [vp, ctypes.c_int32]
+    lib.rd_kafka_mock_push_request_errors_array.argtypes = [vp, ctypes.c_int16, ctypes.c_size_t, vp]
     lib.rd_kafka_err2str.restype = cp
     lib.rd_kafka_err2str.argtypes = [ci]
     errstr = ctypes.create_string_buffer(512)
@@ -213,6 +223,10 @@ def _serve(brokers: int, rebalance_delay_ms: int) -> int:  # pragma: no cover - 
             setter = lib.rd_kafka_mock_broker_set_down if parts[0] == "down" else lib.rd_kafka_mock_broker_set_up
             err = setter(mc, int(parts[1]))
             print("ok" if err == 0 else f"error {lib.rd_kafka_err2str(err).decode()}", flush=True)
+        elif len(parts) >= 3 and parts[0] == "errors" and all(p.lstrip("-").isdecimal() for p in parts[1:]):
+            codes = (ci * (len(parts) - 2))(*map(int, parts[2:]))
+            lib.rd_kafka_mock_push_request_errors_array(mc, int(parts[1]), len(parts) - 2, ctypes.cast(codes, vp))
+            print("ok", flush=True)
         elif parts:
             print(f"error unknown command {line.strip()!r}", flush=True)
     os._exit(0)  # stdin closed: the starter is gone
