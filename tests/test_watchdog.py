@@ -19,8 +19,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from lite_push import ManualClock
 from lite_push._async_executor import LoopThread
-from lite_push._clock import ManualClock
 from lite_push._watchdog import LoopWatchdog
 
 THRESHOLD = 0.1
