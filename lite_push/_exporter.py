@@ -11,6 +11,10 @@ that name the same one (each consumer's series carry its ``group``):
   subscribed, polling, owning at least one queue), else 503 with one line;
 * anything else: 404, naming the three paths.
 
+``HEAD`` answers every path as ``GET`` does, with the same status and
+headers (``Content-Length`` included) and no body (``_head_as_get``):
+load balancers and uptime checkers probe with it.
+
 A consumer says how it is with ``health() -> (liveness, readiness)``, each
 ``"ok"`` or the reason (see ``ConsumerCore.health``); ``stats()`` carries
 the same two strings.  The server runs on daemon threads (prometheus-client's
@@ -36,6 +40,8 @@ logger = logging.getLogger(__name__)
 HEALTH_PATHS = ("/healthz", "/readyz")
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
+#: A WSGI application.
+_WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
 class HealthSource(Protocol):
@@ -47,6 +53,35 @@ class HealthSource(Protocol):
     def health(self) -> tuple[str, str]:
         """``(liveness, readiness)``: each ``"ok"`` or why not (one line)."""
         ...
+
+
+def _head_as_get(app: _WsgiApp) -> _WsgiApp:
+    """``app``, answering ``HEAD`` as it answers ``GET`` (prometheus-client's
+    ``/metrics`` answers 405 to it): the same status and headers, the
+    ``Content-Length`` of the body that ``GET`` would send, and no body."""
+
+    def head_too(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("REQUEST_METHOD") != "HEAD":
+            return app(environ, start_response)
+        answered: list[tuple[str, list[tuple[str, str]]]] = []
+
+        def keep(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> None:
+            answered[:] = [(status, list(headers))]
+
+        body = app({**environ, "REQUEST_METHOD": "GET"}, keep)
+        try:
+            size = sum(len(chunk) for chunk in body)
+        finally:
+            close = getattr(body, "close", None)
+            if close is not None:
+                close()
+        status, headers = answered[0]
+        if not any(name.lower() == "content-length" for name, _ in headers):
+            headers.append(("Content-Length", str(size)))
+        start_response(status, headers)
+        return []
+
+    return head_too
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -75,7 +110,7 @@ class _Exporter:
             start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
             return [b"not found: /metrics, /healthz or /readyz\n"]
 
-        self.server = make_server(addr, port, app, ThreadingWSGIServer, handler_class=_QuietHandler)
+        self.server = make_server(addr, port, _head_as_get(app), ThreadingWSGIServer, handler_class=_QuietHandler)
         self.port: int = self.server.server_port
         self.thread = threading.Thread(
             target=self.server.serve_forever, name=f"lite-push-exporter-{self.port}", daemon=True

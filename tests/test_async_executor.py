@@ -232,6 +232,93 @@ def test_a_listener_blocking_the_loop_is_logged_with_its_duration(kind: str, cap
     assert 300 <= ms <= 1000
 
 
+def _blocked(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in list(caplog.records) if "blocked the event loop" in r.getMessage()]
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+@pytest.mark.parametrize("awaits", [True, False], ids=["awaits", "never-awaits"])
+def test_two_blocks_in_a_row_are_each_reported(kind: str, awaits: bool, caplog: pytest.LogCaptureFixture) -> None:
+    """Two listener calls one after the other (one key: one lane), each
+    blocking: two reports, each naming its own message, whether the loop
+    turns between them (the listener awaits after blocking: the lane's next
+    step is queued ahead of the watchdog's timer) or not at all."""
+    broker = EmbeddedBroker()
+    broker.create_topic("T", queue_count=1)
+    broker.send_batch("T", [(b"x", "k") for _ in range(10)])
+
+    async def listener(msgs: list[MessageExt]) -> None:
+        if msgs[0].queue_offset in (5, 6):
+            time.sleep(0.4)
+            if not awaits:
+                return
+        await asyncio.sleep(0)
+
+    async def main() -> AsyncLitePushConsumer:
+        async with _consumer(broker, listener, lanes=4, loop_block_threshold=0.1) as c:
+            while c.stats().consumed < 10:
+                await asyncio.sleep(0.01)
+            await _logged(caplog, "blocked the event loop", logging.WARNING, more_than=1)
+        return c
+
+    with caplog.at_level(logging.WARNING, logger="lite_push"):
+        c = _run(kind, main())
+    blocked = _blocked(caplog)
+    assert len(blocked) == 2, blocked
+    assert "offset 5 " in blocked[0] and "offset 6 " in blocked[1], blocked
+    assert c.watchdog.blocks == 2  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_a_block_just_before_shutdown_is_reported_before_shutdown_returns(
+    kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The listener blocks on the last message and the application stops
+    the consumer at once.  The watchdog's thread is held from looking again
+    after the block (as when the shutdown is quicker than its next look):
+    closing it still has the block reported, before shutdown returns."""
+    broker = EmbeddedBroker()
+    broker.create_topic("T", queue_count=1)
+    broker.send_batch("T", [(b"x", f"k{i}") for i in range(10)])
+
+    class LateWatch(threading.Event):
+        # the watchdog's wait: once the block is over, it does not come
+        # back before the watch is closed
+        def __init__(self) -> None:
+            super().__init__()
+            self.over = threading.Event()
+            self.parked = threading.Event()
+
+        def wait(self, timeout: float | None = None) -> bool:
+            if self.over.is_set():
+                self.parked.set()
+                return super().wait()
+            return super().wait(timeout)
+
+    watch = LateWatch()
+    done = asyncio.Event()  # (bound to the loop that first waits on it)
+
+    async def listener(msgs: list[MessageExt]) -> None:
+        if msgs[0].queue_offset == 9:
+            time.sleep(0.4)
+            watch.over.set()
+            assert watch.parked.wait(10.0)  # the loop turns only once the watchdog waits for good
+            done.set()
+        await asyncio.sleep(0)
+
+    async def main() -> list[str]:
+        c = _consumer(broker, listener, lanes=4, loop_block_threshold=0.1)
+        c.watchdog.stop = watch
+        async with c:
+            await done.wait()
+        return _blocked(caplog)  # shutdown has returned
+
+    with caplog.at_level(logging.WARNING, logger="lite_push"):
+        blocked = _run(kind, main())
+    assert len(blocked) == 1, blocked
+    assert "offset 9 " in blocked[0] and "still blocked" not in blocked[0], blocked
+
+
 def test_a_block_outside_the_listeners_is_not_blamed_on_one(caplog: pytest.LogCaptureFixture) -> None:
     """The application's own code blocking the loop (here a callback) is
     not reported as a listener's block: only a debug line says the loop did

@@ -3,7 +3,10 @@ and the same two words in ``stats()`` (issue 19, item 2)."""
 
 from __future__ import annotations
 
+import http.client
+import socket
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -55,6 +58,67 @@ def test_a_running_consumer_is_alive_and_ready_and_says_so_on_its_metrics_port(b
         assert (st.health, st.readiness) == ("ok", "ok")
     st = c.stats()
     assert (st.health, st.readiness) == ("stopped", "stopped")
+
+
+def _head(url: str) -> tuple[int, dict[str, str]]:
+    """Status and headers of a HEAD of ``url`` (http.client reads no body)."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)
+    try:
+        conn.request("HEAD", parts.path)
+        r = conn.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}
+    finally:
+        conn.close()
+
+
+def _head_raw(url: str) -> bytes:
+    """Everything the server sends back to a HEAD of ``url``, to the end of
+    the connection (the server closes it after one answer)."""
+    parts = urllib.parse.urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as s:
+        s.sendall(f"HEAD {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    return data
+
+
+def test_head_answers_every_path_as_get_does_without_a_body(broker: EmbeddedBroker) -> None:
+    """Load balancers and uptime checks probe with HEAD: /metrics (and /)
+    answer 200 with GET's headers, as /healthz, /readyz and a 404 do; the
+    Content-Length is that of GET's body, and no body follows."""
+    broker.send_batch("T", [(b"x", f"k{i}") for i in range(20)])
+    members = [_consumer(broker, lambda msgs: None) for _ in range(3)]  # two queues: one member owns none
+    started: list[LitePushConsumer] = []
+    try:
+        for m in members:
+            m.start()
+            started.append(m)
+        assert wait_until(lambda: sum(1 for m in members if m.stats().readiness == "ok") == 2, timeout=15)
+        idle = next(m for m in members if m.stats().readiness != "ok")
+        base = _base(idle)  # (port 0: an endpoint of its own)
+        for path in ("/metrics", "/"):
+            status, headers = _head(base + path)
+            assert status == 200, (path, status)
+            assert headers["content-type"].startswith("text/plain; version=0.0.4"), headers
+            assert int(headers["content-length"]) > 1000  # the size of the page GET sends
+        for path, (code, text) in {
+            "/healthz": (200, "ok\n"),
+            "/readyz": (503, "consumer 'g': no queue assigned yet\n"),
+            "/nope": (404, "not found: /metrics, /healthz or /readyz\n"),
+        }.items():
+            assert _get(base + path) == (code, text)
+            status, headers = _head(base + path)
+            assert status == code and headers["content-length"] == str(len(text.encode())), (path, headers)
+            assert headers["content-type"] == "text/plain; charset=utf-8"
+        for path, code in {"/metrics": 200, "/healthz": 200, "/readyz": 503, "/nope": 404}.items():
+            raw = _head_raw(base + path)
+            head, sep, body = raw.partition(b"\r\n\r\n")
+            assert head.startswith(f"HTTP/1.0 {code} ".encode()) and sep and body == b"", (path, raw)
+    finally:
+        for m in started:
+            m.shutdown(timeout=5)
 
 
 def test_a_member_without_a_queue_is_alive_but_not_ready(broker: EmbeddedBroker) -> None:

@@ -90,6 +90,12 @@ class MemberModel(abc.ABC):
         poll asks)."""
         return False
 
+    def renew_in(self) -> float | None:
+        """Seconds until :meth:`refresh` is due to renew the member's
+        session (a waiting poll wakes up for it by then), ``None`` when
+        nothing is scheduled (the default)."""
+        return None
+
     def watch(self, pipe: Any) -> int:
         """Queue on a source's pipelined read (Redis) what :meth:`refresh`
         needs to see; return how many replies that adds (none by default)."""

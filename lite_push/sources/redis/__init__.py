@@ -69,6 +69,8 @@ Retry and dead-letter topics (%RETRY%<group>, %DLQ%<group>): normal topics
 Consumer groups (hash tag {g:<group>})
   ns:{g:<g>}:members    zset  client id -> session expiry (server ms)
   ns:{g:<g>}:subs       hash  client id -> orjson list of subscribed topics
+  ns:{g:<g>}:beats      hash  client id -> server ms of its last heartbeat
+                        (read by ``group describe``)
   ns:{g:<g>}:version    counter bumped on every membership change/release
   ns:{g:<g>}:owner:<topic>#<q>   string: owning client id, PX session_timeout
   ns:{g:<g>}:offsets    hash  "<topic>#<q>" -> orjson [offset, metadata]
@@ -78,10 +80,13 @@ Consumer groups (hash tag {g:<group>})
   ns:{g:<g>}:events     pub/sub channel announcing membership changes
 
 Rebalance and the hand-off (all on the owning thread, inside poll)
-  HEARTBEAT (at subscribe, on a version change, at least every
-  heartbeat_interval, every rebalance_interval, while a wanted queue is
-  still taken) drops members whose session expired, (re)adds the caller
-  with expiry now + session_timeout, bumps the version on a change, renews
+  HEARTBEAT (at subscribe, on a version change, every rebalance_interval,
+  while a wanted queue is still taken, and due at three quarters of
+  heartbeat_interval after the last one, so that, counting the read that
+  notices and the round trip, a polling member's last heartbeat is never
+  older than heartbeat_interval) drops members whose session expired,
+  (re)adds the caller with expiry now + session_timeout and records now as
+  its last heartbeat, bumps the version on a change, renews
   the caller's owner keys (reporting those it lost) and returns the live
   members' subscriptions.  The target is the allocation strategy over the
   topic's sorted queues and the sorted ids of the members subscribed to

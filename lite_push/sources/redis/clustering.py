@@ -3,7 +3,8 @@
 The member's side of the rebalance described in the package docstring.  A
 poll reads the group's version in its pipelined read (:meth:`Clustering.watch`);
 the rebalance runs (:meth:`Clustering.refresh`) when the version moved, a
-wanted queue was still taken, or the heartbeat or rebalance interval is up:
+wanted queue was still taken, a heartbeat is due (:meth:`~.membership.Membership.heartbeat_in`)
+or the rebalance interval is up:
 the owned queues that left the target, or were lost, go through
 ``on_revoked`` and are released; the free target queues are taken, each at
 its start position, then ``on_assigned``.  A rebalance that fails half way
@@ -39,9 +40,9 @@ logger = logging.getLogger(__name__)
 class Clustering(MemberModel):
     """CLUSTERING for one member: ``membership`` is its session in the
     group, ``allocate`` shares each topic's queues out, ``reader(queue,
-    position)`` makes an owned queue's state; ``heartbeat_interval`` and
-    ``rebalance_interval`` are the longest a member goes without a
-    heartbeat, and without looking at its target."""
+    position)`` makes an owned queue's state; ``rebalance_interval`` is
+    the longest a member goes without looking at its target (and its
+    heartbeat schedule is the membership's)."""
 
     message_model = MessageModel.CLUSTERING
 
@@ -55,7 +56,6 @@ class Clustering(MemberModel):
         allocate: AllocateStrategy,
         reader: Callable[[MessageQueue, int], QueueReader],
         session_timeout: float,
-        heartbeat_interval: float,
         rebalance_interval: float,
     ) -> None:
         self._owned = owned
@@ -65,7 +65,6 @@ class Clustering(MemberModel):
         self._allocate = allocate
         self._reader = reader
         self._session_timeout = session_timeout
-        self._heartbeat_interval = heartbeat_interval
         self._rebalance_interval = rebalance_interval
         self._subscribed: list[str] = []
         self._seen_version: bytes | None = None
@@ -94,6 +93,10 @@ class Clustering(MemberModel):
         self._members.heartbeat(sorted(self._owned.states), self._subscribed)
         self._seen_version = None
 
+    def renew_in(self) -> float | None:
+        """Seconds until the next heartbeat is due (once subscribed)."""
+        return self._members.heartbeat_in() if self._subscribed else None
+
     def watch(self, pipe: Any) -> int:
         """The group's version, read with the poll (once subscribed)."""
         if not self._subscribed:
@@ -108,12 +111,11 @@ class Clustering(MemberModel):
         heartbeat goes with the rebalance, so it waits for it too)."""
         if not replies:
             return False
-        now = time.monotonic()
         if (
             replies[0] != self._seen_version
             or self._pending
-            or now - self._members.last_heartbeat >= self._heartbeat_interval
-            or now - self._last_rebalance >= self._rebalance_interval
+            or self._members.heartbeat_in() <= 0
+            or time.monotonic() - self._last_rebalance >= self._rebalance_interval
         ):
             return self._rebalance() if rebalance else True
         return False

@@ -47,6 +47,7 @@ from .._base import (
     is_retry_or_dlq_topic,
 )
 from .._common import (
+    BrokerClock,
     check_balance,
     check_lease,
     check_member_arguments,
@@ -96,6 +97,11 @@ class BrokerParts(Protocol):
 
     @property
     def rebalance_interval(self) -> float: ...
+
+    @property
+    def clock(self) -> BrokerClock:
+        """``.monotonic()``: the members' heartbeat schedules."""
+        ...
 
     def check_open(self) -> None:
         """``SourceClosedError`` once the broker is closed."""
@@ -172,18 +178,26 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
         consume_timestamp: int | None,
     ) -> Clustering:
         conn, timeout = self._conn, broker.session_timeout
-        membership = Membership(conn, self._group, self._owned.client_id, timeout, consume_from, consume_timestamp)
+        membership = self._membership(broker, consume_from, consume_timestamp)
         reader = readers(conn.queue_key, self._filters)
         return Clustering(
             self._owned, membership, conn, self._topics, self._retries, allocate, reader,
-            timeout, broker.heartbeat_interval, broker.rebalance_interval,
+            timeout, broker.rebalance_interval,
+        )  # fmt: skip
+
+    def _membership(
+        self, broker: BrokerParts, consume_from: ConsumeFromWhere, consume_timestamp: int | None
+    ) -> Membership:
+        return Membership(
+            self._conn, self._group, self._owned.client_id, broker.session_timeout, consume_from, consume_timestamp,
+            heartbeat_interval=broker.heartbeat_interval, monotonic=broker.clock.monotonic,
         )  # fmt: skip
 
     def _message_grain(
         self, broker: BrokerParts, consume_from: ConsumeFromWhere, consume_timestamp: int | None
     ) -> MessageGrain:
         conn, timeout = self._conn, broker.session_timeout
-        membership = Membership(conn, self._group, self._owned.client_id, timeout, consume_from, consume_timestamp)
+        membership = self._membership(broker, consume_from, consume_timestamp)
         reader = readers(conn.queue_key, self._filters)
         return MessageGrain(
             self._owned, membership, conn, self._topics, self._retries, reader, timeout, broker.heartbeat_interval,

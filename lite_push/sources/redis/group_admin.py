@@ -8,9 +8,11 @@ balanced by message, each queue's message-grain state
 (:mod:`.grain_scripts`): its committed position, the live sessions there,
 and the messages delivered and not acknowledged (the in-flight count).
 
-A member's last heartbeat is read from its session expiry, which the
-heartbeat set to the server's time plus the member's session timeout;
-that timeout is not stored, so it is taken to be this broker's
+A member's last heartbeat is the server's time its heartbeat recorded in
+the group's beats hash (client id -> server ms), read against the server's
+time now.  A member of an earlier lite_push records none: its age is read
+from its session expiry (the server's time at its heartbeat plus its
+session timeout), taking that timeout to be this broker's
 (``RedisBroker.session_timeout``; ``lite-push consume`` uses the default,
 30 s).
 
@@ -94,21 +96,26 @@ class RedisGroupAdmin(GroupAdmin):
         return bool(self._conn.client.get(self._key("balance")) == b"MESSAGE")
 
     def _live(self) -> tuple[list[tuple[str, float]], dict[str, list[str]]]:
-        """The live members with their session expiry (seconds from now),
+        """The live members with the seconds since their last heartbeat,
         and every member's subscriptions."""
         now = self._now_ms()
         client = self._conn.client
         scored = client.zrangebyscore(self._key("members"), f"({now}", "+inf", withscores=True)
         subs = {k.decode(): orjson.loads(v) for k, v in client.hgetall(self._key("subs")).items()}
-        return [(m.decode(), (score - now) / 1000.0) for m, score in scored], subs
+        beats = {k.decode(): int(v) for k, v in client.hgetall(self._key("beats")).items()}
+        live = []
+        for m, expiry in scored:
+            cid = m.decode()
+            beat = beats.get(cid)
+            # (no beat recorded: a member of an earlier lite_push, see the module docstring)
+            age = (now - beat) / 1000.0 if beat is not None else self._session_timeout - (expiry - now) / 1000.0
+            live.append((cid, max(0.0, age)))
+        return live, subs
 
     def members(self) -> list[GroupMember]:
         live, subs = self._live()
         return sorted(
-            (
-                GroupMember(cid, tuple(sorted(subs.get(cid, ()))), max(0.0, self._session_timeout - left))
-                for cid, left in live
-            ),
+            (GroupMember(cid, tuple(sorted(subs.get(cid, ()))), age) for cid, age in live),
             key=lambda m: m.client_id,
         )
 

@@ -5,6 +5,17 @@ Every call is one Lua script (or a few plain commands) on the group's hash
 tag, so it runs on one cluster slot; sessions expire on the server's clock,
 so members on different machines agree on them.  The keys and the hand-off
 protocol are described in the package docstring.
+
+The heartbeat schedule is here too (:meth:`Membership.heartbeat_in`): a
+heartbeat is due once :data:`HEARTBEAT_SHARE` of ``heartbeat_interval`` has
+passed since the last one was sent, not the whole interval.  The member
+notices it is due at its next read (a waiting poll wakes up for it), and the
+heartbeat itself takes a round trip: sent when the interval was up, a
+healthy member's last heartbeat was always older than the interval when the
+next one landed, and ``group describe`` showed it so.  Renewing early keeps
+that age under the interval, as Kafka's consumer heartbeats at a third of
+its session timeout; the session timeout, and so when a silent member's
+queues move, is unchanged.
 """
 
 from __future__ import annotations
@@ -12,7 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -24,9 +35,14 @@ from .._common import initial_position, warn_skipped_start
 from .._member_model import StoredLog
 from .connection import Connection, qfield
 
-__all__ = ["Membership", "owner_key", "read_committed"]
+__all__ = ["HEARTBEAT_SHARE", "Membership", "owner_key", "read_committed"]
 
 logger = logging.getLogger(__name__)
+
+#: The share of ``heartbeat_interval`` after which the next heartbeat is due
+#: (counted from when the last one was sent): the rest of the interval
+#: covers the read that notices it and the heartbeat's round trip.
+HEARTBEAT_SHARE = 0.75
 
 
 def owner_key(conn: Connection, group: str, q: MessageQueue) -> str:
@@ -45,7 +61,12 @@ def read_committed(conn: Connection, group: str, queue: MessageQueue) -> OffsetA
 
 
 class Membership:
-    """The group side of one :class:`~lite_push.sources.redis.RedisPullConsumer`."""
+    """The group side of one :class:`~lite_push.sources.redis.RedisPullConsumer`.
+
+    ``session_timeout``: how long the group keeps it without a heartbeat;
+    ``heartbeat_interval``: the longest its last heartbeat gets before the
+    next one lands, while it polls; ``monotonic``: the clock of the
+    heartbeat schedule and of :meth:`owned_for` (``time.monotonic``)."""
 
     def __init__(
         self,
@@ -55,12 +76,17 @@ class Membership:
         session_timeout: float,
         consume_from: ConsumeFromWhere,
         consume_timestamp: int | None,
+        *,
+        heartbeat_interval: float,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._conn = conn
         self.group = group
         self.cid = cid
         self._ttl_ms = max(1, round(session_timeout * 1000))
-        #: Per owned queue, ``time.monotonic()`` just before the call that
+        self._beat_every = heartbeat_interval * HEARTBEAT_SHARE
+        self._monotonic = monotonic
+        #: Per owned queue, ``monotonic()`` just before the call that
         #: last set its owner key's expiry (acquire or heartbeat): the key
         #: is this member's until at least then + the session timeout.
         self._renewed: dict[MessageQueue, float] = {}
@@ -70,12 +96,13 @@ class Membership:
         self._consume_timestamp = consume_timestamp
         self._k_members = conn.group_key(group, "members")
         self._k_subs = conn.group_key(group, "subs")
+        self._k_beats = conn.group_key(group, "beats")
         self.version_key = conn.group_key(group, "version")
         self._k_offsets = conn.group_key(group, "offsets")
         self._k_initial = conn.group_key(group, "initial")
         #: The pub/sub channel announcing the group's membership changes.
         self.channel = conn.group_key(group, "events")
-        #: ``time.monotonic()`` of the last successful heartbeat.
+        #: ``monotonic()`` just before the last successful heartbeat was sent.
         self.last_heartbeat = -float("inf")
         #: Per topic, the stored messages a new group's LAST_OFFSET start
         #: skipped on the queues this member positioned (said by
@@ -91,18 +118,24 @@ class Membership:
 
     # -- membership and ownership ------------------------------------------------
 
+    def heartbeat_in(self) -> float:
+        """Seconds until the next heartbeat is due (zero or less: due now):
+        :data:`HEARTBEAT_SHARE` of the heartbeat interval after the last one
+        was sent."""
+        return self.last_heartbeat + self._beat_every - self._monotonic()
+
     def heartbeat(
         self, owned: Sequence[MessageQueue], topics: Collection[str]
     ) -> tuple[bytes, list[MessageQueue], dict[str, list[str]]]:
         """Run HEARTBEAT: drop expired members, (re)add this one subscribed
         to ``topics``, renew the owner keys of ``owned``.  Returns (the
         group's version, the owned queues lost, topic -> member ids)."""
-        sent = time.monotonic()
+        sent = self._monotonic()
         version, flags, subs = self._conn.heartbeat(
-            keys=[self._k_members, self._k_subs, self.version_key, *(self._owner_key(q) for q in owned)],
+            keys=[self._k_members, self._k_subs, self.version_key, self._k_beats, *(self._owner_key(q) for q in owned)],
             args=[self.cid, self._ttl_ms, orjson.dumps(sorted(topics)), self.channel],
         )
-        self.last_heartbeat = time.monotonic()
+        self.last_heartbeat = sent
         lost = []
         renewed = self._renewed
         for q, f in zip(owned, flags, strict=True):
@@ -123,7 +156,7 @@ class Membership:
     def acquire(self, queues: Sequence[MessageQueue]) -> list[MessageQueue]:
         """Take the owner keys of ``queues`` that are free (or already
         this member's); return those taken."""
-        sent = time.monotonic()
+        sent = self._monotonic()
         flags = self._conn.acquire(keys=[self._owner_key(q) for q in queues], args=[self.cid, self._ttl_ms])
         taken = [q for q, f in zip(queues, flags, strict=True) if int(f)]
         for q in taken:
@@ -134,7 +167,7 @@ class Membership:
         """Seconds from now for which each of ``queues`` is certainly this
         member's (its owner key's expiry as last set, at the earliest)."""
         ttl = self._ttl_ms / 1000.0
-        now = time.monotonic()
+        now = self._monotonic()
         renewed = self._renewed
         return {q: renewed.get(q, -float("inf")) + ttl - now for q in queues}
 
@@ -156,7 +189,8 @@ class Membership:
         keys = [self._owner_key(q) for q in owned] + [self._lock_key(q) for q in locked]
         if member:
             self._conn.leave(
-                keys=[self._k_members, self._k_subs, self.version_key, *keys], args=[self.cid, self.channel]
+                keys=[self._k_members, self._k_subs, self.version_key, self._k_beats, *keys],
+                args=[self.cid, self.channel],
             )
         elif keys:
             self._conn.unlock(keys=keys, args=[self.cid])

@@ -195,6 +195,10 @@ class MessageGrain(MemberModel):
     def stale(self) -> bool:
         return self._pending or bool(self._evicted)
 
+    def renew_in(self) -> float | None:
+        """Seconds until the group registry's heartbeat is due (once subscribed)."""
+        return self._members.heartbeat_in() if self._subscribed else None
+
     # -- joining and leaving queues -------------------------------------------------
 
     def refresh(self, replies: Sequence[Any] = (), rebalance: bool = True) -> bool:
@@ -203,7 +207,7 @@ class MessageGrain(MemberModel):
         its interval is up; return whether the owned queues changed (with
         ``rebalance`` False: whether any of that is due, left undone)."""
         if not rebalance:
-            due = time.monotonic() - self._members.last_heartbeat >= self._heartbeat_interval
+            due = self._members.heartbeat_in() <= 0
             return self.stale() or (due and bool(self._subscribed))
         owned = self._owned
         changed = False
@@ -221,7 +225,7 @@ class MessageGrain(MemberModel):
                     del self._shares[q]
                     self._ready.pop(q, None)  # the others have them now
                 changed = self._pending = True
-        if time.monotonic() - self._members.last_heartbeat >= self._heartbeat_interval and self._subscribed:
+        if self._members.heartbeat_in() <= 0 and self._subscribed:
             self._members.heartbeat([], self._subscribed)
             self._members.store_positions({q: s.base for q, s in self._shares.items()})
         if self._pending:

@@ -74,9 +74,10 @@ class PollRead:
 
     def __call__(self, max_per_queue: int, rebalance: bool = True) -> tuple[list[PollBatch] | None, float]:
         """One read: ``(batches, wait_hint)`` (how long a waiting poll may
-        sleep before the next due retry); ``(None, 0)`` when the owned queues
-        changed (or, ``rebalance`` False, are due to: then nothing was
-        changed and, without message balance, nothing read is kept).
+        sleep before the next due retry or heartbeat); ``(None, 0)`` when
+        the owned queues changed (or, ``rebalance`` False, are due to: then
+        nothing was changed and, without message balance, nothing read is
+        kept).
 
         By queue, the read's script (MOVE_DUE) goes as a bare EVALSHA, so a
         read is one round trip (redis-py would ask SCRIPT EXISTS first on
@@ -197,7 +198,6 @@ class PollRead:
         """Turn a read's replies into batches (see :meth:`__call__`)."""
         model = self._model
         due = self._retries.next_due_in(res[watched])
-        wait_hint = WAIT_SLICE if due is None else max(MIN_WAIT, due)
         out: list[PollBatch] = []
         grain = self._grain
         if grain is not None:
@@ -210,7 +210,7 @@ class PollRead:
             if changed:
                 self._check_open()
                 return out or None, 0.0
-            return out, wait_hint
+            return out, self._wait_hint(due)
         if model.refresh(res[:watched], rebalance):  # the owned queues changed: what was read is dropped
             self._check_open()
             return None, 0.0
@@ -219,7 +219,15 @@ class PollRead:
                 out, order, res[watched + 1 :], max_per_queue, self._conn.namespace, self._owned.states,
                 self._store_malformed,
             )  # fmt: skip
-        return out, wait_hint
+        return out, self._wait_hint(due)
+
+    def _wait_hint(self, due: float | None) -> float:
+        """How long a waiting poll may sleep (after the read's refresh): a
+        wait slice, and never past the next due retry (``due`` seconds
+        away) or the member's next heartbeat."""
+        hint = WAIT_SLICE if due is None else max(MIN_WAIT, due)
+        renew = self._model.renew_in()
+        return hint if renew is None else min(hint, max(MIN_WAIT, renew))
 
 
 class _Sent(NamedTuple):

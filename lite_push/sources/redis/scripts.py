@@ -102,10 +102,11 @@ return {moved, nxt[2]}
 """
 )
 
-#: Heartbeat / join.  KEYS: members zset, subs hash, version, owner keys...
-#: ARGV: cid, ttl ms, subscriptions json, channel.  Drops expired members,
-#: (re)adds the caller, bumps the version and publishes on a change, renews
-#: the caller's owner keys.  Returns {version, {1|0 per owner key}, subs}.
+#: Heartbeat / join.  KEYS: members zset, subs hash, version, beats hash,
+#: owner keys...  ARGV: cid, ttl ms, subscriptions json, channel.  Drops
+#: expired members, (re)adds the caller, records when (for ``group
+#: describe``), bumps the version and publishes on a change, renews the
+#: caller's owner keys.  Returns {version, {1|0 per owner key}, subs}.
 HEARTBEAT = (
     _NOW
     + """
@@ -117,10 +118,12 @@ for _, m in ipairs(dead) do
   if m ~= cid then
     redis.call('ZREM', KEYS[1], m)
     redis.call('HDEL', KEYS[2], m)
+    redis.call('HDEL', KEYS[4], m)
     changed = true
   end
 end
 if redis.call('ZADD', KEYS[1], now + ttl, cid) == 1 then changed = true end
+redis.call('HSET', KEYS[4], cid, now)
 if redis.call('HGET', KEYS[2], cid) ~= ARGV[3] then
   redis.call('HSET', KEYS[2], cid, ARGV[3])
   changed = true
@@ -130,7 +133,7 @@ if changed then
   redis.call('PUBLISH', ARGV[4], 'members')
 end
 local owned = {}
-for i = 4, #KEYS do
+for i = 5, #KEYS do
   if redis.call('GET', KEYS[i]) == cid then
     redis.call('PEXPIRE', KEYS[i], ttl)
     owned[#owned + 1] = 1
@@ -173,12 +176,13 @@ redis.call('PUBLISH', ARGV[2], 'released')
 return n
 """
 
-#: Leave the group.  KEYS: members, subs, version, owner/lock keys...
+#: Leave the group.  KEYS: members, subs, version, beats, owner/lock keys...
 #: ARGV: cid, channel.
 LEAVE = """
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
-for i = 4, #KEYS do
+redis.call('HDEL', KEYS[4], ARGV[1])
+for i = 5, #KEYS do
   if redis.call('GET', KEYS[i]) == ARGV[1] then redis.call('DEL', KEYS[i]) end
 end
 redis.call('INCR', KEYS[3])
