@@ -88,6 +88,7 @@ from ._errors import (
     NonRetryableError,
     NotSubscribedError,
     SourceClosedError,
+    SourceUnavailableError,
     UnknownTopicError,
 )
 from ._lanemetrics import LANE_METRICS_IMPL
@@ -166,6 +167,7 @@ __all__ = [
     "PullSource",
     "SendResult",
     "SourceClosedError",
+    "SourceUnavailableError",
     "SystemClock",
     "UnknownTopicError",
     "__version__",
