@@ -178,7 +178,8 @@ def test_bad_input_is_one_line(
         full = ["produce", *argv] + ["--source", source.url] * ("--source" not in given) + ["--topic", "T"] * (
             "--topic" not in given
         )
-        one_line_error(lite_push(*full, stdin=stdin), code, fragment.replace("{url}", source.url).replace("{place}", source.place))
+        fragment = fragment.replace("{url}", source.url).replace("{place}", source.place)
+        one_line_error(lite_push(*full, stdin=stdin), code, fragment)
         assert len(stored(source, "T")) == kept
 
 

@@ -131,9 +131,7 @@ def open_source(url: str, kafka: Mapping[str, Any] | None = None, *, create: boo
             except OSError as e:
                 raise CliError(f"source {url!r}: cannot create the directory {path}: {e.strerror}", code=1) from None
         elif not path.exists():
-            raise CliError(
-                f"source {url!r}: the directory {path} does not exist (lite-push topic create makes it)"
-            )
+            raise CliError(f"source {url!r}: the directory {path} does not exist (lite-push topic create makes it)")
         from ..sources.embedded import EmbeddedBroker
 
         try:
