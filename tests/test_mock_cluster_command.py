@@ -164,7 +164,7 @@ def test_help_and_bad_options() -> None:
                           env=cli_env(), timeout=60, check=False)  # fmt: skip
     assert done.returncode == 0 and done.stderr == ""
     for option in ("--brokers N", "--port PORT", "--topic NAME[:PARTITIONS]", "--rebalance-delay-ms MS",
-                   "--commands", "Ctrl-C or SIGTERM"):  # fmt: skip
+                   "default: 3000, Kafka's own", "--commands", "Ctrl-C or SIGTERM"):  # fmt: skip
         assert option in " ".join(done.stdout.split()), option
     for argv, says in [
         (["--brokers", "0"], "argument --brokers: expected an int >= 1, got '0'"),

@@ -9,11 +9,12 @@ metadata, OffsetFetch) and more, on loopback sockets.  It has no admin API
 (CreateTopics is refused), so topics are created through its C API.
 
 By hand, ``python -m lite_push.sources.kafka.mock_cluster`` starts one (1
-broker by default, on 127.0.0.1, on a free port or ``--port``), makes the
-``--topic NAME:PARTITIONS`` topics, prints the ``kafka://`` URL to give
-``lite-push --source``, and runs until Ctrl-C or SIGTERM (exit status 0;
-everything it holds is in memory, and gone then).  ``--help`` lists the
-options.
+broker by default, on 127.0.0.1, on a free port or ``--port``; Kafka's
+3 s initial rebalance delay, so the members of a group started together
+form it together), makes the ``--topic NAME:PARTITIONS`` topics, prints the
+``kafka://`` URL to give ``lite-push --source``, and runs until Ctrl-C or
+SIGTERM (exit status 0; everything it holds is in memory, and gone then).
+``--help`` lists the options.
 
 :class:`MockKafkaCluster` starts it in a helper process of its own (the
 same command with ``--commands``: the hosting side is
@@ -54,9 +55,16 @@ from typing import NoReturn
 from .library import librdkafka_path
 from .mock_server import MockServer, MockServerError
 
-__all__ = ["MockClusterError", "MockKafkaCluster", "librdkafka_path", "main"]
+__all__ = ["KAFKA_REBALANCE_DELAY_MS", "MockClusterError", "MockKafkaCluster", "librdkafka_path", "main"]
 
 logger = logging.getLogger(__name__)
+
+#: The command's initial rebalance delay, Kafka's default: the members of a
+#: ``consume --processes N`` started together join the group's first
+#: generation (the mock lets a member join a group already up only after
+#: its session timeout less a second).  :class:`MockKafkaCluster` makes new
+#: groups form at once instead (its ``rebalance_delay_ms``, 0).
+KAFKA_REBALANCE_DELAY_MS = 3000
 
 
 class MockClusterError(RuntimeError):
@@ -223,9 +231,10 @@ def _parser() -> argparse.ArgumentParser:
         help="make this topic at the start (1 partition by default); may be given again",
     )  # fmt: skip
     p.add_argument(
-        "--rebalance-delay-ms", type=int, default=0, metavar="MS",
+        "--rebalance-delay-ms", type=int, default=KAFKA_REBALANCE_DELAY_MS, metavar="MS",
         help="the group coordinator's initial rebalance delay (Kafka's group.initial.rebalance.delay.ms; "
-        "default: 0, a new group forms at once)",
+        f"default: {KAFKA_REBALANCE_DELAY_MS}, Kafka's own: the members that join a new group within it form its "
+        "first generation together)",
     )  # fmt: skip
     p.add_argument(
         "--commands", action="store_true",
