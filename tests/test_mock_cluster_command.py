@@ -168,6 +168,8 @@ def test_help_and_bad_options() -> None:
         assert option in " ".join(done.stdout.split()), option
     for argv, says in [
         (["--brokers", "0"], "argument --brokers: expected an int >= 1, got '0'"),
+        (["--rebalance-delay-ms", "-1"], "argument --rebalance-delay-ms: expected an int >= 0, got '-1'"),
+        (["--port", "65535", "--brokers", "2"], "argument --port: 2 broker(s) from port 65535 go past 65535"),
         (["--topic", "orders:0"], "argument --topic: expected NAME or NAME:PARTITIONS (a count >= 1), got 'orders:0'"),
         (["--bogus"], "unrecognized arguments: --bogus"),
         (["3", "0"], "unrecognized arguments: 3 0"),  # the helper's old positional arguments

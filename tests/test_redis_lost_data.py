@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -173,6 +174,36 @@ def test_a_member_that_lost_its_queues_alone_blames_its_session(
     finally:
         member.close()
         broker.close()
+
+
+def _sent(broker: RedisBroker, body: bytes) -> bool:
+    """Send ``body`` unless the server is still loading its data."""
+    try:
+        broker.send("orders", body, keys="k0")
+    except redis.BusyLoadingError:
+        return False
+    return True
+
+
+def test_a_restart_that_keeps_the_data_says_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with RedisServer(data_dir=tmp_path / "redis", appendonly=True) as durable:
+        broker = RedisBroker(durable.url, namespace="kept")
+        member = broker.pull_consumer("g", consume_from=FIRST)
+        try:
+            broker.create_topic("orders", 2)
+            broker.send_batch("orders", [(b"%d" % i, f"k{i}") for i in range(4)])
+            member.subscribe("orders")
+            poll_messages(member, 4)
+            caplog.set_level(logging.INFO, logger="lite_push.sources.redis")
+            durable.restart()  # the AOF brings everything back
+            wait_for(lambda: _sent(broker, b"more"), 30, "the server to load its AOF")
+            got = poll_messages(member, 1, timeout=30)
+            assert [m.body for b in got for m in b.messages] == [b"more"]
+            assert any("lost lite_push's scripts" in r.getMessage() for r in caplog.records)  # it did restart
+            assert said(caplog) == [] and blamed_sessions(caplog) == []
+        finally:
+            member.close()
+            broker.close()
 
 
 @pytest.mark.parametrize(

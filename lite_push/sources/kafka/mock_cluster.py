@@ -48,7 +48,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import NoReturn
 
@@ -196,14 +196,19 @@ def _topic(spec: str) -> tuple[str, int]:
     return m.group(1), int(m.group(2) or 1)
 
 
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text!r}")
-    return n
+def _int_from(low: int) -> Callable[[str], int]:
+    """An argparse type: an int >= ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            n = low - 1
+        if n < low:
+            raise argparse.ArgumentTypeError(f"expected an int >= {low}, got {text!r}")
+        return n
+
+    return parse
 
 
 class _Parser(argparse.ArgumentParser):
@@ -221,9 +226,9 @@ def _parser() -> argparse.ArgumentParser:
         "--source and runs until Ctrl-C or SIGTERM. It has no CreateTopics (lite-push topic create is "
         "refused): make its topics with --topic.",
     )
-    p.add_argument("--brokers", type=_positive, default=1, metavar="N", help="how many brokers (default: 1)")
+    p.add_argument("--brokers", type=_int_from(1), default=1, metavar="N", help="how many brokers (default: 1)")
     p.add_argument(
-        "--port", type=_positive, default=None,
+        "--port", type=_int_from(1), default=None,
         help="broker 1 listens on PORT, broker 2 on PORT+1, ... (default: free ports the kernel picks)",
     )  # fmt: skip
     p.add_argument(
@@ -231,7 +236,7 @@ def _parser() -> argparse.ArgumentParser:
         help="make this topic at the start (1 partition by default); may be given again",
     )  # fmt: skip
     p.add_argument(
-        "--rebalance-delay-ms", type=int, default=KAFKA_REBALANCE_DELAY_MS, metavar="MS",
+        "--rebalance-delay-ms", type=_int_from(0), default=KAFKA_REBALANCE_DELAY_MS, metavar="MS",
         help="the group coordinator's initial rebalance delay (Kafka's group.initial.rebalance.delay.ms; "
         f"default: {KAFKA_REBALANCE_DELAY_MS}, Kafka's own: the members that join a new group within it form its "
         "first generation together)",
@@ -254,9 +259,12 @@ def _announce(server: MockServer, topics: list[tuple[str, int]]) -> None:
     print("give lite-push the URL above as --source; Ctrl-C or SIGTERM stops it", flush=True)
 
 
-def main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover - runs in the hosting process
+def main(argv: Sequence[str] | None = None) -> NoReturn:  # pragma: no cover - runs in the hosting process
     """The command (see the module's documentation); the process ends here."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.port is not None and args.port + args.brokers - 1 > 65535:
+        parser.error(f"argument --port: {args.brokers} broker(s) from port {args.port} go past 65535")
     try:
         server = MockServer(args.brokers, rebalance_delay_ms=args.rebalance_delay_ms, port=args.port)
         for name, partitions in args.topic:
@@ -265,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover - runs i
         if args.commands:  # the starter reads the error on stdout
             print(f"error {e}", flush=True)
         else:
-            print(f"{_parser().prog}: error: {e}", file=sys.stderr, flush=True)
+            print(f"{parser.prog}: error: {e}", file=sys.stderr, flush=True)
         os._exit(1)
     if args.commands:
         signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
@@ -281,4 +289,4 @@ def main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover - runs i
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()
