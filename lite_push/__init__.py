@@ -91,6 +91,7 @@ from ._errors import (
     NonRetryableError,
     NotSubscribedError,
     SourceClosedError,
+    SourceUnavailableError,
     UnknownTopicError,
 )
 from ._lanemetrics import LANE_METRICS_IMPL
@@ -174,6 +175,7 @@ __all__ = [
     "QueueStop",
     "SendResult",
     "SourceClosedError",
+    "SourceUnavailableError",
     "StopReport",
     "SystemClock",
     "UnknownTopicError",

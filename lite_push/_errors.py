@@ -13,6 +13,7 @@ __all__ = [
     "NonRetryableError",
     "NotSubscribedError",
     "SourceClosedError",
+    "SourceUnavailableError",
     "UnknownTopicError",
 ]
 
@@ -89,6 +90,17 @@ class CommitRefusedError(LitePushError):
 
 class SourceClosedError(LitePushError):
     """The source was used after ``close()``."""
+
+
+class SourceUnavailableError(LitePushError):
+    """The source's server cannot be reached (it is down, the address is
+    wrong, or it refused the connection): ``address`` names it (never with
+    a password), ``reason`` is what the client said."""
+
+    def __init__(self, address: str, reason: str) -> None:
+        super().__init__(f"cannot connect to {address}: {reason}")
+        self.address = address
+        self.reason = reason
 
 
 class GroupActiveError(LitePushError):

@@ -163,7 +163,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         ),
         (
             ["dlq", "list", "--source", "embedded:/no/such/dir", "--group", "g"],
-            "not a directory",
+            "the directory /no/such/dir does not exist",
         ),
         (  # issue 30, 5: a database that is no number is not db 0
             ["dlq", "list", "--source", "redis://127.0.0.1:1/abc", "--group", "g"],
@@ -858,7 +858,8 @@ def test_consume_of_an_unknown_topic_exits_1(
         capsys, *argv, "--listener", "cli_listeners_ok:handle", "--log-level", "ERROR"
     )
     assert code == 1
-    assert_one_line_error(err, "unknown topic 'NOPE'")
+    assert_one_line_error(err, f"topic 'NOPE' does not exist on {redis_url.split('?')[0]} in namespace "
+                          f"'{_namespace(redis_url)}'")
 
 
 # -- dlq ------------------------------------------------------------------------

@@ -133,7 +133,7 @@ def test_an_embedded_source_is_refused(capsys: pytest.CaptureFixture[str], tmp_p
 @pytest.mark.parametrize(
     ("argv", "code", "fragment"),
     [
-        (["--topic", "NOPE"], 1, "unknown topic 'NOPE'"),
+        (["--topic", "NOPE"], 1, "topic 'NOPE' does not exist on redis://127.0.0.1:"),
         (["--topic", "T", "--tags", "A || "], 2, "tags 'A || '"),
         (["--topic", "T", "--lanes", "0"], 2, "lanes:"),
     ],

@@ -158,7 +158,8 @@ def test_a_progress_bar_on_stderr_when_asked(tmp_path: Path) -> None:
         ([], b"small\n" + b"x" * (4 * 1024 * 1024 + 70000), 2,
          "line 2: it has more than 4259840 bytes and no end; sent 1 message to T (input line 1)", 1),
         (["--topic", "NOPE"], b"x\n", 1,
-         "topic: no topic 'NOPE' on {url} (create it first: lite-push topic create --topic NOPE --queues N)", 0),
+         "topic 'NOPE' does not exist on {place} (topics there: T; create it first: lite-push topic create "
+         "--topic NOPE --queues N)", 0),
         (["--topic", "%DLQ%g"], b"x\n", 2, "topic: %DLQ%g is a group's retry or dead-letter topic", 0),
         (["--topic", "a/b"], b"x\n", 2, "topic 'a/b' must not contain", 0),
         (["--topic", ""], b"x\n", 2, "--topic is required", 0),
@@ -177,7 +178,8 @@ def test_bad_input_is_one_line(
         full = ["produce", *argv] + ["--source", source.url] * ("--source" not in given) + ["--topic", "T"] * (
             "--topic" not in given
         )
-        one_line_error(lite_push(*full, stdin=stdin), code, fragment.replace("{url}", source.url))
+        fragment = fragment.replace("{url}", source.url).replace("{place}", source.place)
+        one_line_error(lite_push(*full, stdin=stdin), code, fragment)
         assert len(stored(source, "T")) == kept
 
 

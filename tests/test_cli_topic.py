@@ -92,6 +92,15 @@ class Source:
         self._redis = redis
         self._cluster = cluster
 
+    @property
+    def place(self) -> str:
+        """How an error names the source: its URL, a Redis one without its
+        namespace, which is said after it."""
+        if self._redis is None:
+            return self.url
+        plain, _, ns = self.url.partition("?namespace=")
+        return f"{plain} in namespace {ns!r}"
+
     @contextmanager
     def broker(self) -> Iterator[Broker]:
         b: Broker
@@ -197,7 +206,7 @@ def test_create_list_describe(source: Source) -> None:
     one_line_error(
         lite_push("topic", "describe", "--source", url, "--topic", "nope"),
         1,  # as consume of an unknown topic: the source's state, not the arguments
-        f"topic: no topic 'nope' on {url} (see lite-push topic list)",
+        f"topic 'nope' does not exist on {source.place} (topics there: alpha, orders)",
     )
 
 
@@ -237,7 +246,8 @@ def test_a_directory_another_process_holds_is_one_line(tmp_path: Path) -> None:
         (["topic", "create", "--source", "{dir}", "--topic", "%DLQ%g", "--queues", "2"],
          "queues: retry and dead-letter topics have 1 queue, not 2"),  # fmt: skip
         (["topic", "create", "--source", "nosuch://h:1", "--topic", "T", "--queues", "2"], "expected redis://"),
-        (["topic", "describe", "--source", "embedded:/no/such/dir", "--topic", "T"], "not a directory"),
+        (["topic", "describe", "--source", "embedded:/no/such/dir", "--topic", "T"],
+         "the directory /no/such/dir does not exist"),
         (["topic", "describe", "--source", "{dir}", "--topic", "T", "--bogus"], "unrecognized arguments: --bogus"),
         (["topic", "list", "--source", "kafka://h:9092", "--topic", "T"], "unrecognized arguments: --topic"),
     ],

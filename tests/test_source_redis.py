@@ -5,6 +5,8 @@ per-queue atomic batches)."""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
 import sys
 import threading
 import time
@@ -12,17 +14,18 @@ import traceback
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
 from helpers import wait_until
 
-from lite_push import ConfigError, MessageQueue, MessageTooLargeError, UnknownTopicError
+from lite_push import ConfigError, MessageQueue, MessageTooLargeError, SourceUnavailableError, UnknownTopicError
 from lite_push._router import lane_of
 from lite_push.sources import ConsumeFromWhere, PullSource, RebalanceListener
 from lite_push.sources.redis import RedisBroker, RedisPullConsumer
 from lite_push.sources.redis import connection as redis_connection
-from lite_push.sources.redis_server import RedisCluster, RedisServer
+from lite_push.sources.redis_server import RedisCluster, RedisServer, free_port
 from lite_push.testing import SkewedClock, SourceContract, SourceHarness, offsets, poll_messages, poll_until, split
 
 FIRST = ConsumeFromWhere.FIRST_OFFSET
@@ -238,6 +241,35 @@ def test_a_server_outage_is_logged_once_and_consumption_resumes(caplog: pytest.L
     finally:
         h.close()
         server.stop()
+
+
+def test_a_broker_on_a_server_that_does_not_answer_raises_source_unavailable() -> None:
+    """The broker asks the server once: a server that is not there is
+    lite_push's error naming its address (never the password), one line
+    without the client's error chained to it."""
+    port = free_port()
+    with pytest.raises(SourceUnavailableError) as caught:
+        RedisBroker(f"redis://user:s3cret@127.0.0.1:{port}/2")
+    e = caught.value
+    assert str(e) == f"cannot connect to redis://127.0.0.1:{port}/2: ConnectionError: Error 111 connecting to " \
+        f"127.0.0.1:{port}. Connection refused."  # fmt: skip
+    assert e.address == f"redis://127.0.0.1:{port}/2" and "s3cret" not in str(e)
+    assert e.__cause__ is None and e.__suppress_context__
+    client = redis.Redis(port=port)  # a client of the caller's: the same
+    with pytest.raises(SourceUnavailableError, match=f"cannot connect to redis://localhost:{port}/0: "):
+        RedisBroker(client)
+    # uncaught, it is one exception, not redis-py's traceback with ours after it
+    code = f"from lite_push.sources.redis import RedisBroker; RedisBroker('redis://127.0.0.1:{port}/0')"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        f"lite_push._errors.SourceUnavailableError: cannot connect to redis://127.0.0.1:{port}/0: "
+        f"ConnectionError: Error 111 connecting to 127.0.0.1:{port}. Connection refused."
+    )
+    assert "redis.exceptions" not in done.stderr and "During handling" not in done.stderr, done.stderr
 
 
 def test_a_silent_member_is_evicted_and_its_late_commits_are_ignored(redis_server: RedisServer) -> None:

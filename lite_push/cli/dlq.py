@@ -89,7 +89,7 @@ def _window(start: int, stop: int | None) -> str:
 def cmd_dlq_list(args: argparse.Namespace) -> int:
     broker, url, group = _dlq_source(args)
     try:
-        with source_errors(url):
+        with source_errors(url, broker):
             stop = None if args.limit is None else args.start + args.limit
             out = sys.stdout
             listed = 0
@@ -118,7 +118,7 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
 def cmd_dlq_resend(args: argparse.Namespace) -> int:
     broker, url, group = _dlq_source(args)
     try:
-        with source_errors(url):
+        with source_errors(url, broker):
             held = {h.key: h for h in held_keys(broker, group)}
             if args.key is not None:
                 if args.key not in held:

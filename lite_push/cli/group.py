@@ -122,7 +122,7 @@ def cmd_group_describe(args: argparse.Namespace) -> int:
     topic = settings.get("topic")
     broker = open_source(url, settings.kafka)
     try:
-        with source_errors(url):
+        with source_errors(url, broker):
             admin = broker.group_admin(group)
             members, unknown = _members(admin)
             topics = [topic] if topic else admin.topics()
@@ -194,7 +194,7 @@ def cmd_group_reset(args: argparse.Namespace) -> int:
     to = parse_to(args.to)
     broker = open_source(url, settings.kafka)
     try:
-        with source_errors(url):
+        with source_errors(url, broker):
             admin = broker.group_admin(group)
             ranges = chosen_ranges(queue_ranges(broker, topic), args.queue)
             committed = admin.committed([r.queue for r in ranges])

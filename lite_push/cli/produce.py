@@ -48,8 +48,8 @@ from tqdm import tqdm
 from .._errors import UnknownTopicError
 from ..sources import is_retry_or_dlq_topic
 from .errors import CliError
-from .sources import Broker, source_errors
-from .topic import bad_topic, no_topic, source_and_topic
+from .sources import Broker, source_errors, unknown_topic
+from .topic import bad_topic, source_and_topic
 
 __all__ = ["BATCH_BYTES", "BATCH_LINES", "PROGRESS_DELAY", "READ_SIZE", "LineFormat", "cmd_produce", "sent_line"]
 
@@ -273,7 +273,7 @@ def _check_topic(broker: Broker, url: str, topic: str) -> None:
         broker.queues(topic)
     except UnknownTopicError:
         hint = f"create it first: lite-push topic create --topic {topic} --queues N"
-        raise no_topic(topic, url, hint) from None
+        raise unknown_topic(topic, url, broker, hint) from None
     except ValueError as e:  # a name this source cannot have (Kafka's rules)
         raise bad_topic(e) from None
 
@@ -307,7 +307,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     broker, url, topic = source_and_topic(args)
     batches: _Batches | None = None
     try:
-        with source_errors(url), _signals_handled() as signals:
+        with source_errors(url, broker), _signals_handled() as signals:
             _check_topic(broker, url, topic)
             with _bar(args.progress, topic) as bar:
                 batches = _Batches(broker, topic, signals, bar)

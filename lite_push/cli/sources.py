@@ -13,7 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from .._errors import ConfigError, LitePushError
+from .._errors import ConfigError, LitePushError, SourceUnavailableError, UnknownTopicError
+from ..sources import is_retry_or_dlq_topic
 from .errors import CliError
 
 if TYPE_CHECKING:
@@ -21,7 +22,16 @@ if TYPE_CHECKING:
     from ..sources.kafka import KafkaBroker
     from ..sources.redis import RedisBroker
 
-__all__ = ["KAFKA_BROKER_ARGS", "Broker", "open_source", "redact", "redis_query_keys", "source_errors"]
+__all__ = [
+    "KAFKA_BROKER_ARGS",
+    "Broker",
+    "open_source",
+    "redact",
+    "redis_query_keys",
+    "source_errors",
+    "source_place",
+    "unknown_topic",
+]
 
 #: The brokers a URL can name.
 Broker: TypeAlias = "EmbeddedBroker | RedisBroker | KafkaBroker"
@@ -48,6 +58,9 @@ _KAFKA_SERVER = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[^\s:\[\]/@?#]+)(?::[0-9]{1,5
 
 _KAFKA_FORM = "kafka://host:port[,host:port...][?property=value&...]"
 
+#: The most topic names an unknown topic's error lists.
+_TOPICS_SHOWN = 10
+
 
 def redact(url: str) -> str:
     """``url`` without a password (for printing): the password of its user
@@ -73,7 +86,7 @@ def redact(url: str) -> str:
     return urllib.parse.urlunsplit(parts) if changed else url
 
 
-def open_source(url: str, kafka: Mapping[str, Any] | None = None) -> Broker:
+def open_source(url: str, kafka: Mapping[str, Any] | None = None, *, create: bool = False) -> Broker:
     """The broker that ``url`` names.
 
     * ``redis://host:port[/db][?namespace=NS]`` (also ``rediss://``): a
@@ -89,13 +102,15 @@ def open_source(url: str, kafka: Mapping[str, Any] | None = None) -> Broker:
       holds more of the same (the config file's ``[source.kafka]`` table),
       under the query: a key in both takes the URL's value.
     * ``embedded:/path/to/dir``: the durable
-      :class:`~lite_push.sources.EmbeddedBroker` stored in that existing
-      directory (one process at a time may open it).
+      :class:`~lite_push.sources.EmbeddedBroker` stored in that directory
+      (one process at a time may open it).  It must exist, unless
+      ``create`` (``topic create``): then it is made, with its parents.
 
     Raises :class:`CliError` for a URL it cannot use (and for ``kafka``
-    settings given with a URL that is not ``kafka://``).  Nothing is
-    contacted yet: a Redis server or Kafka cluster that is down shows on
-    first use (librdkafka checks the Kafka settings here, though).
+    settings given with a URL that is not ``kafka://``), exit status 2; for
+    a Redis server that does not answer (the broker asks it once), exit
+    status 1.  A Kafka cluster is not contacted yet: one that is down shows
+    on first use (librdkafka checks the Kafka settings here, though).
     """
     if url.startswith("kafka:"):
         return _open_kafka(url, kafka or {})
@@ -108,8 +123,15 @@ def open_source(url: str, kafka: Mapping[str, Any] | None = None) -> Broker:
         if not raw:
             raise CliError(f"source {url!r}: expected embedded:/path/to/dir")
         path = Path(raw).expanduser()
-        if not path.is_dir():
+        if path.exists() and not path.is_dir():
             raise CliError(f"source {url!r}: {path} is not a directory")
+        if create:
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise CliError(f"source {url!r}: cannot create the directory {path}: {e.strerror}", code=1) from None
+        elif not path.exists():
+            raise CliError(f"source {url!r}: the directory {path} does not exist (lite-push topic create makes it)")
         from ..sources.embedded import EmbeddedBroker
 
         try:
@@ -146,6 +168,8 @@ def open_source(url: str, kafka: Mapping[str, Any] | None = None) -> Broker:
             return RedisBroker(plain)
         except ConfigError:
             raise
+        except SourceUnavailableError as e:
+            raise _unavailable(url, e.reason) from None
         except (ValueError, TypeError) as e:
             raise CliError(f"source {redact(url)!r}: {e}") from None
     raise CliError(
@@ -239,13 +263,10 @@ def _client_failure(e: Exception) -> str | None:
     return None
 
 
-def _tls_hint(url: str, e: Exception) -> str | None:
+def _tls_hint(url: str) -> str | None:
     """For a Redis connection that failed: when the server speaks TLS and
     the URL is ``redis://`` (or the other way round), a sentence saying
     which scheme to use (the server is asked: :func:`tls_mismatch`)."""
-    redis = sys.modules.get("redis")
-    if redis is None or not isinstance(e, (redis.ConnectionError, redis.TimeoutError)):
-        return None
     try:
         parts = urllib.parse.urlsplit(url)
         host, port = parts.hostname, parts.port or 6379
@@ -258,23 +279,79 @@ def _tls_hint(url: str, e: Exception) -> str | None:
     return tls_mismatch(host, port, parts.scheme == "rediss")
 
 
+def _unavailable(url: str, failure: str) -> CliError:
+    """The one-line failure (exit status 1) for the server of ``url`` that
+    could not be reached, ``failure`` saying why; a Redis server that
+    speaks TLS to a ``redis://`` URL, or plain Redis to a ``rediss://``
+    one, is named as such (``TLS: ... use rediss://``)."""
+    hint = None if "TLS" in failure else _tls_hint(url)
+    if hint is not None:
+        failure = f"TLS: {hint} ({failure})"
+    return CliError(f"source {redact(url)}: {failure}", code=1)
+
+
+def source_place(url: str) -> str:
+    """Where ``url`` points, for a message: the URL without its password
+    and, for Redis, without its ``namespace`` parameter, which is said
+    after it (``redis://host:6379/0 in namespace 'orders'``; the broker's
+    default when the URL gives none)."""
+    if not url.startswith(("redis:", "rediss:")):
+        return redact(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    except ValueError:
+        return redact(url)
+    from ..sources.redis.broker import DEFAULT_NAMESPACE
+
+    namespace = [v for k, v in query if k == "namespace"]
+    rest = urllib.parse.urlencode([(k, v) for k, v in query if k != "namespace"])
+    plain = urllib.parse.urlunsplit(parts._replace(query=rest))
+    return f"{redact(plain)} in namespace {(namespace[-1] if namespace else DEFAULT_NAMESPACE)!r}"
+
+
+def unknown_topic(topic: str, url: str, broker: Broker | None = None, hint: str | None = None) -> CliError:
+    """The one-line failure (exit status 1) for a topic the source of
+    ``url`` does not have: it names the source (for Redis, its namespace)
+    and, given its ``broker``, the topics it has (a group's retry and
+    dead-letter topics left out); ``hint`` says what to do."""
+    said: list[str] = []
+    if broker is not None:
+        try:
+            names = [t for t in broker.topics() if not is_retry_or_dlq_topic(t)]
+        except Exception:  # the error is about the topic: a source that fails now just lists nothing
+            names = None
+        if names is not None:
+            shown = ", ".join(names[:_TOPICS_SHOWN])
+            more = f" and {len(names) - _TOPICS_SHOWN} more" if len(names) > _TOPICS_SHOWN else ""
+            said.append(f"topics there: {shown}{more}" if names else "no topics there")
+    if hint:
+        said.append(hint)
+    tail = f" ({'; '.join(said)})" if said else ""
+    return CliError(f"topic {topic!r} does not exist on {source_place(url)}{tail}", code=1)
+
+
 @contextmanager
-def source_errors(url: str) -> Iterator[None]:
+def source_errors(url: str, broker: Broker | None = None) -> Iterator[None]:
     """Turn a source that fails at run time (unreachable Redis or Kafka,
     ...) into a one-line :class:`CliError` with exit status 1.  A Redis
     server that speaks TLS to a ``redis://`` URL, or plain Redis to a
-    ``rediss://`` one, is named as such (``TLS: ... use rediss://``)."""
+    ``rediss://`` one, is named as such (``TLS: ... use rediss://``).  A
+    topic the source does not have is :func:`unknown_topic` (listing the
+    topics of ``broker``, the source opened from ``url``, when given)."""
     try:
         yield
     except (CliError, ConfigError):
         raise
+    except UnknownTopicError as e:
+        raise unknown_topic(e.topic, url, broker) from None
     except LitePushError as e:
         raise CliError(str(e), code=1) from None
     except Exception as e:
         failure = _client_failure(e)
         if failure is None:
             raise
-        hint = None if "TLS" in failure else _tls_hint(url, e)
-        if hint is not None:
-            failure = f"TLS: {hint} ({failure})"
+        redis = sys.modules.get("redis")
+        if redis is not None and isinstance(e, (redis.ConnectionError, redis.TimeoutError)):
+            raise _unavailable(url, failure) from None
         raise CliError(f"source {redact(url)}: {failure}", code=1) from None

@@ -32,7 +32,7 @@ from ..sources._common import validate_topic
 from .errors import CliError
 from .queues import QueueRange, queue_ranges
 from .settings import require, settings_of
-from .sources import Broker, open_source, redact, source_errors
+from .sources import Broker, open_source, source_errors, source_place, unknown_topic
 
 __all__ = [
     "TopicRow",
@@ -40,17 +40,19 @@ __all__ = [
     "cmd_topic_create",
     "cmd_topic_describe",
     "cmd_topic_list",
-    "no_topic",
     "source_and_topic",
     "topic_kind",
 ]
 
 
-def source_and_topic(args: argparse.Namespace, *, topic: bool = True) -> tuple[Broker, str, str]:
+def source_and_topic(
+    args: argparse.Namespace, *, topic: bool = True, create: bool = False
+) -> tuple[Broker, str, str]:
     """The broker of ``--source`` (or ``LITE_PUSH_SOURCE``, or the config
     file's ``[source] url``), its URL, and the checked ``--topic`` (or
     ``LITE_PUSH_TOPIC``, or ``[subscription] topic``; ``""`` when ``topic``
-    is false).  The topic name is checked before the source is opened."""
+    is false).  The topic name is checked before the source is opened;
+    ``create``: an ``embedded:`` directory that does not exist is made."""
     settings = settings_of(args, ("source", "topic") if topic else ("source",))
     url = require(settings, "source", "--source")
     name = ""
@@ -60,18 +62,13 @@ def source_and_topic(args: argparse.Namespace, *, topic: bool = True) -> tuple[B
             validate_topic(name)
         except ValueError as e:
             raise bad_topic(e) from None
-    return open_source(url, settings.kafka), url, name
+    return open_source(url, settings.kafka, create=create), url, name
 
 
 def bad_topic(e: ValueError) -> CliError:
     """The one-line error (exit status 2) for a topic name the source refuses."""
     text = str(e)
     return CliError(text if text.startswith("topic") else f"topic: {text}")
-
-
-def no_topic(topic: str, url: str, hint: str = "see lite-push topic list") -> CliError:
-    """The one-line failure (exit status 1) for a topic ``url`` does not have."""
-    return CliError(f"topic: no topic {topic!r} on {redact(url)} ({hint})", code=1)
 
 
 def topic_kind(topic: str) -> tuple[str, str | None]:
@@ -114,7 +111,7 @@ def _ranges(broker: Broker, topic: str, url: str) -> list[QueueRange]:
     try:
         return queue_ranges(broker, topic)
     except UnknownTopicError:
-        raise no_topic(topic, url) from None
+        raise unknown_topic(topic, url, broker) from None
     except ValueError as e:  # a name this source cannot have (Kafka's rules)
         raise bad_topic(e) from None
 
@@ -124,10 +121,10 @@ def _stored(ranges: list[QueueRange]) -> int:
 
 
 def cmd_topic_create(args: argparse.Namespace) -> int:
-    broker, url, topic = source_and_topic(args)
+    broker, url, topic = source_and_topic(args, create=True)
     count: int = args.queues
     try:
-        with source_errors(url):
+        with source_errors(url, broker):
             try:
                 existing = len(broker.queues(topic))
             except UnknownTopicError:
@@ -156,7 +153,7 @@ def cmd_topic_list(args: argparse.Namespace) -> int:
     broker, url, _ = source_and_topic(args, topic=False)
     rows: list[TopicRow] = []
     try:
-        with source_errors(url):
+        with source_errors(url, broker):
             for name in broker.topics():
                 try:
                     ranges = queue_ranges(broker, name)
@@ -172,14 +169,14 @@ def cmd_topic_list(args: argparse.Namespace) -> int:
         out.write((orjson.dumps(row.doc()).decode() if args.json else row.line()) + "\n")
     out.flush()
     if not rows:
-        print(f"no topics on {redact(url)} (create one: lite-push topic create)", file=sys.stderr)
+        print(f"no topics on {source_place(url)} (create one: lite-push topic create)", file=sys.stderr)
     return 0
 
 
 def cmd_topic_describe(args: argparse.Namespace) -> int:
     broker, url, topic = source_and_topic(args)
     try:
-        with source_errors(url):
+        with source_errors(url, broker):
             ranges = _ranges(broker, topic, url)
     finally:
         broker.close()

@@ -23,8 +23,11 @@ per module:
 * :mod:`.client_log`    librdkafka's log lines, without repeats;
 * :mod:`.group_admin`   a group read and reset from outside it through the
   admin API (``lite-push group``);
-* :mod:`.mock_cluster`  librdkafka's mock cluster in a helper process, for
-  tests, benchmarks and demos.
+* :mod:`.mock_cluster`  librdkafka's mock cluster: a local Kafka to try
+  lite_push on (``python -m lite_push.sources.kafka.mock_cluster``), and
+  in a helper process for tests, benchmarks and demos;
+* :mod:`.mock_server`   the process that hosts it (librdkafka through
+  ``ctypes``).
 
 Partitions are the queues (``MessageQueue(topic, broker_name, partition)``);
 the ordering key is the record key; the offset map rides in the commit

@@ -1,4 +1,5 @@
-"""Run librdkafka's mock Kafka cluster for tests, benchmarks and demos.
+"""Run librdkafka's mock Kafka cluster: a local Kafka for trying lite_push,
+and for its tests, benchmarks and demos.
 
 The confluent-kafka wheel ships librdkafka, and librdkafka carries a Kafka
 protocol server of its own: the *mock cluster* (``rd_kafka_mock_cluster_new``),
@@ -7,11 +8,18 @@ protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit with
 metadata, OffsetFetch) and more, on loopback sockets.  It has no admin API
 (CreateTopics is refused), so topics are created through its C API.
 
-:class:`MockKafkaCluster` starts it in a helper process of its own (this
-module run as ``python -m lite_push.sources.kafka.mock_cluster``), which
-loads the wheel's librdkafka with :mod:`ctypes`, creates the cluster, prints
-its bootstrap servers (``127.0.0.1:<port>`` each, a port the kernel chose)
-and then serves one command per line on its standard input:
+By hand, ``python -m lite_push.sources.kafka.mock_cluster`` starts one (1
+broker by default, on 127.0.0.1, on a free port or ``--port``; Kafka's
+3 s initial rebalance delay, so the members of a group started together
+form it together), makes the ``--topic NAME:PARTITIONS`` topics, prints the
+``kafka://`` URL to give ``lite-push --source``, and runs until Ctrl-C or
+SIGTERM (exit status 0; everything it holds is in memory, and gone then).
+``--help`` lists the options.
+
+:class:`MockKafkaCluster` starts it in a helper process of its own (the
+same command with ``--commands``: the hosting side is
+:mod:`.mock_server`), which prints its bootstrap servers and then serves
+one command per line on its standard input:
 
     topic <name> <partitions>     create a topic   -> "ok" or "error <text>"
     down <broker id>              the broker stops answering (its connections drop)
@@ -33,21 +41,31 @@ CreateTopics.
 
 from __future__ import annotations
 
-import ctypes
+import argparse
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
-
-__all__ = ["MockClusterError", "MockKafkaCluster", "librdkafka_path"]
+from typing import NoReturn
 
 from .library import librdkafka_path
+from .mock_server import MockServer, MockServerError
+
+__all__ = ["KAFKA_REBALANCE_DELAY_MS", "MockClusterError", "MockKafkaCluster", "librdkafka_path", "main"]
 
 logger = logging.getLogger(__name__)
+
+#: The command's initial rebalance delay, Kafka's default: the members of a
+#: ``consume --processes N`` started together join the group's first
+#: generation (the mock lets a member join a group already up only after
+#: its session timeout less a second).  :class:`MockKafkaCluster` makes new
+#: groups form at once instead (its ``rebalance_delay_ms``, 0).
+KAFKA_REBALANCE_DELAY_MS = 3000
 
 
 class MockClusterError(RuntimeError):
@@ -87,7 +105,8 @@ class MockKafkaCluster:
     def start(self) -> MockKafkaCluster:
         if self._proc is not None:
             return self
-        cmd = [sys.executable, "-m", __name__, str(self.brokers), str(self.rebalance_delay_ms)]
+        cmd = [sys.executable, "-m", __name__, "--commands", "--brokers", str(self.brokers),
+               "--rebalance-delay-ms", str(self.rebalance_delay_ms)]  # fmt: skip
         self._proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1
         )
@@ -116,25 +135,24 @@ class MockKafkaCluster:
         (for example, it exists already)."""
         if not name or any(c.isspace() for c in name):
             raise ValueError(f"topic name must be non-empty without spaces, got {name!r}")
-        self._command(f"topic {name} {int(partitions)}", f"topic {name!r}")
+        self._command(f"topic {name} {int(partitions)}")
 
     def broker_down(self, broker_id: int = 1) -> None:
         """Take broker ``broker_id`` (1-based) down: its connections drop and
         new ones are refused (a network partition, as a client sees it)."""
-        self._command(f"down {int(broker_id)}", f"broker {broker_id}")
+        self._command(f"down {int(broker_id)}")
 
     def broker_up(self, broker_id: int = 1) -> None:
         """Bring broker ``broker_id`` back."""
-        self._command(f"up {int(broker_id)}", f"broker {broker_id}")
+        self._command(f"up {int(broker_id)}")
 
     def push_request_errors(self, api_key: int, errors: Sequence[int]) -> None:
         """Answer the next ``len(errors)`` requests of Kafka API ``api_key``
         (8: OffsetCommit, ...) with these error codes, one each, whoever
         sends them (a coordinator refusing commits, as a client sees it)."""
-        codes = " ".join(str(int(e)) for e in errors)
-        self._command(f"errors {int(api_key)} {codes}", f"errors for API {api_key}")
+        self._command(f"errors {int(api_key)} " + " ".join(str(int(e)) for e in errors))
 
-    def _command(self, line: str, what: str) -> None:
+    def _command(self, line: str) -> None:
         with self._lock:
             proc = self._proc
             if proc is None or proc.stdin is None:
@@ -142,8 +160,8 @@ class MockKafkaCluster:
             proc.stdin.write(line + "\n")
             proc.stdin.flush()
             answer = self._read_line(10.0)
-        if answer != "ok":
-            raise MockClusterError(f"{what}: {answer}")
+        if answer != "ok":  # "error <what>: <why>"
+            raise MockClusterError(answer.removeprefix("error "))
 
     def stop(self) -> None:
         """Stop the helper process by its PID (SIGTERM, then SIGKILL)."""
@@ -174,63 +192,108 @@ class MockKafkaCluster:
         self.stop()
 
 
-# -- the helper process ---------------------------------------------------------
+# -- the command ------------------------------------------------------------------------
 
 
-def _serve(brokers: int, rebalance_delay_ms: int) -> int:  # pragma: no cover - runs in the helper process
-    lib = ctypes.CDLL(librdkafka_path())
-    vp, cp, ci = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int
-    lib.rd_kafka_conf_new.restype = vp
-    lib.rd_kafka_conf_set.argtypes = [vp, cp, cp, cp, ctypes.c_size_t]
-    lib.rd_kafka_new.restype = vp
-    lib.rd_kafka_new.argtypes = [ci, vp, cp, ctypes.c_size_t]
-    lib.rd_kafka_mock_cluster_new.restype = vp
-    lib.rd_kafka_mock_cluster_new.argtypes = [vp, ci]
-    lib.rd_kafka_mock_cluster_bootstraps.restype = cp
-    lib.rd_kafka_mock_cluster_bootstraps.argtypes = [vp]
-    lib.rd_kafka_mock_group_initial_rebalance_delay_ms.argtypes = [vp, ctypes.c_int32]
-    lib.rd_kafka_mock_set_controller_id.argtypes = [vp, ctypes.c_int32]
-    lib.rd_kafka_mock_topic_create.restype = ci
-    lib.rd_kafka_mock_topic_create.argtypes = [vp, cp, ci, ci]
-    for name in ("rd_kafka_mock_broker_set_down", "rd_kafka_mock_broker_set_up"):
-        getattr(lib, name).restype = ci
-        getattr(lib, name).argtypes = [vp, ctypes.c_int32]
-    lib.rd_kafka_mock_push_request_errors_array.argtypes = [vp, ctypes.c_int16, ctypes.c_size_t, vp]
-    lib.rd_kafka_err2str.restype = cp
-    lib.rd_kafka_err2str.argtypes = [ci]
-    errstr = ctypes.create_string_buffer(512)
-    conf = lib.rd_kafka_conf_new()
-    # The handle only hosts the cluster: it connects nowhere, and says nothing.
-    lib.rd_kafka_conf_set(conf, b"log_level", b"0", errstr, len(errstr))
-    rk = lib.rd_kafka_new(0, conf, errstr, len(errstr))  # RD_KAFKA_PRODUCER
-    if not rk:
-        print(f"error {errstr.value.decode()}", flush=True)
-        return 1
-    mc = lib.rd_kafka_mock_cluster_new(rk, brokers)
-    if not mc:
-        print("error rd_kafka_mock_cluster_new failed", flush=True)
-        return 1
-    lib.rd_kafka_mock_group_initial_rebalance_delay_ms(mc, rebalance_delay_ms)
-    lib.rd_kafka_mock_set_controller_id(mc, 1)
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    print(f"bootstrap {lib.rd_kafka_mock_cluster_bootstraps(mc).decode()}", flush=True)
-    for line in sys.stdin:
-        parts = line.split()
-        if len(parts) == 3 and parts[0] == "topic" and parts[2].isdecimal():
-            err = lib.rd_kafka_mock_topic_create(mc, parts[1].encode(), int(parts[2]), 1)
-            print("ok" if err == 0 else f"error {lib.rd_kafka_err2str(err).decode()}", flush=True)
-        elif len(parts) == 2 and parts[0] in ("down", "up") and parts[1].isdecimal():
-            setter = lib.rd_kafka_mock_broker_set_down if parts[0] == "down" else lib.rd_kafka_mock_broker_set_up
-            err = setter(mc, int(parts[1]))
-            print("ok" if err == 0 else f"error {lib.rd_kafka_err2str(err).decode()}", flush=True)
-        elif len(parts) >= 3 and parts[0] == "errors" and all(p.lstrip("-").isdecimal() for p in parts[1:]):
-            codes = (ci * (len(parts) - 2))(*map(int, parts[2:]))
-            lib.rd_kafka_mock_push_request_errors_array(mc, int(parts[1]), len(parts) - 2, ctypes.cast(codes, vp))
-            print("ok", flush=True)
-        elif parts:
-            print(f"error unknown command {line.strip()!r}", flush=True)
-    os._exit(0)  # stdin closed: the starter is gone
+def _topic(spec: str) -> tuple[str, int]:
+    """``NAME`` or ``NAME:PARTITIONS`` (1 by default)."""
+    m = re.fullmatch(r"([^\s:]+)(?::([0-9]+))?", spec)
+    if m is None or (m.group(2) is not None and int(m.group(2)) < 1):
+        raise argparse.ArgumentTypeError(f"expected NAME or NAME:PARTITIONS (a count >= 1), got {spec!r}")
+    return m.group(1), int(m.group(2) or 1)
+
+
+def _int_from(low: int) -> Callable[[str], int]:
+    """An argparse type: an int >= ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            n = low - 1
+        if n < low:
+            raise argparse.ArgumentTypeError(f"expected an int >= {low}, got {text!r}")
+        return n
+
+    return parse
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments are one line (``PROG: error: ...``) and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m lite_push.sources.kafka.mock_cluster",
+        description="A local Kafka to try lite_push on: librdkafka's mock cluster (it comes with the "
+        "confluent-kafka wheel), in memory, on 127.0.0.1. It prints the kafka:// URL to give lite-push as "
+        "--source and runs until Ctrl-C or SIGTERM. It has no CreateTopics (lite-push topic create is "
+        "refused): make its topics with --topic.",
+    )
+    p.add_argument("--brokers", type=_int_from(1), default=1, metavar="N", help="how many brokers (default: 1)")
+    p.add_argument(
+        "--port", type=_int_from(1), default=None,
+        help="broker 1 listens on PORT, broker 2 on PORT+1, ... (default: free ports the kernel picks)",
+    )  # fmt: skip
+    p.add_argument(
+        "--topic", type=_topic, action="append", default=[], metavar="NAME[:PARTITIONS]",
+        help="make this topic at the start (1 partition by default); may be given again",
+    )  # fmt: skip
+    p.add_argument(
+        "--rebalance-delay-ms", type=_int_from(0), default=KAFKA_REBALANCE_DELAY_MS, metavar="MS",
+        help="the group coordinator's initial rebalance delay (Kafka's group.initial.rebalance.delay.ms; "
+        f"default: {KAFKA_REBALANCE_DELAY_MS}, Kafka's own: the members that join a new group within it form its "
+        "first generation together)",
+    )  # fmt: skip
+    p.add_argument(
+        "--commands", action="store_true",
+        help="for MockKafkaCluster: print 'bootstrap HOST:PORT,...', then serve the commands 'topic NAME "
+        "PARTITIONS', 'down ID' and 'up ID' on standard input until it closes",
+    )  # fmt: skip
+    return p
+
+
+def _announce(server: MockServer, topics: list[tuple[str, int]]) -> None:
+    """The lines a user reads at the start: the URL alone on the first."""
+    n = len(server.brokers)
+    made = ", ".join(f"{t} ({k} partition{'' if k == 1 else 's'})" for t, k in topics)
+    print(f"kafka://{server.bootstrap}")
+    print(f"librdkafka's mock Kafka cluster: {n} broker{'' if n == 1 else 's'} in memory, bootstrap.servers="
+          f"{server.bootstrap}; topics: {made or 'none (make them with --topic NAME:PARTITIONS)'}")  # fmt: skip
+    print("give lite-push the URL above as --source; Ctrl-C or SIGTERM stops it", flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:  # pragma: no cover - runs in the hosting process
+    """The command (see the module's documentation); the process ends here."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.port is not None and args.port + args.brokers - 1 > 65535:
+        parser.error(f"argument --port: {args.brokers} broker(s) from port {args.port} go past 65535")
+    try:
+        server = MockServer(args.brokers, rebalance_delay_ms=args.rebalance_delay_ms, port=args.port)
+        for name, partitions in args.topic:
+            server.create_topic(name, partitions)
+    except MockServerError as e:
+        if args.commands:  # the starter reads the error on stdout
+            print(f"error {e}", flush=True)
+        else:
+            print(f"{parser.prog}: error: {e}", file=sys.stderr, flush=True)
+        os._exit(1)
+    if args.commands:
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+        print(f"bootstrap {server.bootstrap}", flush=True)
+        server.serve_commands(sys.stdin, sys.stdout)  # until the starter is gone
+    else:
+        _announce(server, args.topic)
+        name = server.serve_until_signal()
+        print(f"{name}: stopped", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    # the cluster's threads are not joined: nothing of it is kept
+    os._exit(0)
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(_serve(int(sys.argv[1]), int(sys.argv[2])))
+    main()

@@ -112,7 +112,8 @@ class TopicCatalog:
                 raise LitePushError(
                     f"topic {topic!r}: this Kafka cluster does not support creating topics through the admin API "
                     f"({err.name()}); create it with Kafka's own tool: kafka-topics.sh --bootstrap-server {servers} "
-                    f"--create --topic {name} --partitions {partitions}"
+                    f"--create --topic {name} --partitions {partitions} (librdkafka's mock cluster, as python -m "
+                    f"lite_push.sources.kafka.mock_cluster runs it: start it with --topic {name}:{partitions})"
                 ) from None
             if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise

@@ -25,6 +25,8 @@ The package, one concern per module:
   (``FCALL lite_push_send``: producing from any language), loaded on the
   first use of a topic;
 * :mod:`.notifier`    the pub/sub thread that wakes a waiting poll;
+* :mod:`.lost_data`   saying so when the server lost the namespace's data
+  (a FLUSHALL, a restart without its saved data) under a running member;
 * :mod:`.consumer`    ``RedisPullConsumer``, built with the parts above
   (never the broker).
 

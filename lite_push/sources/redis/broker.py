@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 import redis
 
-from ..._errors import ConfigError, SourceClosedError
+from ..._errors import ConfigError, SourceClosedError, SourceUnavailableError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
 from ...rebalance.allocate import AVERAGELY, AllocateStrategy
 from .._base import (
@@ -37,7 +37,7 @@ from .._base import (
 )
 from .._common import BrokerClock, check_delay_levels, now_ms, validate_topic
 from .._sending import checked_items
-from .connection import Connection, chunk_offset
+from .connection import CONN_ERRORS, Connection, chunk_offset, server_address
 from .consumer import RedisPullConsumer
 from .group_admin import RedisGroupAdmin
 from .membership import read_committed
@@ -47,18 +47,34 @@ from .retries import Retries
 from .tls import TlsConnection
 from .topics import TopicCatalog, TopicInfo
 
-__all__ = ["RedisBroker", "TopicInfo"]
+__all__ = ["DEFAULT_NAMESPACE", "RedisBroker", "TopicInfo"]
 
 logger = logging.getLogger(__name__)
+
+#: The key prefix of a broker given no ``namespace``.
+DEFAULT_NAMESPACE = "lite_push"
+
+
+def _reach(client: Any, own: bool) -> None:
+    """PING the server: :class:`SourceUnavailableError` naming its address
+    when it does not answer (``own``: the client is closed then)."""
+    try:
+        client.ping()
+    except CONN_ERRORS as e:
+        if own:
+            client.close()
+        raise SourceUnavailableError(server_address(client), f"{type(e).__name__}: {e}") from None
 
 
 class RedisBroker:
     """Topics of N queues on Redis Streams, with consumer groups.
 
     ``url_or_client``: a ``redis://`` or ``rediss://`` (TLS) URL (the broker
-    makes and closes its client; a TLS handshake that fails or gets no
-    answer within 2 s raises a ``redis.ConnectionError`` saying so) or a
-    ``redis.Redis`` (not closed by :meth:`close`).  ``clock``
+    makes and closes its client) or a ``redis.Redis`` (not closed by
+    :meth:`close`).  The server is asked once (PING): one that does not
+    answer raises :class:`~lite_push.SourceUnavailableError` naming its
+    address (a TLS handshake that fails or gets no answer within 2 s, too,
+    saying TLS).  ``clock``
     (default: the ``time`` module): ``.time()`` drives the due times of
     delayed retries, ``.monotonic()`` the local heartbeat schedule; sessions
     and leases run on the Redis server's clock.  Thread-safe for sending.
@@ -68,7 +84,7 @@ class RedisBroker:
         self,
         url_or_client: str | redis.Redis,
         *,
-        namespace: str = "lite_push",
+        namespace: str = DEFAULT_NAMESPACE,
         clock: BrokerClock | None = None,
         max_message_size: int = 4 * 1024 * 1024,
         delay_levels: Sequence[float] = DEFAULT_DELAY_LEVELS,
@@ -103,6 +119,7 @@ class RedisBroker:
         else:
             client = url_or_client
             self._own_client = False
+        _reach(client, self._own_client)
         #: The client, scripts, pipelines and key names (consumers use it too).
         self.conn = Connection(client, namespace)
         self.namespace = namespace

@@ -27,6 +27,7 @@ from .._base import Balance, MessageModel, retry_topic
 from .._member_model import MemberModel
 from .._owned import OwnedQueues
 from .connection import Connection
+from .lost_data import LostData, went_back
 from .membership import Membership
 from .reading import QueueReader
 from .retries import Retries
@@ -74,6 +75,8 @@ class Clustering(MemberModel):
         # revoked after on_revoked, whose owner keys could not be deleted yet
         self._unreleased: set[MessageQueue] = set()
         self._last_rebalance = -math.inf
+        #: Says so when the server lost the group's data (a FLUSHALL, ...).
+        self._lost_data = LostData(conn, owned.group)
         self.channels = (membership.channel, conn.notify_channel(retry_topic(owned.group)))
 
     @property
@@ -117,7 +120,7 @@ class Clustering(MemberModel):
             or self._members.heartbeat_in() <= 0
             or time.monotonic() - self._last_rebalance >= self._rebalance_interval
         ):
-            return self._rebalance() if rebalance else True
+            return self._rebalance(went_back(self._seen_version, replies[0])) if rebalance else True
         return False
 
     def _release(self) -> None:
@@ -128,8 +131,10 @@ class Clustering(MemberModel):
             self._members.release(qs)
             self._unreleased.difference_update(qs)
 
-    def _rebalance(self) -> bool:
-        """Bring the owned set to the target; return whether it changed."""
+    def _rebalance(self, reset: bool = False) -> bool:
+        """Bring the owned set to the target; return whether it changed.
+        ``reset``: the group's version vanished or went back (its keys were
+        reset: :mod:`.lost_data` says so)."""
         owned, members = self._owned, self._members
         self._release()  # what a failed rebalance left
         version, lost, by_topic = members.heartbeat(sorted(owned.states), self._subscribed)
@@ -145,7 +150,9 @@ class Clustering(MemberModel):
         drop = [q for q in owned.states if q not in target and q not in lost_set]
         revoked = sorted(lost + drop)
         changed = False
-        if lost:
+        if (lost or reset) and self._lost_data.check(self._subscribed, group_reset=reset):
+            pass  # the server lost the group's data: said, and the session is not to blame
+        elif lost:
             logger.warning("group %r: %r lost %s (its session expired)", owned.group, cid, [str(q) for q in lost])
         if revoked:
             owned.notify("on_revoked", revoked)

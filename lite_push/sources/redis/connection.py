@@ -25,7 +25,16 @@ from ..._types import MessageQueue
 from . import grain_scripts, scripts
 from .functions import FunctionLoader
 
-__all__ = ["CONN_ERRORS", "SEND_CHUNK", "Connection", "Outage", "Sequential", "chunk_offset", "qfield"]
+__all__ = [
+    "CONN_ERRORS",
+    "SEND_CHUNK",
+    "Connection",
+    "Outage",
+    "Sequential",
+    "chunk_offset",
+    "qfield",
+    "server_address",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +53,27 @@ def chunk_offset(firsts: list[int], i: int) -> int:
     """The offset of the ``i``-th message a :meth:`Connection.append` stored
     in a queue, given that queue's ``firsts``."""
     return firsts[i // SEND_CHUNK] + i % SEND_CHUNK
+
+
+def server_address(client: Any) -> str:
+    """Where ``client`` (a ``redis.Redis`` or ``redis.RedisCluster``) talks
+    to, for messages: ``redis://host:port/db`` (``rediss://`` with TLS,
+    ``unix:///path?db=N`` over a socket, the first node of a cluster);
+    never a user name or password."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:  # a cluster client: the node it started from
+        node = getattr(client, "get_default_node", lambda: None)()
+        return repr(client) if node is None else f"redis://{_host(node.host)}:{node.port} (a cluster)"
+    kw = pool.connection_kwargs
+    db = kw.get("db", 0)
+    if kw.get("path"):
+        return f"unix://{kw['path']}?db={db}"
+    scheme = "rediss" if issubclass(pool.connection_class, redis.SSLConnection) else "redis"
+    return f"{scheme}://{_host(kw.get('host', 'localhost'))}:{kw.get('port', 6379)}/{db}"
+
+
+def _host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 def qfield(q: MessageQueue) -> str:

@@ -52,6 +52,7 @@ from . import grain_scripts
 from .codec import decode, offset_of
 from .connection import Connection
 from .gaps import GAP_LIMIT, take_within
+from .lost_data import LostData
 from .membership import Membership
 from .reading import QueueReader
 from .retries import Retries
@@ -172,6 +173,8 @@ class MessageGrain(MemberModel):
         #: Malformed entries delivered to this member whose dead letter could
         #: not be stored yet (tried again at the next poll).
         self._unstored: list[tuple[MessageExt, str]] = []
+        #: Says so when the server lost the group's data (a FLUSHALL, ...).
+        self._lost_data = LostData(conn, owned.group)
         self.channels = (membership.channel, conn.notify_channel(retry_topic(owned.group)))
 
     @property
@@ -215,10 +218,11 @@ class MessageGrain(MemberModel):
             lost = sorted(q for q in self._evicted if q in owned.states)
             self._evicted.clear()
             if lost:
-                logger.warning(
-                    "group %r: %r's session lapsed on %s; its messages there went to others, it joins again",
-                    owned.group, owned.client_id, [str(q) for q in lost],
-                )  # fmt: skip
+                if not self._lost_data.check(self._subscribed):  # the server lost the group's data: said
+                    logger.warning(
+                        "group %r: %r's session lapsed on %s; its messages there went to others, it joins again",
+                        owned.group, owned.client_id, [str(q) for q in lost],
+                    )  # fmt: skip
                 owned.notify("on_revoked", lost)
                 owned.drop(lost)
                 for q in lost:
