@@ -776,7 +776,7 @@ def test_consume_on_redis_drains_and_commits_on_sigterm(
         out = service.stdout.read_text()
         assert (
             f"executor {executor}" in out
-            and f"stopped: consumed {n}, offsets committed" in out
+            and f"stopped: consumed {n}; offsets committed for 4 queues" in out
         )
         if executor == "thread":
             assert "7 lanes" in out and re.search(

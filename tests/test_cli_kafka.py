@@ -100,7 +100,7 @@ def test_consume_on_kafka_drains_and_commits_on_sigterm(tmp_path: Path, variant:
             assert set(handled) == stored
             out = service.stdout.read_text()
             executor = "asyncio" if variant == "asyncio" else "thread"
-            assert f"executor {executor}" in out and f"stopped: consumed {n:,}, offsets committed" in out, out
+            assert f"executor {executor}" in out and f"stopped: consumed {n:,}; offsets committed for " in out, out
             assert f"from kafka://{cluster.bootstrap}" in out
             for q in broker.queues(topic):
                 committed = broker.committed(group, q)

@@ -170,7 +170,7 @@ def opened(
     config = plan.config if config is None else config
     broker = open_source(plan.url, plan.kafka)
     try:
-        with source_errors(plan.url):
+        with source_errors(plan.url, broker):
             client = getattr(broker, "client", None)
             if client is not None:  # Redis: fail fast when the server is not there
                 client.ping()
