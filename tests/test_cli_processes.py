@@ -286,6 +286,9 @@ def test_two_members_on_kafka(tmp_path: Path) -> None:
 COMMITS = "; member 0: offsets committed for 2 queues; member 1: did not say what it committed (see the log)"
 
 
+COMMITS = "; member 0: offsets committed for 2 queues; member 1: did not say what it committed (see the log)"
+
+
 def test_a_group_of_two_forms_at_once_on_the_local_kafka(tmp_path: Path) -> None:
     """Issue 41: ``consume --processes 2`` on a topic of 1,000 messages in 8
     partitions, with Kafka's default session (45 s).  The mock completes a

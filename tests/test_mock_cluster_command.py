@@ -15,10 +15,13 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
+from helpers import wait_until
 from test_cli import Service, _check_consumed
 from test_cli_topic import cli_env, lite_push, ok, one_line_error
 
+from lite_push.sources.kafka import KafkaBroker
 from lite_push.sources.redis_server import free_port
 
 MODULE = "lite_push.sources.kafka.mock_cluster"
@@ -121,6 +124,48 @@ def test_lite_push_produces_to_and_consumes_its_topic(started: list[Cluster], tm
     assert r.returncode in (0, 1)  # the mock cannot list a group's members (DescribeConsumerGroups)
     code, err = c.stop(signal.SIGINT)  # Ctrl-C
     assert (code, err) == (0, "SIGINT: stopped\n")
+
+
+def test_a_group_of_two_processes_forms_at_once_on_it(started: list[Cluster], tmp_path: Path) -> None:
+    """Issue 41: ``consume --processes 2`` on a topic of 1,000 messages in 8
+    partitions, with Kafka's default session (45 s).  The mock ends a join
+    into a group already formed only when its timer (session - 1 s) runs
+    out; started as a user starts it, with the broker's initial rebalance
+    delay (3 s), both members join the first generation, 4 partitions each.
+    The last line says what each member's stop committed, read back from
+    the group, which holds the end of every partition."""
+    c = Cluster("--topic", "orders:8")
+    started.append(c)
+    n = 1000
+    stdin = "".join(f"k{i % 37}:{i}\n" for i in range(n)).encode()
+    assert ok(lite_push("produce", "--source", c.url, "--topic", "orders", "--key-separator", ":", stdin=stdin))
+    service = Service(
+        tmp_path,
+        ["--source", c.url, "--group", "g", "--topic", "orders", "--from", "first", "--listener",
+         "cli_test_listener:handle", "--processes", "2"],
+    )  # fmt: skip
+    described = lite_push("topic", "describe", "--source", c.url, "--topic", "orders", "--json")
+    ends = {q["queue"]: q["end"] for q in orjson.loads(described.stdout)["queues"]}
+    broker = KafkaBroker(c.url.removeprefix("kafka://"))
+
+    def committed_to_the_end() -> bool:
+        held = {q.queue_id: broker.committed("g", q) for q in broker.queues("orders")}
+        return all((h.offset if h is not None else 0) == ends[qid] for qid, h in held.items())
+
+    try:
+        service.wait_consumed(n, timeout=60)
+        # Each member commits once its work is done.  (Stopped before that, the
+        # member that leaves last may have its commits refused: the mock
+        # refuses commits while a group re-forms, where a broker takes those
+        # of the current generation; the last line would say so.)
+        assert wait_until(committed_to_the_end, timeout=30), service.output()
+        assert service.stop() == 0, service.output()
+    finally:
+        service.kill()
+        broker.close()
+    out = service.stdout.read_text()
+    for member in (0, 1):
+        assert f"member {member}: offsets committed for 4 queues" in out, out
 
 
 def test_a_fixed_port(started: list[Cluster]) -> None:
