@@ -338,11 +338,11 @@ class ConsumerCore:
     def _begin_start(self) -> None:
         """Check that the consumer may start; start its metrics (a bad
         ``metrics_port`` raises and leaves it unstarted)."""
+        if self._stopping.is_set():
+            raise LitePushError(
+                "this consumer was shut down and cannot start again: build a new one (with a new source)"
+            )
         if self._started:
-            if self._stopping.is_set():
-                raise LitePushError(
-                    "this consumer was shut down and cannot start again: build a new one (with a new source)"
-                )
             raise LitePushError("consumer already started")
         if not self._subscriptions:
             raise LitePushError("subscribe() to at least one topic before start()")

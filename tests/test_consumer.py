@@ -462,3 +462,17 @@ def test_key_extractor_routes_by_custom_key_and_survives_errors():
         wait_consumed(consumer, 400)
     assert rec.overlaps == []
     assert_offsets_increase(rec.order)
+
+
+def test_start_after_shutdown_says_so():
+    """Issue 41: a consumer that was shut down (started or not) does not
+    start again, and the error says why and what to do."""
+    broker = EmbeddedBroker()
+    broker.create_topic("T", queue_count=1)
+    for started in (True, False):
+        consumer = make(broker, lambda msgs: None)
+        if started:
+            consumer.start()
+        consumer.shutdown(timeout=5)
+        with pytest.raises(LitePushError, match="was shut down and cannot start again: build a new one"):
+            consumer.start()
