@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import uuid
 from collections import defaultdict
 from pathlib import Path
 
@@ -25,6 +26,8 @@ from helpers import wait_until
 
 from lite_push.cli.settings import NON_CONFIG_ENV
 from lite_push.sources import EmbeddedBroker
+from lite_push.sources.redis import RedisBroker
+from lite_push.sources.redis_server import RedisServer
 
 LISTENER = """
 import os
@@ -252,3 +255,33 @@ def test_run_blocks_until_a_signal_or_stop_then_stops_cleanly(tmp_path: Path, ki
     assert "report: offsets committed for 2 queues" in run.out(), run.output()
     err = run.stderr.read_text()
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+
+
+def test_a_second_ctrl_c_stops_the_members_of_consume_processes_at_once(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """``--processes 2``, every lane stuck in a call: the first Ctrl-C waits
+    for the members' calls, the second stops them at once; exit 130, and
+    each member's stop is in the last line."""
+    url = f"{redis_server.url}?namespace=stop-{uuid.uuid4().hex[:8]}"
+    broker = RedisBroker(redis_server.url, namespace=url.rsplit("=", 1)[1])
+    try:
+        broker.create_topic("T", 4)
+        for i in range(200):
+            broker.send("T", str(i).encode(), keys=f"k{i % 40}")
+    finally:
+        broker.close()
+    argv = [sys.executable, "-m", "lite_push", "consume", "--source", url, "--group", "g", "--topic", "T",
+            "--from", "first", "--listener", "stop_test_listener:stuck", "--lanes", "4",
+            "--processes", "2"]  # fmt: skip
+    run = Run(tmp_path, argv, "processes")
+    run.wait_for(lambda: len(_lines(run.consumed)) >= 2, "calls started")
+    run.signal(signal.SIGINT)
+    run.wait_for(lambda: "SIGINT: stopping 2 members" in run.out(), "the first stop")
+    run.signal(signal.SIGINT)
+    assert run.wait() == 130, run.output()
+    assert "SIGINT again: stopping the members at once" in run.out()
+    last = _last_line(run)
+    assert last.startswith("stopped: consumed 0 (2 members)") and "member 0: " in last and "member 1: " in last, last
+    assert "given up at the deadline" in last, last
+    assert "Traceback" not in run.stderr.read_text()
