@@ -24,7 +24,9 @@ topic the source does not have exits 1, as for ``consume``) and ``produce``
 it between two batches, saying how many messages were sent).
 
 Bad arguments and bad settings print one line, ``lite-push: error: ...``, on
-stderr and exit with status 2; a source that fails at run time exits 1.
+stderr and exit with status 2; a source that fails at run time exits 1.  A
+command whose output's reader goes away (``lite-push dlq list | head -1``)
+stops there without a word and exits 141, as Unix tools do (:mod:`pipes`).
 Settings of ``consume`` and ``dlq`` come from flags, ``LITE_PUSH_*``
 environment variables and a TOML file, in that order of precedence
 (:mod:`lite_push.cli.settings`).
@@ -33,7 +35,7 @@ Modules: ``parser`` (the commands and their options), ``settings`` (flags,
 environment, file), ``sources`` (the ``--source`` URL), ``plan`` (what
 ``consume`` builds, from its settings), ``consume``, ``consume_processes``
 (``consume --processes N``: N member processes under one supervisor),
-``dlq``, ``errors`` (the one-line error).  The benchmarks are run from the source
+``dlq``, ``errors`` (the one-line error), ``pipes`` (a closed output pipe).  The benchmarks are run from the source
 checkout (``python benchmarks/bench.py``), not through this command.
 
 The group commands: ``group`` (``group describe`` and ``group
@@ -55,6 +57,7 @@ from collections.abc import Callable, Sequence
 from .._errors import ConfigError
 from .errors import PROG, CliError, exit_code, one_line
 from .parser import build_parser
+from .pipes import closed_pipe_exit
 from .plan import load_listener
 from .sources import open_source
 
@@ -64,7 +67,13 @@ __all__ = ["PROG", "CliError", "build_parser", "load_listener", "main", "open_so
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``lite-push`` with ``argv`` (default ``sys.argv[1:]``); return
     the exit status."""
-    args_list = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _run(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError as e:  # the reader of our output went away (| head)
+        return closed_pipe_exit(e)
+
+
+def _run(args_list: list[str]) -> int:
     try:
         args = build_parser().parse_args(args_list)
         handler: Callable[[argparse.Namespace], int] = args.handler
