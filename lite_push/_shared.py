@@ -19,6 +19,7 @@ and the outbox (``_failures``).
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -28,7 +29,7 @@ from ._types import MessageExt, MessageQueue
 
 __all__ = [
     "ABORT_GRACE", "MAX_SEGMENT", "AppPauses", "Counters", "Episode", "FailureLatch", "KeyOf", "QueueCounters",
-    "per_queue", "safe_key_of",
+    "error_line", "per_queue", "safe_key_of",
 ]  # fmt: skip
 
 logger = logging.getLogger(__name__)
@@ -93,9 +94,10 @@ class Counters:
 
 class Episode:
     """Logs a source operation that keeps failing once per episode: the
-    first failure as a warning with its traceback, the next ones at debug,
-    and the first success after them at info (a Redis outage must not log
-    once per poll or per commit)."""
+    first failure as one warning line naming the error (its traceback at
+    debug), the next ones at debug, and the first success after them at
+    info (a Redis outage must not log once per poll or per commit, nor a
+    client library's chained traceback at each outage)."""
 
     __slots__ = ("failing", "what")
 
@@ -103,17 +105,34 @@ class Episode:
         self.what = what
         self.failing = False
 
-    def failed(self, group: str, detail: str = "") -> None:
+    def failed(self, group: str, detail: str = "", error: BaseException | None = None) -> None:
+        """The operation failed for ``group``'s consumer (``detail`` is
+        added to the line) with ``error``, by default the exception being
+        handled."""
+        if error is None:
+            error = sys.exc_info()[1]
+        trace = None if error is None else (type(error), error, error.__traceback__)
         if self.failing:
-            logger.debug("%s failed again for consumer %r%s", self.what, group, detail, exc_info=True)
-        else:
-            self.failing = True
-            logger.warning("%s failed for consumer %r%s; retrying", self.what, group, detail, exc_info=True)
+            logger.debug("%s failed again for consumer %r%s", self.what, group, detail, exc_info=trace)
+            return
+        self.failing = True
+        reason = "" if error is None else f" ({error_line(error)})"
+        logger.warning("%s failed for consumer %r%s; retrying%s", self.what, group, detail, reason)
+        if trace is not None:
+            logger.debug("%s failed for consumer %r: the traceback", self.what, group, exc_info=trace)
 
     def ok(self, group: str) -> None:
+        """The operation succeeded: the episode, if any, is over."""
         if self.failing:
             self.failing = False
             logger.info("%s recovered for consumer %r", self.what, group)
+
+
+def error_line(error: BaseException) -> str:
+    """``error`` as one line: its type's name and its message, whitespace
+    folded (``ConnectionError: Error 111 connecting to ...``)."""
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def per_queue(pairs: list[tuple[ProcessQueue, MessageExt]]) -> dict[ProcessQueue, list[MessageExt]]:
