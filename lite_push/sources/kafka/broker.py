@@ -35,7 +35,7 @@ from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
 from .._base import DEFAULT_DELAY_LEVELS, Balance, ConsumeFrom, ConsumeFromWhere
 from .._common import check_delay_levels
 from .._sending import checked_items
-from .client_log import LIBRDKAFKA_LOGGER
+from .client_log import LIBRDKAFKA_LOG
 from .codec import Record, RecordFormat, kafka_topic, key_decoder
 from .consumer import KafkaPullConsumer
 from .copies import Copies
@@ -103,7 +103,7 @@ class KafkaBroker:
             "reconnect.backoff.ms": "10",  # a first connection is held back half of it (default 100)
             **self._common,
             **checked_settings("producer_config", producer_config),
-            "logger": LIBRDKAFKA_LOGGER,
+            "logger": LIBRDKAFKA_LOG,
         }
         try:
             producer = Producer(producer_settings)
@@ -255,7 +255,7 @@ class KafkaBroker:
         without joining the group."""
         self.check_open()
         c = Consumer(self.client_settings({"group.id": group, "enable.auto.commit": "false",
-                                           "logger": LIBRDKAFKA_LOGGER}))  # fmt: skip
+                                           "logger": LIBRDKAFKA_LOG}))  # fmt: skip
         try:
             (tp,) = c.committed([TopicPartition(kafka_topic(queue.topic), queue.queue_id)], timeout=10.0)
         finally:

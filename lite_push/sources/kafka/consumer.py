@@ -83,7 +83,7 @@ from .._common import (
     start_position,
 )
 from .._owned import OwnedQueues, QueueControl
-from .client_log import LIBRDKAFKA_LOGGER
+from .client_log import LIBRDKAFKA_LOG
 from .codec import RecordFormat, kafka_topic
 from .commits import COMMIT_PATIENCE, commit_within, fit_metadata
 from .copies import Copies
@@ -92,6 +92,7 @@ from .fetcher import FILE_LIMIT, Fetcher
 from .offset_reader import OffsetReader
 from .ownership import Ownership
 from .partitions import Partitions
+from .reachability import Reachability
 from .reading import PartitionState, tags_for
 from .settings import fetcher_settings, member_settings
 from .topics import TopicCatalog
@@ -191,14 +192,21 @@ class KafkaPullConsumer(QueueControl[PartitionState], PullSource):
         self._wakeup_flag = False
         self._event = threading.Event()  # ends a wait of a poll with nothing to fetch
         self._ownership = Ownership(session_timeout)
+        self._reachability = Reachability(f"<KafkaPullConsumer {group!r}/{self._cid!r}>")
         #: When the group client must be served next (``time.monotonic``).
         self._serve_by = 0.0
         base = broker.client_settings()
-        settings = member_settings(base, group, self._cid, consume_from, session_timeout, self._ownership.on_stats)
+        ownership, reachability = self._ownership, self._reachability
+
+        def on_stats(raw: str) -> None:  # the client holds it: no reference to self
+            ownership.on_stats(raw)
+            reachability.on_stats(raw)
+
+        settings = member_settings(base, group, self._cid, consume_from, session_timeout, on_stats)
         try:
             #: The group client: membership, callbacks, commits.
             self._kc = Consumer(settings)
-            fetching = new_fetch_client(fetcher_settings(base, group, self._cid), LIBRDKAFKA_LOGGER)
+            fetching = new_fetch_client(fetcher_settings(base, group, self._cid), LIBRDKAFKA_LOG)
         except KafkaException as e:
             raise ConfigError("consumer_config", str(e.args[0].str() if e.args else e)) from None
         except ValueError as e:  # a property the compiled client's librdkafka refused

@@ -7,11 +7,11 @@ Python; ``FETCH_IMPL`` tells.  What it is: ``fetch_client_py``."""
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..._router import NO_EXTENSIONS
+from .client_log import LogSink
 from .codec import ReadRecord
 from .fetch_client_py import FetchClient as PyFetchClient
 from .library import librdkafka_path
@@ -20,7 +20,7 @@ from .reading import decode_rest
 __all__ = ["FETCH_IMPL", "new_fetch_client"]
 
 #: Makes a fetch client: ``(settings, logger) -> client``.
-new_fetch_client: Callable[[Mapping[str, str], logging.Logger], Any]
+new_fetch_client: Callable[[Mapping[str, str], LogSink], Any]
 
 if NO_EXTENSIONS:
     new_fetch_client = PyFetchClient

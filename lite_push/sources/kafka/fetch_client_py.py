@@ -9,12 +9,12 @@ have the same methods, and the same results (``tests/test_kafka_fetch.py``).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
 
+from .client_log import LogSink
 from .codec import RecordFormat
 from .reading import PartitionState, file_records
 
@@ -28,7 +28,7 @@ class FetchClient:
 
     __slots__ = ("_kc",)
 
-    def __init__(self, settings: Mapping[str, str], logger: logging.Logger) -> None:
+    def __init__(self, settings: Mapping[str, str], logger: LogSink) -> None:
         self._kc = Consumer({**settings, "logger": logger})
 
     def read(

@@ -28,7 +28,7 @@ from confluent_kafka.admin import AdminClient
 from ..._errors import AdminNotSupportedError, GroupActiveError
 from ..._types import MessageQueue
 from ..group_admin import GroupAdmin, GroupMember
-from .client_log import LIBRDKAFKA_LOGGER
+from .client_log import LIBRDKAFKA_LOG
 from .codec import kafka_topic, lite_topic
 from .offset_reader import OffsetReader
 
@@ -55,7 +55,7 @@ class KafkaGroupAdmin(GroupAdmin):
     ) -> None:
         super().__init__(group)
         self._servers = servers
-        self._admin = AdminClient({**admin_settings, "logger": LIBRDKAFKA_LOGGER})  # type: ignore[dict-item]
+        self._admin = AdminClient({**admin_settings, "logger": LIBRDKAFKA_LOG})  # type: ignore[dict-item]
         self._reader = reader
         self._check_open = check_open
 

@@ -18,7 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from ..._types import MessageExt, MessageQueue
-from .client_log import LIBRDKAFKA_LOGGER
+from .client_log import LIBRDKAFKA_LOG
 from .codec import MalformedRecord, RecordFormat, kafka_topic
 from .topics import TopicCatalog
 
@@ -71,7 +71,7 @@ class OffsetReader:
     def client(self) -> Consumer:
         """A new reading client (the caller closes it)."""
         return Consumer(
-            self._settings({"group.id": "lite-push-reader", "enable.auto.commit": "false", "logger": LIBRDKAFKA_LOGGER})
+            self._settings({"group.id": "lite-push-reader", "enable.auto.commit": "false", "logger": LIBRDKAFKA_LOG})
         )
 
     @staticmethod

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..._errors import ConfigError
 from .._base import ConsumeFromWhere
-from .client_log import LIBRDKAFKA_LOGGER
+from .client_log import LIBRDKAFKA_LOG
 from .ownership import STATS_INTERVAL
 
 __all__ = [
@@ -89,7 +89,7 @@ def member_settings(
         "heartbeat.interval.ms": str(max(100, timeout_ms // 10)),
         "statistics.interval.ms": str(int(STATS_INTERVAL * 1000)),
         "stats_cb": stats_cb,
-        "logger": LIBRDKAFKA_LOGGER,
+        "logger": LIBRDKAFKA_LOG,
     }
     settings.setdefault("max.poll.interval.ms", str(max(timeout_ms + 1000, 300_000)))
     # librdkafka holds back new broker connections for half of this
@@ -108,7 +108,7 @@ def fetcher_settings(base: Mapping[str, Any], group: str, client_id: str) -> dic
     """The settings of a member's fetcher: a second client that reads the
     member's partitions by manual assignment (it joins no group, commits
     nothing and runs no rebalance callback, so the event loop may read it;
-    see ``consumer.py``); its log lines go to ``LIBRDKAFKA_LOGGER`` (the
+    see ``consumer.py``); its log lines go to ``LIBRDKAFKA_LOG`` (the
     fetch client's ``logger``).  ``group.id`` is required by confluent-kafka;
     the fetcher's is the group's with a suffix and is never joined."""
     settings = {

@@ -23,7 +23,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from ..._errors import ConfigError, LitePushError, UnknownTopicError
 from ..._types import MessageQueue
-from .client_log import LIBRDKAFKA_LOGGER
+from .client_log import LIBRDKAFKA_LOG
 from .codec import kafka_topic, lite_topic
 
 __all__ = ["INTERNAL_PREFIX", "TopicCatalog"]
@@ -99,7 +99,7 @@ class TopicCatalog:
         from confluent_kafka.admin import AdminClient
         from confluent_kafka.cimpl import NewTopic
 
-        admin = AdminClient({**self._admin_settings, "logger": LIBRDKAFKA_LOGGER})  # type: ignore[dict-item]
+        admin = AdminClient({**self._admin_settings, "logger": LIBRDKAFKA_LOG})  # type: ignore[dict-item]
         futures = admin.create_topics([NewTopic(name, partitions)], operation_timeout=10.0, request_timeout=15.0)
         try:
             futures[name].result(timeout=20.0)
