@@ -59,6 +59,7 @@ Layout (one concern per module; underscored modules are implementation;
 * ``dlq``              reading dead letters and re-sending them (a held key's in order)
 * ``_held_keys``       ``dead_letter_order="key"``: keys held behind their dead letters
 * ``_held_log``        which keys a dead-letter topic holds (read back at a start or a rebalance)
+* ``_resent_log``      which dead letters were sent back already (``lite-push dlq resend`` skips them)
 * ``cli/``             the ``lite-push`` command (parser, settings, sources, consume, dlq); ``demo``: the demo
 * ``sources/``         the source contract; ``embedded/``, ``redis/`` and ``kafka/``: the three sources
 * ``rebalance/``       queue allocation strategies

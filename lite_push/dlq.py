@@ -14,8 +14,14 @@ once the cause is fixed, :func:`resend` it to its original topic::
         resend(broker, dl)
 
 The dead-letter topic itself is append-only: resending does not remove the
-dead letter (track what was resent, e.g. by committing a group's offset on
-the DLQ topic).
+dead letter.  :func:`record_resent` writes a resend record into it after
+the dead letters it names were resent, and :func:`resent_letters` says
+which were, and where their copies went (``lite-push dlq resend`` does
+both, and skips what was resent already unless told ``--force``)::
+
+    done = resent_letters(broker, "orders-consumer")
+    todo = [dl for dl in dead_letters(broker, "orders-consumer") if dl.message.queue_offset not in done]
+    record_resent(broker, "orders-consumer", [(dl.message.queue_offset, resend(broker, dl)) for dl in todo])
 
 A group consumed with ``dead_letter_order="key"`` *holds* a key once one of
 its messages is dead-lettered: the key's later messages of that queue
@@ -40,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ._errors import UnknownTopicError
 from ._held_log import HeldLog, QueueId
+from ._resent_log import RECORD_LETTERS, ResentLog, resend_record
 from ._types import MessageExt, SendResult
 from .sources._base import (
     BOOKKEEPING_PROPERTIES,
@@ -55,6 +62,7 @@ from .sources._base import (
     RECONSUME_TIME,
     RELEASED_KEY,
     RELEASED_THROUGH,
+    RESENT_LETTERS,
     RESENT_OF,
     RESENT_TO,
     DeadLetterReader,
@@ -74,8 +82,10 @@ __all__ = [
     "dead_letters",
     "held_keys",
     "iter_dead_letters",
+    "record_resent",
     "resend",
     "resend_key",
+    "resent_letters",
     "user_properties",
 ]
 
@@ -247,7 +257,8 @@ def iter_dead_letters(
     when the group has no dead-letter topic).  Reads only: joins no group,
     commits nothing.  Messages of that topic that are not dead letters (sent
     there by hand) are skipped with a warning, and the release records of
-    :func:`resend_key` without one."""
+    :func:`resend_key` and the resend records of :func:`record_resent`
+    without one."""
     if page < 1:
         raise ValueError(f"page must be >= 1, got {page}")
     try:
@@ -261,8 +272,8 @@ def iter_dead_letters(
         if not batch:
             return
         for m in batch:
-            if RELEASED_KEY in m.properties:
-                continue  # a release record, not a dead letter
+            if RELEASED_KEY in m.properties or RESENT_LETTERS in m.properties:
+                continue  # a release or resend record, not a dead letter
             try:
                 yield DeadLetter.from_message(m)
             except ValueError as e:
@@ -277,6 +288,31 @@ def dead_letters(reader: DeadLetterReader, group: str, start: int = 0, stop: int
     none).  Messages of that topic that are not dead letters (sent there by
     hand) are skipped with a warning."""
     return list(iter_dead_letters(reader, group, start, stop))
+
+
+# -- what was resent --------------------------------------------------------------
+
+
+def resent_letters(reader: DeadLetterReader, group: str) -> dict[int, str]:
+    """The dead letters of ``group`` sent back already, by their offsets in
+    ``%DLQ%<group>``: where each one's copy went (``topic/queue_id/offset``,
+    as :func:`record_resent` recorded it), or ``"released"`` for a held
+    letter :func:`resend_key` released with its key.  Reads the whole topic
+    (joins no group, commits nothing)."""
+    log = ResentLog()
+    log.read(reader, group)
+    return log.resent
+
+
+def record_resent(sender: Sender, group: str, resent: Sequence[tuple[int, SendResult]]) -> None:
+    """Write into ``%DLQ%<group>`` that the dead letters at these offsets
+    were resent, each with where its copy went (what :func:`resend`
+    returned): one resend record per :data:`~lite_push._resent_log.RECORD_LETTERS`
+    letters (nothing for none), in the topic their dead letters made.
+    :func:`resent_letters` reads them."""
+    places = [(offset, f"{r.queue.topic}/{r.queue.queue_id}/{r.offset}") for offset, r in resent]
+    for i in range(0, len(places), RECORD_LETTERS):
+        sender.send(dlq_topic(group), b"", properties=resend_record(group, places[i : i + RECORD_LETTERS]))
 
 
 # -- held keys (dead_letter_order="key") -------------------------------------------

@@ -2,8 +2,10 @@
 
 A group without dead letters (or, with ``--held``, without held keys)
 gets one line on stderr saying so, exit status 0, and an empty standard
-output (so ``--json`` output stays a clean stream of documents).  Run as a
-subprocess, on the durable embedded broker and on Redis.
+output (so ``--json`` output stays a clean stream of documents).  The
+group is one the source knows (it committed offsets): a group it has no
+record of is an error (``test_cli_dlq_groups.py``).  Run as a subprocess,
+on the durable embedded broker and on Redis.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from lite_push import ConsumeFromWhere, EmbeddedBroker
+from lite_push.sources import PullSource
 from lite_push.sources.redis import RedisBroker
 from lite_push.sources.redis_server import RedisServer
 
@@ -38,13 +41,25 @@ def _one_line(err: str, text: str) -> None:
     assert lines == [f"lite-push dlq list: {text}"], err
 
 
+def _commit_once(member: PullSource) -> None:
+    """Make the member's group known to the source: it polls topic T and
+    commits what it read."""
+    member.subscribe("T")
+    polled = [m for b in member.poll(5.0) for m in b.messages]
+    assert polled
+    member.commit({q: 1 for q in member.assignment()})
+    member.close()
+
+
 @pytest.fixture
 def embedded(tmp_path: Path) -> Path:
-    """A durable embedded broker's directory: topic T, no dead letters yet."""
+    """A durable embedded broker's directory: topic T; group g committed
+    on it, and has no dead letters yet."""
     data = tmp_path / "data"
     with EmbeddedBroker(data) as broker:
         broker.create_topic("T", 1)
         broker.send("T", b"x", keys="k")
+        _commit_once(broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET))
     return data
 
 
@@ -66,9 +81,8 @@ def test_an_embedded_group_without_dead_letters_says_so(embedded: Path, extra: l
 
 def test_a_window_past_the_dead_letters_says_so_and_a_listing_says_nothing_more(embedded: Path) -> None:
     with EmbeddedBroker(embedded) as broker:
-        c = broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET)
-        c.subscribe("T")
-        (msg,) = [m for b in c.poll(5.0) for m in b.messages]
+        c = broker.pull_consumer("g")
+        (msg,) = broker.messages(broker.queues("T")[0])  # what the group read (and committed)
         assert c.send_to_dlq([(msg, "NonRetryableError", "bad")]) == [None]
         c.close()
     source = ["--source", f"embedded:{embedded}", "--group", "g"]
@@ -90,7 +104,9 @@ def test_a_redis_group_without_dead_letters_says_so(redis_server: RedisServer) -
     ns = f"dlq-none-{uuid.uuid4().hex[:8]}"
     broker = RedisBroker(redis_server.url, namespace=ns)
     try:
-        broker.create_topic("T", 2)
+        broker.create_topic("T", 1)
+        broker.send("T", b"x", keys="k")
+        _commit_once(broker.pull_consumer("sms", consume_from=ConsumeFromWhere.FIRST_OFFSET))
         url = f"{redis_server.url}?namespace={ns}"
         code, out, err = _dlq_list("--source", url, "--group", "sms", "--json")
         assert (code, out) == (0, "")

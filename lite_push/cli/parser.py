@@ -353,9 +353,10 @@ def build_parser() -> argparse.ArgumentParser:
         description=_para(
             "Print one line per dead letter of the group (DLQ offset, origin topic/queue/offset, "
             "original message id, reconsume times, reason; the key it holds, with "
-            "dead_letter_order=key), or JSON lines with --json; with --held, one line per key held "
-            "behind its dead letters instead.  When there is none, one line on stderr says so (standard "
-            "output stays empty).  Reads only: joins no group and commits nothing."
+            "dead_letter_order=key; where its copy went, once resent), or JSON lines with --json; with "
+            "--held, one line per key held behind its dead letters instead.  When there is none, one line "
+            "on stderr says so (standard output stays empty); a group the source has no record of is an "
+            "error (exit 2).  Reads only: joins no group and commits nothing."
         ),
         epilog=_SETTINGS_EPILOG,
         formatter_class=fmt,
@@ -384,7 +385,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="send dead letters back to their original topics",
         description=_para(
             "Send dead letters back to their original topics as new messages (original body, keys, "
-            "tags and properties).  The DLQ is append-only: a dead letter stays there after it is resent.  "
+            "tags and properties).  The DLQ is append-only: a dead letter stays there after it is resent, "
+            "and a resend record written after it says so (dlq list shows where its copy went, resent_to): "
+            "--all skips the dead letters resent already, --offset refuses them, unless --force.  "
             "A key held behind its dead letters (dead_letter_order=key) goes back whole, in order, with "
             "--key (--all does so for each held key), which releases it."
         ),
@@ -408,6 +411,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--key",
         metavar="K",
         help="resend the dead letters held behind key K, in offset order, and release it",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="resend dead letters that were resent already (--all, --offset)",
     )
     p.add_argument(
         "--progress",

@@ -40,6 +40,8 @@ Dead letters that keep a key's order (``dead_letter_order="key"``) carry
 :data:`HELD_KEY` (and, when the key was held already, :data:`HELD_BEHIND`);
 ``lite_push.dlq.resend_key`` marks its copies with :data:`RESENT_OF` and
 writes a release record (:data:`RELEASED_KEY`) into the dead-letter topic.
+``lite_push.dlq.record_resent`` (``lite-push dlq resend``) writes a resend
+record (:data:`RESENT_LETTERS`) there after sending dead letters back.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ __all__ = [
     "RECONSUME_TIME",
     "RELEASED_KEY",
     "RELEASED_THROUGH",
+    "RESENT_LETTERS",
     "RESENT_OF",
     "RESENT_TO",
     "RETRY_PREFIX",
@@ -154,6 +157,10 @@ RESENT_TO = "lite_push.RESENT_TO"
 #: On a resent copy: the origin (``topic/queue_id/offset``) of the dead
 #: letter it copies.
 RESENT_OF = "lite_push.RESENT_OF"
+#: On a resend record (an empty body in the dead-letter topic, no dead
+#: letter): the dead letters sent back to their topics and where each copy
+#: went, JSON ``[[dead-letter topic offset, "topic/queue_id/offset"], ...]``.
+RESENT_LETTERS = "lite_push.RESENT_LETTERS"
 
 #: Every property a source adds for retries and dead letters: what
 #: ``lite_push.dlq.resend`` strips to get the user's properties back.
@@ -165,6 +172,7 @@ BOOKKEEPING_PROPERTIES = frozenset(
         RELEASED_THROUGH,
         RESENT_TO,
         RESENT_OF,
+        RESENT_LETTERS,
         RETRY_TOPIC,
         ORIGIN_TOPIC,
         ORIGIN_QUEUE_ID,

@@ -64,6 +64,13 @@ class GroupAdmin(abc.ABC):
         members' subscriptions where the source keeps them, and the topics
         it has committed offsets on (empty when it can list neither)."""
 
+    def known(self) -> bool:
+        """Whether the source has a record of the group: committed offsets,
+        or members and their subscriptions (a group no member ever joined
+        nor committed for is unknown).  By default: whether :meth:`topics`
+        names any."""
+        return bool(self.topics())
+
     @abc.abstractmethod
     def committed(self, queues: Sequence[MessageQueue]) -> dict[MessageQueue, int]:
         """The committed offset of each of ``queues`` that has one."""

@@ -11,7 +11,8 @@ never had members; it has no DescribeConsumerGroups (``_UNSUPPORTED_FEATURE``),
 refuses AlterConsumerGroupOffsets for a group that had members
 (``UNKNOWN_MEMBER_ID``, as a real cluster does for a group with live
 members), answers every ListOffsets by time with "none", and lists no
-offsets for a group without naming its partitions.  What the cluster does
+offsets for a group without naming its partitions (so whether it knows a
+group, :meth:`KafkaGroupAdmin.known`, is asked partition by partition).  What the cluster does
 not do raises :class:`~lite_push.AdminNotSupportedError` naming Kafka's own
 tool, ``kafka-consumer-groups.sh``; on a real cluster every call is the
 real one.
@@ -112,6 +113,27 @@ class KafkaGroupAdmin(GroupAdmin):
         except AdminNotSupportedError:
             pass
         return sorted(names)
+
+    def known(self) -> bool:
+        """Committed offsets listed for the group, or members.  A cluster
+        that describes no group and lists no offsets without partitions
+        (librdkafka's mock cluster) is asked for the group's committed
+        offsets on every partition of its topics instead."""
+        if any(tp.offset is not None and tp.offset >= 0 for tp in self._offsets(None)):
+            return True
+        try:
+            return bool(self.members())
+        except AdminNotSupportedError:
+            pass
+        except KafkaException as e:  # a cluster of the consumer protocol (KIP-848) may say so
+            err = e.args[0] if e.args else None
+            if isinstance(err, KafkaError) and err.code() == KafkaError.GROUP_ID_NOT_FOUND:
+                return False
+            raise
+        topics = self._admin.list_topics(timeout=REQUEST_TIMEOUT).topics
+        tps = [TopicPartition(name, p) for name, t in topics.items() if not name.startswith("__") for p in t.partitions]
+        found = self._offsets(tps) if tps else []
+        return any(tp.error is None and tp.offset is not None and tp.offset >= 0 for tp in found)
 
     def committed(self, queues: Sequence[MessageQueue]) -> dict[MessageQueue, int]:
         if not queues:

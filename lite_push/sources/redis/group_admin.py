@@ -126,6 +126,13 @@ class RedisGroupAdmin(GroupAdmin):
             names.add(f.decode().rpartition("#")[0])
         return sorted(names)
 
+    def known(self) -> bool:
+        """Whether any key of the group's state exists: its members, their
+        subscriptions, its committed offsets, its balance (a group balanced
+        by message keeps its positions per queue)."""
+        keys = [self._key(what) for what in ("members", "subs", "offsets", "balance")]
+        return bool(self._conn.client.exists(*keys))
+
     def committed(self, queues: Sequence[MessageQueue]) -> dict[MessageQueue, int]:
         if not queues:
             return {}
