@@ -285,3 +285,33 @@ def test_a_second_ctrl_c_stops_the_members_of_consume_processes_at_once(
     assert last.startswith("stopped: consumed 0 (2 members)") and "member 0: " in last and "member 1: " in last, last
     assert "given up at the deadline" in last, last
     assert "Traceback" not in run.stderr.read_text()
+
+
+def test_consume_whose_output_reader_went_away_stops_and_commits(tmp_path: Path) -> None:
+    """``lite-push consume ... | head -1``: the status line meets a closed
+    pipe; the command stops as on SIGTERM (commits what finished, no ERROR
+    of a source closed under its consumer) and exits 141."""
+    data = tmp_path / "data"
+    _produce(data, 200)
+    (tmp_path / "stop_test_listener.py").write_text(LISTENER)
+    argv = [sys.executable, "-m", "lite_push", "consume", "--source", f"embedded:{data}", "--group", "g",
+            "--topic", "T", "--from", "first", "--listener", "stop_test_listener:slow", "--lanes", "4",
+            "--no-metrics", "--progress", "on"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(tmp_path), cwd=tmp_path)
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    assert first.startswith(b"lite-push consume: "), first
+    assert wait_until(lambda: len(_lines(tmp_path / "consumed.txt")) >= 200, timeout=60)
+    proc.stdout.close()  # the reader goes away; the next status line finds the pipe closed
+    try:
+        code = proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = proc.stderr.read().decode()
+    assert code == 141, err
+    assert "Traceback" not in err and "ERROR" not in err, err
+    with EmbeddedBroker(data) as broker:
+        for q in broker.queues("T"):
+            committed = broker.committed("g", q)
+            assert committed is not None and committed.offset == broker.max_offset(q), q

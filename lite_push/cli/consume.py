@@ -59,22 +59,30 @@ def _serve(consumer: LitePushConsumer, timeout: float, out: IO[str], status: Sta
         prepare_gc()
         # on failure the caller's broker.close() closes the source
         consumer.start()
-        _announce(consumer, out)
-        how = "drain, commit, exit" if consumer.config.drain_on_shutdown else "finish the calls running, commit, exit"
-        print(f"consuming; SIGTERM or Ctrl-C stops ({how}; twice: at once)", file=out, flush=True)
-        while not stop.event.wait(FAILURE_POLL):
-            if consumer.failure is not None:  # logged with its traceback already
-                print(f"consumer failed: {consumer.stats().failure}; stopping", file=out, flush=True)
-                break
-            if status is not None:
-                status.tick(consumer.stats())
-        else:
-            what = "everything polled" if consumer.config.drain_on_shutdown else "the listener calls running"
-            print(f"{stop.signal_name}: stopping (waiting up to {timeout:g}s for {what})", file=out, flush=True)
+        try:
+            _wait(consumer, stop, timeout, out, status)
+        except BrokenPipeError:  # the reader of stdout went away: stop as on SIGTERM; main exits 141
+            consumer.shutdown(timeout=timeout)
+            raise
         consumer.shutdown(timeout=timeout)
         return stop.again.is_set()
     finally:
         stop.restore()
+
+
+def _wait(consumer: LitePushConsumer, stop: StopOnSignal, timeout: float, out: IO[str], status: Status | None) -> None:
+    """Say the consumer runs; wait for a signal or its failure; say which."""
+    _announce(consumer, out)
+    how = "drain, commit, exit" if consumer.config.drain_on_shutdown else "finish the calls running, commit, exit"
+    print(f"consuming; SIGTERM or Ctrl-C stops ({how}; twice: at once)", file=out, flush=True)
+    while not stop.event.wait(FAILURE_POLL):
+        if consumer.failure is not None:  # logged with its traceback already
+            print(f"consumer failed: {consumer.stats().failure}; stopping", file=out, flush=True)
+            return
+        if status is not None:
+            status.tick(consumer.stats())
+    what = "everything polled" if consumer.config.drain_on_shutdown else "the listener calls running"
+    print(f"{stop.signal_name}: stopping (waiting up to {timeout:g}s for {what})", file=out, flush=True)
 
 
 def stopped_line(consumed: int, report: StopReport | None, timeout: float) -> str:
