@@ -22,7 +22,7 @@ from ._async_executor import AsyncExecutor, new_event_loop
 from ._clock import Clock
 from ._config import ConsumerConfig
 from ._consumer_core import ConsumerCore
-from ._errors import ConsumerFailedError, LitePushError
+from ._errors import LitePushError
 from ._shutdown import StopReport
 from ._types import AsyncListener
 from ._watchdog import LoopWatchdog
@@ -139,12 +139,7 @@ class AsyncLitePushConsumer(ConsumerCore):
 
         with asyncio.Runner(loop_factory=lambda: new_event_loop(use_uvloop)) as runner:
             runner.run(main())
-        failure = self.failure
-        if failure is not None:
-            raise ConsumerFailedError(f"consumer {self.config.group!r} failed: {self.stats().failure}") from failure
-        report = self.stop_report
-        assert report is not None  # shutdown() waited for the stop
-        return report
+        return self._run_outcome()
 
     def _signalled(self, stop: asyncio.Event, sig: signal.Signals) -> None:
         """(loop) The first SIGINT/SIGTERM stops; a second one hurries the stop."""

@@ -27,7 +27,6 @@ from ._async_executor import AsyncExecutor, LoopThread
 from ._clock import Clock
 from ._config import ConsumerConfig
 from ._consumer_core import ConsumerCore
-from ._errors import ConsumerFailedError
 from ._shutdown import StopReport
 from ._signals import StopOnSignal
 from ._snapshots import ConsumerStats
@@ -145,12 +144,7 @@ class LitePushConsumer(ConsumerCore):
         finally:
             if main:
                 signals.restore()
-        failure = self.failure
-        if failure is not None:
-            raise ConsumerFailedError(f"consumer {self.config.group!r} failed: {self.stats().failure}") from failure
-        report = self.stop_report
-        assert report is not None  # shutdown() waited for the stop
-        return report
+        return self._run_outcome()
 
     def __enter__(self) -> LitePushConsumer:
         self.start()

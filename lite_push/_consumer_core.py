@@ -33,7 +33,7 @@ from ._assignment import AppHook
 from ._async_executor import AsyncExecutor
 from ._clock import SYSTEM_CLOCK, Clock
 from ._config import ConsumeMode, ConsumerConfig
-from ._errors import ConfigError, LitePushError
+from ._errors import ConfigError, ConsumerFailedError, LitePushError
 from ._lanemetrics import LANE_METRICS_IMPL, LaneMetrics
 from ._listeners import is_async_callable, resolve_executor
 from ._metrics_serving import MetricsServing
@@ -400,6 +400,16 @@ class ConsumerCore:
         listener calls running, commit what finished, close.  From any
         thread; before a stop, it makes the next one wait for nothing."""
         self._stopper.hurry()
+
+    def _run_outcome(self) -> StopReport:
+        """What ``run()`` returns once it stopped the consumer: the stop's
+        report, or :class:`~lite_push.ConsumerFailedError` if it failed."""
+        failure = self.failure
+        if failure is not None:
+            raise ConsumerFailedError(f"consumer {self.config.group!r} failed: {self.stats().failure}") from failure
+        report = self.stop_report
+        assert report is not None  # shutdown() waited for the stop
+        return report
 
     @property
     def stop_report(self) -> StopReport | None:

@@ -39,6 +39,7 @@ import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from ._errors import UnknownTopicError
 from ._types import MessageExt
@@ -55,12 +56,39 @@ from .sources._base import (
     dlq_topic,
 )
 
-__all__ = ["READ_PAGE", "HeldLetter", "HeldLog", "Place", "QueueId", "logical_origin", "place_text"]
+__all__ = [
+    "READ_PAGE", "Folding", "HeldLetter", "HeldLog", "Place", "QueueId", "logical_origin", "place_text", "read_folded",
+]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
 #: Offsets of the dead-letter topic read per call.
 READ_PAGE = 1000
+
+
+class Folding(Protocol):
+    """A fold of a dead-letter topic's records (:class:`HeldLog`, the
+    resend log): where it stands, and what takes the next records."""
+
+    @property
+    def next_offset(self) -> int: ...
+
+    def feed(self, messages: list[MessageExt]) -> None: ...
+
+
+def read_folded(fold: Folding, reader: DeadLetterReader, group: str, page: int = READ_PAGE) -> int:
+    """Feed ``fold`` what ``group``'s dead-letter topic holds from its
+    ``next_offset`` on, ``page`` offsets at a time; how many records were
+    read (0 when the group has no dead-letter topic)."""
+    try:
+        (queue,) = reader.queues(dlq_topic(group))
+    except UnknownTopicError:
+        return 0
+    n = 0
+    while batch := reader.messages(queue, fold.next_offset, fold.next_offset + page):
+        fold.feed(batch)
+        n += len(batch)
+    return n
 
 #: A queue as the held keys name it: ``(topic, queue_id)``.
 QueueId = tuple[str, int]
@@ -180,12 +208,4 @@ class HeldLog:
         """Read and fold what ``group``'s dead-letter topic holds from
         :attr:`next_offset` on, ``page`` offsets at a time; return how many
         records were read (0 when the group has no dead-letter topic)."""
-        try:
-            (queue,) = reader.queues(dlq_topic(group))
-        except UnknownTopicError:
-            return 0
-        n = 0
-        while batch := reader.messages(queue, self.next_offset, self.next_offset + page):
-            self.feed(batch)
-            n += len(batch)
-        return n
+        return read_folded(self, reader, group, page)

@@ -25,7 +25,7 @@ import json
 import logging
 from collections.abc import Iterable, Sequence
 
-from ._errors import UnknownTopicError
+from ._held_log import READ_PAGE, read_folded
 from ._types import MessageExt
 from .sources._base import (
     DLQ_GROUP,
@@ -34,15 +34,12 @@ from .sources._base import (
     RELEASED_THROUGH,
     RESENT_LETTERS,
     DeadLetterReader,
-    dlq_topic,
 )
 
-__all__ = ["READ_PAGE", "RECORD_LETTERS", "RELEASED", "ResentLog", "resend_record"]
+__all__ = ["RECORD_LETTERS", "RELEASED", "ResentLog", "resend_record"]
 
 logger = logging.getLogger(__name__)
 
-#: Offsets of the dead-letter topic read per call.
-READ_PAGE = 1000
 #: Dead letters one resend record names at most.
 RECORD_LETTERS = 500
 #: Where a held letter released with its key went (the release record says
@@ -110,12 +107,4 @@ class ResentLog:
         """Read and fold what ``group``'s dead-letter topic holds from
         :attr:`next_offset` on, ``page`` offsets at a time; return how many
         records were read (0 when the group has no dead-letter topic)."""
-        try:
-            (queue,) = reader.queues(dlq_topic(group))
-        except UnknownTopicError:
-            return 0
-        n = 0
-        while batch := reader.messages(queue, self.next_offset, self.next_offset + page):
-            self.feed(batch)
-            n += len(batch)
-        return n
+        return read_folded(self, reader, group, page)
