@@ -396,10 +396,14 @@ class ConsumerCore:
         self._run_stop.set()
 
     def stop_now(self) -> None:
-        """Hurry a stop under way (a second Ctrl-C): wait no longer for the
-        listener calls running, commit what finished, close.  From any
-        thread; before a stop, it makes the next one wait for nothing."""
+        """Stop at once (a second Ctrl-C): wait no longer for the listener
+        calls running, commit what finished, close; a stop under way (or
+        ``run()``) ends soon after.  From any thread."""
         self._stopper.hurry()
+        self._run_stop.set()
+        if self._started and not self._stopping.is_set():
+            self._stopping.set()
+            self._source.wakeup()
 
     def _run_outcome(self) -> StopReport:
         """What ``run()`` returns once it stopped the consumer: the stop's

@@ -315,3 +315,50 @@ def test_consume_whose_output_reader_went_away_stops_and_commits(tmp_path: Path)
         for q in broker.queues("T"):
             committed = broker.committed("g", q)
             assert committed is not None and committed.offset == broker.max_offset(q), q
+
+
+STUCK_SCRIPT = """
+import asyncio
+import logging
+import sys
+import time
+
+from lite_push import AsyncLitePushConsumer, ConsumerConfig, LitePushConsumer
+from lite_push.sources import EmbeddedBroker
+
+import stop_test_listener
+
+logging.basicConfig(level=logging.INFO)
+broker = EmbeddedBroker()
+broker.create_topic("T", 2)
+for i in range(20):
+    broker.send("T", str(i).encode(), keys=f"k{i % 4}")
+source = broker.pull_consumer("g", consume_from="first")
+if sys.argv[1] == "async":
+    async def listener(msgs):
+        stop_test_listener._record(msgs)
+        await asyncio.sleep(600)
+    consumer = AsyncLitePushConsumer(ConsumerConfig(lanes=4), source, listener)
+else:
+    consumer = LitePushConsumer(ConsumerConfig(lanes=4), source, stop_test_listener.stuck)
+consumer.subscribe("T")
+report = consumer.run(timeout=300)
+print("report:", report.summary(), "| finished:", report.finished, flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_second_signal_hurries_run(tmp_path: Path, kind: str) -> None:
+    """``run()`` with every lane stuck in a call: the first Ctrl-C waits
+    for the calls (up to the 300 s timeout), the second gives them up;
+    ``run()`` returns a report that says so."""
+    (tmp_path / "stuck_run.py").write_text(textwrap.dedent(STUCK_SCRIPT))
+    run = Run(tmp_path, [sys.executable, "stuck_run.py", kind], "stuck")
+    run.wait_for(lambda: len(_lines(run.consumed)) >= 4, "4 calls started")
+    run.signal(signal.SIGINT)
+    run.wait_for(lambda: "SIGINT, stopping" in run.stderr.read_text(), "the first stop")
+    run.signal(signal.SIGINT)
+    assert run.wait() == 0, run.output()
+    out = run.out()
+    assert "4 listener calls given up at the deadline" in out and "| finished: False" in out, run.output()
+    assert "Traceback" not in run.stderr.read_text(), run.output()

@@ -476,3 +476,28 @@ def test_start_after_shutdown_says_so():
         consumer.shutdown(timeout=5)
         with pytest.raises(LitePushError, match="was shut down and cannot start again: build a new one"):
             consumer.start()
+
+
+def test_stop_now_on_a_running_consumer_stops_it_at_once():
+    """stop_now() is a whole stop, not only a hurry: polling stops, the call
+    running is given up after the grace, and shutdown() then returns."""
+    broker = EmbeddedBroker()
+    broker.create_topic("T", queue_count=1)
+    for i in range(10):
+        broker.send("T", body=b"x", keys=f"k{i}")
+    started, release = threading.Event(), threading.Event()
+
+    def listener(msgs):
+        started.set()
+        release.wait(30)
+
+    consumer = make(broker, listener, lanes=2)
+    consumer.start()
+    assert started.wait(10)
+    consumer.stop_now()
+    # the stop runs by itself (no shutdown() yet), and does not wait for the call
+    assert wait_until(lambda: consumer.stop_report is not None, timeout=20)
+    assert consumer.shutdown(timeout=60) is False
+    release.set()
+    report = consumer.stop_report
+    assert report is not None and not report.finished and report.abandoned >= 1
