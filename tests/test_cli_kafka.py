@@ -30,7 +30,6 @@ from lite_push.sources._base import (
 )
 from lite_push.sources.kafka import KafkaBroker
 from lite_push.sources.kafka.mock_cluster import MockKafkaCluster
-from lite_push.sources.redis_server import free_port
 
 #: The group session of the consume runs, given in the URL's query (more
 #: than the default revoke_timeout + fence_margin, 10.5 s, as it must be).
@@ -274,12 +273,3 @@ def test_source_kafka_settings_with_another_source_are_an_error(
     code, out, err = run_cli(capsys, "dlq", "list", "--config", str(path), "--group", "g")
     assert code == 2 and out == ""
     assert_one_line_error(err, "[source.kafka] settings are for a kafka:// source")
-
-
-def test_an_unreachable_kafka_cluster_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
-    """Nothing listens on the port: the first metadata request fails (after
-    KafkaBroker's 10 s wait for it), and that is one line with status 1."""
-    bootstrap = f"127.0.0.1:{free_port()}"
-    code, out, err = run_cli(capsys, "dlq", "list", "--source", f"kafka://{bootstrap}", "--group", "g")
-    assert code == 1 and out == ""
-    assert_one_line_error(err, f"source kafka://{bootstrap}: KafkaException:")

@@ -288,46 +288,6 @@ def test_two_members_on_kafka(tmp_path: Path) -> None:
 COMMITS = "; member 0: offsets committed for 2 queues; member 1: did not say what it committed (see the log)"
 
 
-COMMITS = "; member 0: offsets committed for 2 queues; member 1: did not say what it committed (see the log)"
-
-
-def test_a_group_of_two_forms_at_once_on_the_local_kafka(tmp_path: Path) -> None:
-    """Issue 41: ``consume --processes 2`` on a topic of 1,000 messages in 8
-    partitions, with Kafka's default session (45 s).  The mock completes a
-    join into a group already up only after session - 1 s; started as
-    ``python -m lite_push.sources.kafka.mock_cluster`` starts it (the
-    broker's initial rebalance delay, 3 s), both members join the first
-    generation and each gets 4 partitions.  The last line says what each
-    member's stop committed, read back; the group holds it."""
-    n = 1000
-    with MockKafkaCluster(rebalance_delay_ms=3000) as cluster:
-        broker = KafkaBroker(cluster.bootstrap, topic_creator=cluster.create_topic)
-        try:
-            broker.create_topic("orders", 8)
-            broker.send_batch("orders", [{"body": str(i).encode(), "keys": f"k{i % 37}"} for i in range(n)])
-            service = Service(
-                tmp_path,
-                [
-                    "--source", f"kafka://{cluster.bootstrap}", "--group", "g", "--topic", "orders", "--from",
-                    "first", "--listener", "cli_test_listener:handle", "--processes", "2",
-                ],
-            )  # fmt: skip
-            try:
-                service.wait_consumed(n, timeout=60)
-                queues = broker.queues("orders")
-                assert wait_until(lambda: _committed_to_the_end(broker, queues), timeout=30), service.output()
-                code = service.stop()
-            finally:
-                service.kill()
-            assert code == 0, service.output()
-            out = service.stdout.read_text()
-            for member in (0, 1):
-                assert f"member {member}: offsets committed for 4 queues" in out, out
-            assert _committed_to_the_end(broker, queues)
-        finally:
-            broker.close()
-
-
 @pytest.mark.parametrize(
     ("short", "failure", "code", "line"),
     [
