@@ -17,6 +17,11 @@ item 3).
    that finds nothing, an ACK of 32, a session renewal of a paused queue
    (RENEW), and the DISPATCH that reclaims a lapsed member's 1,000
    delivered messages (its first call after the session ran out).
+3. **Where the server's time goes**, by message: each command's share of
+   the server's time in the last run balanced by message (``INFO
+   commandstats``: ``evalsha`` is the scripts' whole time, the commands
+   the scripts call are counted again under their own names), in µs per
+   message.
 """
 
 from __future__ import annotations
@@ -111,9 +116,11 @@ def per_message(url: str, n: int, balance: Balance) -> dict[str, float]:
         consumer.shutdown(10)
     cpu = _cpu(client) - cpu0
     calls = _calls(client)
+    stats = client.info("commandstats")
+    by_command = {name.removeprefix("cmdstat_"): float(v["usec"]) / n for name, v in stats.items()}
     broker.close()
     k = n / 1000
-    return {"trips": trips.n / k, "calls": calls / k, "usec": cpu * 1e6 / k, "rate": n / wall}
+    return {"trips": trips.n / k, "calls": calls / k, "usec": cpu * 1e6 / k, "rate": n / wall, "by_command": by_command}
 
 
 def _timed(fn: Any, reps: int) -> float:
@@ -172,14 +179,21 @@ def main() -> None:
     with RedisServer(appendonly=False) as server:
         print("| balance | round trips / 1k msg | server commands / 1k msg | server CPU µs / 1k msg | msg/s |")
         print("|---|---:|---:|---:|---:|")
+        by_command: dict[str, float] = {}
         for balance in (Balance.QUEUE, Balance.MESSAGE, Balance.QUEUE, Balance.MESSAGE):
             r = per_message(server.url, args.messages, balance)
             print(f"| {balance.value} | {r['trips']:.1f} | {r['calls']:.1f} | {r['usec']:.0f} | {r['rate']:,.0f} |")
+            by_command = r["by_command"]
         print()
         print("| call | median µs (client side, one round trip) |")
         print("|---|---:|")
         for name, us in calls_alone(server.url).items():
             print(f"| {name} | {us:.0f} |")
+        print()
+        print("| command (last MESSAGE run) | server µs / message |")
+        print("|---|---:|")
+        for name, us in sorted(by_command.items(), key=lambda kv: -kv[1])[:10]:
+            print(f"| {name} | {us:.2f} |")
 
 
 if __name__ == "__main__":
