@@ -41,7 +41,7 @@ from ._offsets import OFFSETS_IMPL
 from ._pull_runner import PullRunner
 from ._router import ROUTER_IMPL
 from ._shared import ABORT_GRACE, FailureLatch
-from ._shutdown import Stopper, StopReport
+from ._shutdown import StopReport
 from ._snapshots import ConsumerMetrics, ConsumerStats, metrics_of, stats_of
 from ._thread_executor import ThreadExecutor
 from ._types import MessageQueue
@@ -187,11 +187,7 @@ class ConsumerCore:
         self._pull = parts.pull
         self._readings = parts.readings
         self._watch = parts.watch
-        self._stopper = Stopper(
-            group=config.group, drain=config.drain_on_shutdown, lanes=lanes, executor=self._executor,
-            orderly=parts.orderly, abort=parts.abort, owned=parts.owned, sender=parts.sender,
-            committer=parts.committer, source=source,
-        )  # fmt: skip
+        self._stopper = parts.stopper
         source.set_rebalance_listener(parts.assignment)
         #: The source's listener: checked at start (one set since would
         #: silently replace it).

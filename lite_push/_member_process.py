@@ -38,6 +38,7 @@ from typing import Any, TypeAlias
 
 from ._consumer import LitePushConsumer
 from ._errors import ConfigError
+from ._shared import error_line
 
 __all__ = [
     "MemberError",
@@ -165,7 +166,7 @@ def run_member(
         code = _serve(factory, index, conn, serve_metrics, shutdown_timeout)
     except Exception as e:
         logger.error("member %d (pid %d) failed: %s: %s", index, os.getpid(), type(e).__name__, e, exc_info=True)
-        _report(conn, MemberError(" ".join(f"{type(e).__name__}: {e}".split())))
+        _report(conn, MemberError(error_line(e)))
     finally:
         conn.close()
     sys.exit(code)

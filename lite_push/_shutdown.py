@@ -33,12 +33,13 @@ import time
 from dataclasses import dataclass
 
 from ._async_executor import AsyncExecutor
+from ._clock import Clock
 from ._committer import Committer
 from ._failure_sender import FailureSender
 from ._lanes import Lane
 from ._process_queue import ProcessQueue
 from ._queue_orderly import QueueOrderlyService
-from ._shared import ABORT_GRACE
+from ._shared import ABORT_GRACE, error_line
 from ._thread_executor import ThreadExecutor
 from ._types import MessageQueue
 from .sources._base import PullSource
@@ -165,6 +166,7 @@ class Stopper:
         *,
         group: str,
         drain: bool,
+        clock: Clock,
         lanes: list[Lane],
         executor: ThreadExecutor | AsyncExecutor,
         orderly: QueueOrderlyService | None,
@@ -176,6 +178,7 @@ class Stopper:
     ) -> None:
         self._group = group
         self._drain = drain
+        self._clock = clock
         self._lanes = lanes
         self._executor = executor
         self._orderly = orderly
@@ -226,8 +229,9 @@ class Stopper:
         finished = self._join()
         abandoned = 0
         if not finished:
-            self._stop_calls()
-            self._let_go()
+            if self._drain:  # what the lanes still queue stays unstarted too
+                self._stop_calls()
+                self._let_go()
             abandoned = sum(1 for lane in self._lanes if lane.call is not None)
             self._executor.join(time.monotonic() + ABORT_GRACE, final=True)
             if abandoned:
@@ -236,7 +240,7 @@ class Stopper:
                     "uncommitted and are delivered again", self._group, abandoned,
                 )  # fmt: skip
         if self._sender.pending:
-            self._sender.send(time.monotonic(), final=True)
+            self._sender.send(self._clock.monotonic(), final=True)  # the outbox's times are the consumer's
         self._committer.commit_all()
         report = self.report = self._read_back(finished and not self._hurried, abandoned)
         return report
@@ -273,7 +277,7 @@ class Stopper:
             stored = self._source.committed_all([pq.queue for pq in pqs])
         except Exception as e:  # the source is down: say so rather than guess
             logger.debug("consumer %r: reading the committed offsets back failed", self._group, exc_info=True)
-            return StopReport(finished, unfinished, abandoned, (), unread=" ".join(f"{type(e).__name__}: {e}".split()))
+            return StopReport(finished, unfinished, abandoned, (), unread=error_line(e))
         queues = []
         for pq in pqs:
             held = stored.get(pq.queue)

@@ -46,6 +46,7 @@ from ._queue_orderly import QueueOrderlyService
 from ._rate_limit import KeyPacer, RateLimiter
 from ._router import KeyRouter
 from ._shared import MAX_SEGMENT, AppPauses, Counters, FailureLatch, KeyOf, safe_key_of
+from ._shutdown import Stopper
 from ._snapshots import Readings
 from ._thread_executor import ThreadExecutor
 from ._timer import RetryTimer
@@ -70,8 +71,6 @@ class Parts:
 
     #: The first failure of a lane or the pull thread.
     latch: FailureLatch
-    #: Set at the shutdown deadline: lanes skip what is left.
-    abort: threading.Event
     #: Owned queues: assignment writes, the other parts read.
     owned: dict[MessageQueue, ProcessQueue]
     app_pauses: AppPauses
@@ -90,6 +89,8 @@ class Parts:
     readings: Readings
     #: Watches the lanes' listener calls (``None``: the baseline).
     watch: CallWatch | None
+    #: The consumer's stop (run by the pull side when it leaves its loop).
+    stopper: Stopper
 
 
 def build_parts(
@@ -194,9 +195,13 @@ def build_parts(
         config, source, counters, owned, lanes, timer, latch, limiter, lane_metrics, lane_limit, key_pauses, watch,
         clock.monotonic, key_of, held,
     )  # fmt: skip
+    stopper = Stopper(
+        group=config.group, drain=config.drain_on_shutdown, clock=clock, lanes=lanes, executor=executor,
+        orderly=orderly, abort=abort, owned=owned, sender=sender, committer=committer, source=source,
+    )  # fmt: skip
     return Parts(
-        latch, abort, owned, app_pauses, key_pauses, orderly, workers, committer, sender, assignment, pull, readings,
-        watch,
+        latch, owned, app_pauses, key_pauses, orderly, workers, committer, sender, assignment, pull, readings, watch,
+        stopper,
     )  # fmt: skip
 
 
