@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import redis
+from redis.commands.core import Script
 from redis.exceptions import ClusterDownError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -165,6 +166,7 @@ class Connection:
         self.grain_quit = c.register_script(grain_scripts.QUIT)
         self.grain_position = c.register_script(grain_scripts.POSITION)
         self.grain_resync = c.register_script(grain_scripts.RESYNC)
+        self.grain_in_flight = c.register_script(grain_scripts.IN_FLIGHT)
         #: The scripts queued as bare EVALSHAs (``run(..., loaded=True)``):
         #: what :meth:`load_scripts` loads.
         self._bare: set[Any] = set()
@@ -216,12 +218,16 @@ class Connection:
         return script(keys=keys, args=args, client=pipe)
 
     def load_scripts(self) -> None:
-        """Load the scripts queued as bare EVALSHAs into the server's cache
-        (one pipelined round trip): after ``NoScriptError`` from a pipeline
-        built with ``run(..., loaded=True)``.  (Scripts run otherwise load
-        themselves: redis-py's ``Script`` retries after NOSCRIPT.)"""
+        """Load the scripts into the server's cache (one pipelined round
+        trip): after ``NoScriptError`` from a pipeline built with
+        ``run(..., loaded=True)``.  Every script this connection registered
+        is loaded, not only those queued so far: the server lost them all,
+        and the pipeline built again may queue others (a member's first
+        DISPATCH, its RESYNC).  (Scripts run otherwise load themselves:
+        redis-py's ``Script`` retries after NOSCRIPT.)"""
+        registered = {v for v in vars(self).values() if isinstance(v, Script)}
         pipe = self.client.pipeline(transaction=False)
-        for script in list(self._bare):
+        for script in sorted(registered | self._bare, key=lambda s: s.sha):
             pipe.script_load(script.script)
         pipe.execute()
 

@@ -60,11 +60,10 @@ return {}
 )
 
 #: A message-grain queue's state starts over at an offset.  KEYS: the
-#: queue's grain keys (log, cur, base, msg, hold, live, park).  ARGV: offset.
+#: queue's grain keys (log, cur, out, outz, hold, live, park).  ARGV: offset.
 GRAIN_RESET = """
 redis.call('SET', KEYS[2], ARGV[1])
-redis.call('SET', KEYS[3], ARGV[1])
-redis.call('DEL', KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
 return 1
 """
 
@@ -164,11 +163,8 @@ class RedisGroupAdmin(GroupAdmin):
         a group balanced by queue (only its members know)."""
         if not self.by_message():
             return None
-        out = {}
-        for q in queues:
-            values: list[Any] = self._conn.client.hvals(grain_keys(self._conn, self.group, q)[3])
-            out[q] = sum(1 for v in values if not v.startswith(b"\t"))
-        return out
+        conn = self._conn
+        return {q: int(conn.run(conn.grain_in_flight, grain_keys(conn, self.group, q), [])) for q in queues}
 
     def offsets_at(self, queues: Sequence[MessageQueue], timestamp: int) -> dict[MessageQueue, int]:
         out = {}

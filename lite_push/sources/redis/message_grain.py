@@ -23,15 +23,18 @@ queue up (``on_revoked``, without effect on the server: its late
 acknowledgements are ignored) and joins it again with a new token
 (``on_assigned``).
 
+The member reads each queue's stream itself (:mod:`.grain_ahead`) and
+proposes what it read to DISPATCH, which answers with what it delivered.
 Round trips: a poll is one (the dispatches of all queues, pipelined; a
-paused queue's session renewal rides along every ``heartbeat_interval``);
-a commit is one; joining a queue is two (its cursor, then the join); the
+paused queue's session renewal rides along every ``heartbeat_interval``),
+plus one before it when a queue's read-ahead is shorter than a proposal
+(the reads of those queues, pipelined); a commit is one; joining a queue is two (its cursor, then the join); the
 group registry's heartbeat and the copy of each queue's committed position
 to the group's offsets hash (for a member of the other balance, or a tool)
 are two more every ``heartbeat_interval``.  A reclaim costs no round trip
 of its own: the first DISPATCH after a session lapsed does it, in time
-linear in the queue's delivered messages (``benchmarks/grain_costs.py``
-measures each call).
+linear in the queue's records (``benchmarks/grain_costs.py`` measures
+each call).
 """
 
 from __future__ import annotations
@@ -51,24 +54,32 @@ from .._owned import OwnedQueues
 from . import grain_scripts
 from .codec import decode, offset_of
 from .connection import Connection
-from .gaps import GAP_LIMIT, take_within
+from .grain_ahead import Item, cursor_pos
+from .grain_share import MIN_EXTRA, Share
 from .lost_data import LostData
 from .membership import Membership
 from .reading import QueueReader
 from .retries import Retries
 from .topics import TopicCatalog
 
-__all__ = ["MessageGrain", "grain_keys", "grain_position"]
+__all__ = ["MessageGrain", "ahead_size", "grain_keys", "grain_position"]
 
 logger = logging.getLogger(__name__)
 
 #: Messages one DISPATCH may park (their key held by another member) before
 #: the cursor stops moving: the group's buffer ahead of slow holders.
 PARK_LIMIT = 4096
-#: Entries one DISPATCH reads past the cursor beyond ``4 * want``.
+#: Entries a read ahead takes beyond ``4 * want`` (and the most a
+#: proposal carries past ``want``).
 SCAN_EXTRA = 64
-#: Offsets one ACK call takes (Lua unpacks them onto its stack).
-ACK_CHUNK = 2000
+#: Records one ACK call names (Lua unpacks them onto its stack).
+ACK_CHUNK = 500
+
+
+def ahead_size(want: int) -> int:
+    """How many entries a member keeps read ahead of a queue, at least,
+    when it asks for ``want`` messages a poll."""
+    return 4 * want + SCAN_EXTRA
 
 
 def grain_keys(conn: Connection, group: str, queue: MessageQueue) -> list[str]:
@@ -86,38 +97,6 @@ def grain_position(conn: Connection, group: str, queue: MessageQueue) -> OffsetA
     message: its lowest offset no member acknowledged (None: never read)."""
     pos = int(conn.run(conn.grain_position, grain_keys(conn, group, queue), []))
     return None if pos < 0 else OffsetAndMetadata(pos)
-
-
-class _Share:
-    """This member's part in one queue: its token, the offsets delivered to
-    it and not acknowledged (``bad``: those of malformed entries, never
-    handed to the runtime), when its session there was last renewed."""
-
-    __slots__ = ("token", "keys", "delivered", "bad", "renewed", "base")
-
-    def __init__(self, token: str, keys: list[str], renewed: float, base: int) -> None:
-        self.token = token
-        self.keys = keys
-        self.delivered: set[int] = set()
-        self.bad: set[int] = set()
-        self.renewed = renewed
-        #: The group's committed position as last seen.
-        self.base = base
-
-    def deliverable(self, messages: Sequence[MessageExt]) -> int:
-        """How many of ``messages`` (delivered, in offset order) the runtime
-        may be handed now: all, unless their offsets lie further than
-        :data:`~.gaps.GAP_LIMIT` from those it has unacknowledged."""
-        delivered = self.delivered
-        if not messages or not delivered:
-            return len(messages)
-        lo, hi = messages[0].queue_offset, messages[-1].queue_offset
-        if max(hi, max(delivered)) - min(lo, min(delivered)) <= GAP_LIMIT:
-            return len(messages)
-        offs = [m.queue_offset for m in messages]
-        mine = set(offs)
-        pending = [o for o in delivered if o not in mine and o not in self.bad]
-        return take_within(offs, min(pending, default=None), max(pending, default=None))
 
 
 class MessageGrain(MemberModel):
@@ -153,7 +132,7 @@ class MessageGrain(MemberModel):
         self._heartbeat_interval = heartbeat_interval
         self._tags = tags
         self._subscribed: list[str] = []
-        self._shares: dict[MessageQueue, _Share] = {}
+        self._shares: dict[MessageQueue, Share] = {}
         self._generation = 0
         self._pending = False
         self._evicted: set[MessageQueue] = set()
@@ -161,6 +140,8 @@ class MessageGrain(MemberModel):
         #: and when it was sent.
         self._renewing: list[MessageQueue] = []
         self._resyncing: list[MessageQueue] = []
+        #: The reads ahead the poll carries, each with where it starts.
+        self._reading: list[tuple[QueueReader, str]] = []
         self._sent = 0.0
         #: A poll's reply was lost: the next one asks each queue what was
         #: delivered to this member that it does not know of.
@@ -257,14 +238,14 @@ class MessageGrain(MemberModel):
         for q in queues:
             self._generation += 1
             tokens[q] = f"{self._owned.client_id}/{self._generation}"
-            join = [tokens[q], self._ttl_ms, 0, 0, PARK_LIMIT, "", "1", starts[q]]  # want 0: only join
+            join = [tokens[q], self._ttl_ms, 0, PARK_LIMIT, "1", starts[q], starts[q]]  # want 0: only join
             conn.run(conn.grain_dispatch, keys[q], join, pipe)
         sent = time.monotonic()
         replies = pipe.execute()
         states = []
         for q, r in zip(queues, replies, strict=True):
             base = int(r[1])
-            self._shares[q] = _Share(tokens[q], keys[q], sent, base)
+            self._shares[q] = Share(tokens[q], keys[q], sent, base, _text(r[2]))
             states.append(self._reader(q, base))
         self._owned.add(states)
 
@@ -275,33 +256,58 @@ class MessageGrain(MemberModel):
         reply never came.  The next poll asks for them (RESYNC)."""
         self._resync = True
 
-    def queue_reads(self, pipe: Any, order: Sequence[QueueReader], want: int) -> int:
+    def queue_reads(self, pipe: Any, order: Sequence[QueueReader], want: int, *, loaded: bool = False) -> int:
         """Queue on the poll's pipeline a DISPATCH of up to ``want``
-        messages for each queue of ``order``, and a session renewal for
-        each paused queue due one (after a lost reply, first a RESYNC of
-        every owned queue); return how many replies that adds."""
+        messages for each queue of ``order``, proposing what its read-ahead
+        holds (topped up first, in a round trip of its own, where it is
+        shorter than a proposal), a session renewal for each paused queue
+        due one (after a lost reply, first a RESYNC of every owned queue),
+        and the next read ahead of each queue of ``order`` short of
+        :func:`ahead_size` entries; return how many replies that adds.
+        ``loaded``: bare EVALSHAs (see :meth:`.Connection.run`)."""
         conn, ttl, shares = self._conn, self._ttl_ms, self._shares
         self._resyncing.clear()
         if self._resync:
             for q, s in shares.items():
-                conn.run(conn.grain_resync, s.keys, [s.token, *sorted(s.delivered)], pipe)
+                conn.run(conn.grain_resync, s.keys, [s.token, *map(str, s.records)], pipe, loaded=loaded)
                 self._resyncing.append(q)
-        scan = 4 * want + SCAN_EXTRA
+        short = [st for st in order if len(shares[st.mq].ahead) < want + shares[st.mq].extra]
+        if short:
+            self._read_ahead(short, want)
         for st in order:
             s = shares[st.mq]
-            tags = self._tags(st.mq.topic)
-            joined = "" if tags is None else "\n".join(sorted(tags))
-            conn.run(conn.grain_dispatch, s.keys, [s.token, ttl, want, scan, PARK_LIMIT, joined, "0", 0], pipe)
+            s.proposed, args = s.ahead.proposal(want + s.extra)
+            conn.run(conn.grain_dispatch, s.keys, [s.token, ttl, want, PARK_LIMIT, "0", 0, *args], pipe, loaded=loaded)
         n = len(order)
         self._renewing.clear()
         now = time.monotonic()
         for q, st in self._owned.states.items():
             s = shares[q]
             if (st.paused or q in self.held) and now - s.renewed >= self._heartbeat_interval / 2:
-                conn.run(conn.grain_renew, s.keys, [s.token, ttl], pipe)
+                conn.run(conn.grain_renew, s.keys, [s.token, ttl], pipe, loaded=loaded)
                 self._renewing.append(q)
+        size = ahead_size(want)
+        self._reading = [(st, shares[st.mq].ahead.read_from()) for st in order if len(shares[st.mq].ahead) < size]
+        for st, start in self._reading:
+            pipe.xrange(st.log_key, "(" + start, "+", count=size)
         self._sent = now
-        return len(self._resyncing) + n + len(self._renewing)
+        return len(self._resyncing) + n + len(self._renewing) + len(self._reading)
+
+    def _read_ahead(self, short: Sequence[QueueReader], want: int) -> None:
+        """Read on, past what each queue of ``short`` holds read ahead (one
+        round trip)."""
+        pipe = self._conn.pipeline(reader=True)
+        reads = [(st, self._shares[st.mq].ahead.read_from()) for st in short]
+        for st, start in reads:
+            pipe.xrange(st.log_key, "(" + start, "+", count=ahead_size(want))
+        self._keep_read(reads, pipe.execute())
+
+    def _keep_read(self, reads: Sequence[tuple[QueueReader, str]], replies: Sequence[Any]) -> None:
+        ns = self._conn.namespace
+        for (st, start), entries in zip(reads, replies, strict=True):
+            share = self._shares.get(st.mq)
+            if share is not None:
+                share.ahead.add(ns, st.mq, entries, self._tags(st.mq.topic), start)
 
     def collect(
         self,
@@ -312,49 +318,112 @@ class MessageGrain(MemberModel):
         """Turn what :meth:`queue_reads` queued into batches, ready for
         :meth:`take_ready`, recording what was delivered and which sessions
         lapsed.  Entries that cannot be decoded go to ``store_malformed``
-        (the dead-letter queue) and count as delivered once stored, so a
-        later commit acknowledges them; until then they stay this member's,
-        unacknowledged."""
-        shares, sent, states = self._shares, self._sent, self._owned.states
+        (the dead-letter queue); until they are stored they stay this
+        member's, unacknowledged."""
+        shares, sent = self._shares, self._sent
         r = len(self._resyncing)
         n = len(order)
-        for q, ok in zip(self._renewing, replies[r + n :], strict=True):
+        w = len(self._renewing)
+        for q, ok in zip(self._renewing, replies[r + n : r + n + w], strict=True):
             if int(ok):
                 shares[q].renewed = sent
             else:
                 self._evicted.add(q)
-        found: dict[MessageQueue, list[Any]] = {}
+        got: dict[MessageQueue, tuple[list[MessageExt], list[tuple[MessageExt, str]]]] = {}
         for q, rep in zip(self._resyncing, replies[:r], strict=True):
             if not int(rep[0]):
                 self._evicted.add(q)
-            elif rep[1]:
-                found[q] = list(rep[1])
+                continue
+            msgs, qbad = [], []
+            for rid, entries, keys in rep[1]:
+                m, b = self._delivered(shares[q], q, int(rid), entries, [_text(k) for k in keys], [])
+                msgs += m
+                qbad += b
+            got[q] = msgs, qbad
         self._resync = False
         for st, rep in zip(order, replies[r : r + n], strict=True):
-            s = shares[st.mq]
+            q = st.mq
+            s = shares[q]
             s.base = int(rep[1])
+            proposed, s.proposed = s.proposed, []
             if not int(rep[0]):
-                self._evicted.add(st.mq)
+                self._evicted.add(q)
+                s.ahead.seen(_text(rep[2]))
+                continue
+            s.renewed = sent
+            taken = [proposed[int(i)] for i in rep[3].split(b",")] if rep[3] else []
+            self._adapt(s, proposed, len(taken) + len(rep[4]), _text(rep[2]))
+            if rep[4] or taken:
+                msgs, qbad = self._delivered(s, q, None, rep[4], [_text(k) for k in rep[5]], taken)
+                if q in got:  # resynced too
+                    msgs, qbad = got[q][0] + msgs, got[q][1] + qbad
+                got[q] = msgs, qbad
+        self._keep_read(self._reading, replies[r + n + w :])
+        self._hand_over(got, store_malformed)
+
+    def _adapt(self, s: Share, proposed: list[Item], delivered: int, cursor: str) -> None:
+        """Record the group's cursor and size the next proposal: larger
+        when this one ran out before ``want`` (others had passed its start,
+        or parked or skipped its entries), smaller while it had entries to
+        spare."""
+        want = len(proposed) - s.extra
+        s.ahead.seen(cursor)
+        if proposed and cursor_pos(cursor) >= proposed[-1][0]:
+            if delivered < want:
+                s.extra = min(2 * s.extra, 3 * max(want, 1) + SCAN_EXTRA)
+        else:
+            s.extra = max(MIN_EXTRA, s.extra - s.extra // 8)
+
+    def _delivered(
+        self,
+        s: Share,
+        q: MessageQueue,
+        rid: int | None,
+        entries: Sequence[Any],
+        keys: Sequence[str],
+        taken: Sequence[Item],
+    ) -> tuple[list[MessageExt], list[tuple[MessageExt, str]]]:
+        """What one DISPATCH (or, ``rid`` given, one record of a RESYNC)
+        delivered: the ``entries`` it read (parked messages), with their
+        ``keys`` as the server holds them, then the proposed items
+        ``taken``, as messages and malformed entries, recorded in ``s``."""
+        qbad: list[tuple[MessageExt, str]] = []
+        msgs = decode(self._conn.namespace, q, entries, qbad) if entries else []
+        delivered = [(offset_of(e[0]), k) for e, k in zip(entries, keys, strict=True)]
+        for pos, _, info, m, b in taken:
+            if m is not None:
+                msgs.append(m)
             else:
-                s.renewed = sent
-                if rep[2]:
-                    found.setdefault(st.mq, []).extend(rep[2])
+                assert b is not None
+                qbad.append(b)
+            if info != "x":  # an "x" entry is never recorded
+                delivered.append((pos[0] - 1, info[1:]))
+        if delivered:
+            s.record(delivered[0][0] if rid is None else rid, delivered)
+            s.unstored.update(b[0].queue_offset for b in qbad if b[0].queue_offset in s.rid_of)
+        return msgs, qbad
+
+    def _hand_over(
+        self,
+        got: Mapping[MessageQueue, tuple[list[MessageExt], list[tuple[MessageExt, str]]]],
+        store_malformed: Callable[[list[tuple[MessageExt, str]]], None],
+    ) -> None:
+        """Ready ``got``'s messages for the runtime and dead-letter its
+        malformed entries (with those not stored before)."""
+        shares, states = self._shares, self._owned.states
         bad, self._unstored = self._unstored, []
-        for q, entries in found.items():
-            st = states[q]
+        for q, (msgs, qbad) in got.items():
             if q in self._evicted:
                 continue
-            if len(entries) > 1:
-                entries.sort(key=lambda e: offset_of(e[0]))
-            qbad: list[tuple[MessageExt, str]] = []
-            msgs = decode(self._conn.namespace, q, entries, qbad)
-            shares[q].delivered.update(m.queue_offset for m in msgs)
+            st = states[q]
             bad += qbad
-            last = max(msgs[-1].queue_offset if msgs else -1, qbad[-1][0].queue_offset if qbad else -1)
+            last = max(msgs[-1].queue_offset if msgs else -1, max((b[0].queue_offset for b in qbad), default=-1))
             st.pos = max(st.pos, last + 1)
             before = self._ready.get(q)
             if before is not None:  # a failed poll's batch, not handed over yet
-                msgs = sorted(before.messages + msgs, key=lambda m: m.queue_offset)
+                msgs = before.messages + msgs
+            if len(msgs) > 1 and any(a.queue_offset > b.queue_offset for a, b in zip(msgs, msgs[1:], strict=False)):
+                msgs.sort(key=lambda m: m.queue_offset)
             self._ready[q] = PollBatch(q, msgs, st.pos)
         if bad:
             try:
@@ -367,8 +436,8 @@ class MessageGrain(MemberModel):
                 return
             for m, _ in bad:
                 share = shares.get(m.queue)
-                if share is not None:
-                    share.delivered.add(m.queue_offset)
+                if share is not None and m.queue_offset in share.unstored:
+                    share.unstored.discard(m.queue_offset)
                     share.bad.add(m.queue_offset)
 
     def take_ready(self) -> list[PollBatch]:
@@ -401,10 +470,10 @@ class MessageGrain(MemberModel):
         below the committed offset or finished in its offset map."""
         conn = self._conn
         pipe = conn.pipeline()
-        sent: list[tuple[MessageQueue, _Share, list[int]]] = []
+        sent: list[tuple[MessageQueue, Share, list[int]]] = []
         for q, om in entries.items():
             s = self._shares.get(q)
-            if s is None or not s.delivered:
+            if s is None or not s.rid_of:
                 continue
             fin = None
             if om.metadata:
@@ -415,26 +484,24 @@ class MessageGrain(MemberModel):
             top = om.offset
             held = self._ready.get(q)  # not in the runtime yet: not its to acknowledge
             waiting = {m.queue_offset for m in held.messages} if held is not None else ()
-            acks = sorted(
-                o for o in s.delivered if (o < top or (fin is not None and o in fin)) and o not in waiting
-            )
-            for i in range(0, len(acks), ACK_CHUNK):
-                part = acks[i : i + ACK_CHUNK]
-                conn.run(conn.grain_ack, s.keys, [s.token, *part], pipe)
-                sent.append((q, s, part))
+            unstored = s.unstored
+            acks = [
+                o for o in s.rid_of
+                if (o < top or (fin is not None and o in fin)) and o not in waiting and o not in unstored
+            ]  # fmt: skip
+            if not acks:
+                continue
+            for args, offs in s.ack_calls(acks, ACK_CHUNK):
+                conn.run(conn.grain_ack, s.keys, [s.token, *args], pipe)
+                sent.append((q, s, offs))
         if not sent:
             return
-        for (q, s, acks), r in zip(sent, pipe.execute(), strict=True):
-            s.delivered.difference_update(acks)
-            s.bad.difference_update(acks)
+        for (q, s, offs), r in zip(sent, pipe.execute(), strict=True):
+            s.acked(offs)
             s.base = int(r[1])
-            if int(r[0]) < len(acks):
-                logger.debug(
-                    "%r: %d acknowledgement(s) of %s ignored: its session lapsed",
-                    self._owned.who,
-                    len(acks) - int(r[0]),
-                    q,
-                )
+            refused = len(offs) - int(r[0])
+            if refused > 0:
+                logger.debug("%r: %d acknowledgement(s) of %s ignored: its session lapsed", self._owned.who, refused, q)
             if not int(r[2]):
                 self._evicted.add(q)
 
@@ -469,3 +536,7 @@ class MessageGrain(MemberModel):
         self._members.store_positions({q: s.base for q, s in self._shares.items()})
         self._shares.clear()
         self._members.leave((), member=bool(self._subscribed))
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)

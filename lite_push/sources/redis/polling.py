@@ -79,12 +79,13 @@ class PollRead:
         nothing was changed and, without message balance, nothing read is
         kept).
 
-        By queue, the read's script (MOVE_DUE) goes as a bare EVALSHA, so a
-        read is one round trip (redis-py would ask SCRIPT EXISTS first on
-        every read); a server without the script (restarted, flushed) is
-        told it and the read runs again: nothing of a read that met
-        NOSCRIPT was applied, here or on the server.  By message, a DISPATCH
-        delivers as it runs, so its pipeline is never run twice.
+        The read's scripts (MOVE_DUE; by message, the DISPATCHes) go as
+        bare EVALSHAs, so a read is one round trip (redis-py would ask
+        SCRIPT EXISTS first on every read); a server without the scripts
+        (restarted, flushed) is told it and the read runs again: nothing of
+        a read that met NOSCRIPT was applied, here or on the server (a
+        DISPATCH delivers as it runs: should the scripts have been flushed
+        between two of them, the member asks what it was delivered, RESYNC).
 
         With ``rebalance`` False, a read sent ahead (:meth:`send_ahead`) is
         taken: each queue's reply if the queue is still owned, unpaused, not
@@ -98,13 +99,13 @@ class PollRead:
                     return got
             else:
                 self._ahead.drop()
-        if self._grain is not None:
-            return self._read(max_per_queue, rebalance, loaded=False)
         try:
             return self._read(max_per_queue, rebalance, loaded=True)
         except NoScriptError:
             logger.info("redis-server had lost lite_push's scripts; loading them")
             self._conn.load_scripts()
+            if self._grain is not None:  # none of its scripts ran; should one have, RESYNC finds it
+                self._grain.replies_lost()
             return self._read(max_per_queue, rebalance, loaded=True)
 
     @property
@@ -175,7 +176,7 @@ class PollRead:
         grain = self._grain
         if grain is not None:
             order = [st for st in order if st.mq not in grain.held]
-            grain.queue_reads(pipe, order, max_per_queue)
+            grain.queue_reads(pipe, order, max_per_queue, loaded=loaded)
         else:
             order = [st for st in order if not st.waiting()]
             for st in order:

@@ -1,0 +1,149 @@
+"""A message-grain member's read-ahead of one queue's stream.
+
+With ``Balance.MESSAGE`` the member reads the queue's stream itself, past
+the group's cursor, and proposes what it read to DISPATCH (see
+:mod:`.grain_scripts`, "Who reads the stream"): the server then never
+copies an entry into Lua and back.  :class:`Ahead` keeps the entries read
+and not yet looked at by the group as far as the member knows (each
+DISPATCH reply carries the cursor), decoded once, with what a proposal says
+of each: its offset (its id for an entry whose id's sequence part is not
+0) and ``k<key>``, ``s`` (not of the member's tags) or ``x`` (that foreign
+id: delivered, never recorded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..._types import MessageExt, MessageQueue
+from .codec import decode
+
+__all__ = ["Ahead", "Item", "cursor_pos"]
+
+#: One entry read ahead: ``(position, arg, info, message, bad)`` with
+#: ``position`` its id as ``(ms, seq)``, ``arg`` and ``info`` what a
+#: proposal says of it, and either the decoded message or, for an entry that
+#: is no message, ``(stand-in, reason)`` for the dead-letter queue.
+Item = tuple[tuple[int, int], str, str, MessageExt | None, tuple[MessageExt, str] | None]
+
+
+def cursor_pos(cursor: str) -> tuple[int, int]:
+    """A cursor (``<n>`` for ``<n>-0``, or a whole id) as ``(ms, seq)``."""
+    ms, _, seq = cursor.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _pos(eid: bytes | str) -> tuple[int, int]:
+    ms, _, seq = (eid.decode() if isinstance(eid, bytes) else str(eid)).partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _items(namespace: str, q: MessageQueue, entries: Sequence[Any], tags: frozenset[str] | None) -> list[Item]:
+    bad: list[tuple[MessageExt, str]] = []
+    msgs = decode(namespace, q, entries, bad)
+    out: list[Item] = []
+    if not bad:
+        for m in msgs:
+            off = m.queue_offset
+            out.append(((off + 1, 0), str(off), _info(m, tags), m, None))
+        return out
+    for e in entries:  # some entry is no message: one by one, to pair each with its id
+        one: list[tuple[MessageExt, str]] = []
+        got = decode(namespace, q, [e], one)
+        eid = e[0].decode() if isinstance(e[0], bytes) else str(e[0])
+        pos = _pos(eid)
+        if got:
+            m = got[0]
+            out.append((pos, str(m.queue_offset), _info(m, tags), m, None))
+        elif pos[1]:
+            out.append((pos, eid, "x", None, one[0]))
+        else:
+            out.append((pos, str(pos[0] - 1), "k", None, one[0]))
+    return out
+
+
+def _info(m: MessageExt, tags: frozenset[str] | None) -> str:
+    if tags is not None and m.tags not in tags:
+        return "s"
+    k = m.keys
+    return "k" + k if isinstance(k, str) else "k"
+
+
+class Ahead:
+    """The entries of one queue read past ``after`` (a cursor), in order."""
+
+    __slots__ = ("after", "items", "_end")
+
+    def __init__(self, cursor: str) -> None:
+        #: The id the kept entries start after, in the cursor's form.
+        self.after = cursor
+        self.items: list[Item] = []
+        #: Where the next read starts: just after this id.
+        self._end = self._id(cursor)
+
+    @staticmethod
+    def _id(cursor: str) -> str:
+        return cursor if "-" in cursor else cursor + "-0"
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def read_from(self) -> str:
+        """Where the next read starts: just after this id (XRANGE's
+        exclusive start is ``"(" + read_from()``)."""
+        return self._end
+
+    def add(
+        self, namespace: str, q: MessageQueue, entries: Sequence[Any], tags: frozenset[str] | None, start: str
+    ) -> None:
+        """Keep ``entries``, read just after id ``start`` (a
+        :meth:`read_from` of before; what the group's cursor has passed
+        since is dropped, and a read from before a reset is not kept)."""
+        if not entries:
+            return
+        if start != self._end:
+            end = cursor_pos(self._end)
+            if cursor_pos(start) > end:
+                return
+            entries = [e for e in entries if _pos(e[0]) > end]
+            if not entries:
+                return
+        self.items += _items(namespace, q, entries, tags)
+        last = entries[-1][0]
+        self._end = last.decode() if isinstance(last, bytes) else str(last)
+
+    def proposal(self, n: int) -> tuple[list[Item], list[str]]:
+        """The first ``n`` entries kept, and the DISPATCH arguments that
+        propose them (their arg and info each, after :attr:`after`)."""
+        items = self.items[:n]
+        args = [self.after]
+        for it in items:
+            args.append(it[1])
+            args.append(it[2])
+        return items, args
+
+    def seen(self, cursor: str) -> None:
+        """The group's cursor is ``cursor``: drop what it has passed.  A
+        cursor behind the kept entries (the group's state was reset) starts
+        the read-ahead over from it."""
+        pos = cursor_pos(cursor)
+        items = self.items
+        if pos < cursor_pos(self.after):
+            self.items = []
+            self.after = cursor
+            self._end = self._id(cursor)
+            return
+        if not items or items[0][0] > pos:
+            self.after = cursor if pos > cursor_pos(self.after) else self.after
+            if not items and pos > cursor_pos(self._end):
+                self._end = self._id(cursor)
+            return
+        i = 0
+        n = len(items)
+        while i < n and items[i][0] <= pos:
+            i += 1
+        self.items = items[i:]
+        self.after = cursor
+        if not self.items and pos > cursor_pos(self._end):
+            self._end = self._id(cursor)
