@@ -387,6 +387,8 @@ class PullLoop:
         # lane waits, and a full budget's polls would keep them waiting.
         budget = 0 if first else min(DISPATCH_BUDGET, cfg.lane_capacity)
         while total < budget:
+            if all(pq.paused for pq in self._owned.values()):
+                break  # nothing a poll could read (by message, a round trip for nothing)
             try:
                 got = more()
             except Exception:

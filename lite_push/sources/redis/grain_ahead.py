@@ -13,7 +13,9 @@ id: delivered, never recorded).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any
 
 from ..._types import MessageExt, MessageQueue
@@ -26,6 +28,8 @@ __all__ = ["Ahead", "Item", "cursor_pos"]
 #: proposal says of it, and either the decoded message or, for an entry that
 #: is no message, ``(stand-in, reason)`` for the dead-letter queue.
 Item = tuple[tuple[int, int], str, str, MessageExt | None, tuple[MessageExt, str] | None]
+
+_first = itemgetter(0)
 
 
 def cursor_pos(cursor: str) -> tuple[int, int]:
@@ -42,20 +46,22 @@ def _pos(eid: bytes | str) -> tuple[int, int]:
 def _items(namespace: str, q: MessageQueue, entries: Sequence[Any], tags: frozenset[str] | None) -> list[Item]:
     bad: list[tuple[MessageExt, str]] = []
     msgs = decode(namespace, q, entries, bad)
-    out: list[Item] = []
     if not bad:
-        for m in msgs:
-            off = m.queue_offset
-            out.append(((off + 1, 0), str(off), _info(m, tags), m, None))
-        return out
+        if tags is None:  # the common case, per entry as little as can be
+            return [
+                ((o + 1, 0), str(o), "k" + m.keys if m.keys.__class__ is str else "k", m, None)
+                for m in msgs
+                for o in (m.queue_offset,)
+            ]
+        return [_item((m.queue_offset + 1, 0), str(m.queue_offset), m, tags) for m in msgs]
+    out: list[Item] = []
     for e in entries:  # some entry is no message: one by one, to pair each with its id
         one: list[tuple[MessageExt, str]] = []
         got = decode(namespace, q, [e], one)
         eid = e[0].decode() if isinstance(e[0], bytes) else str(e[0])
         pos = _pos(eid)
         if got:
-            m = got[0]
-            out.append((pos, str(m.queue_offset), _info(m, tags), m, None))
+            out.append(_item(pos, str(got[0].queue_offset), got[0], tags))
         elif pos[1]:
             out.append((pos, eid, "x", None, one[0]))
         else:
@@ -63,11 +69,10 @@ def _items(namespace: str, q: MessageQueue, entries: Sequence[Any], tags: frozen
     return out
 
 
-def _info(m: MessageExt, tags: frozenset[str] | None) -> str:
+def _item(pos: tuple[int, int], arg: str, m: MessageExt, tags: frozenset[str] | None) -> Item:
     if tags is not None and m.tags not in tags:
-        return "s"
-    k = m.keys
-    return "k" + k if isinstance(k, str) else "k"
+        return (pos, arg, "s", m, None)
+    return (pos, arg, "k" + m.keys if isinstance(m.keys, str) else "k", m, None)
 
 
 class Ahead:
@@ -117,11 +122,7 @@ class Ahead:
         """The first ``n`` entries kept, and the DISPATCH arguments that
         propose them (their arg and info each, after :attr:`after`)."""
         items = self.items[:n]
-        args = [self.after]
-        for it in items:
-            args.append(it[1])
-            args.append(it[2])
-        return items, args
+        return items, [self.after, *[a for it in items for a in (it[1], it[2])]]
 
     def seen(self, cursor: str) -> None:
         """The group's cursor is ``cursor``: drop what it has passed.  A
@@ -139,10 +140,7 @@ class Ahead:
             if not items and pos > cursor_pos(self._end):
                 self._end = self._id(cursor)
             return
-        i = 0
-        n = len(items)
-        while i < n and items[i][0] <= pos:
-            i += 1
+        i = bisect_right(items, pos, key=_first)
         self.items = items[i:]
         self.after = cursor
         if not self.items and pos > cursor_pos(self._end):

@@ -171,9 +171,9 @@ local function keep_holds()
   end
   bulk('HSET', KEYS[5], hs)
 end
--- lower the holds of ``tok``: ``ks`` keys, ``done`` key -> count
+-- lower the holds of ``tok`` (kept): ``ks`` keys, ``done`` key -> count
 local function release(tok, ks, done)
-  if #ks == 0 or not kept() then return end
+  if #ks == 0 then return end
   local mine = tok .. '\\t'
   local hv = redis.call('HMGET', KEYS[5], unpack(ks))
   local free = {}
@@ -204,9 +204,9 @@ end
 #: keeps the holds while two members or more are live, else drops them.
 #: Returns {1, base, cursor, the proposal's indexes delivered (from 0,
 #: joined by ","), the parked messages delivered (entries as XRANGE gives
-#: them, in offset order, all below the others), their keys}, or {0, base,
-#: cursor, "", {}, {}} when the caller's session lapsed (it must join again
-#: with a new token).
+#: them, in offset order, all below the others)}, or {0, base, cursor, "",
+#: {}} when the caller's session lapsed (it must join again with a new
+#: token).
 DISPATCH = (
     _NOW
     + _COMMON
@@ -228,7 +228,7 @@ if argv[5] == '1' then
   redis.call('SETNX', KEYS[2], argv[6])
 elseif not exp then
   local c = redis.call('GET', KEYS[2]) or argv[6]
-  return {0, base_of(c), c, '', {}, {}}
+  return {0, base_of(c), c, '', {}}
 end
 redis.call('ZADD', KEYS[6], now + tonumber(argv[2]), tok)  -- every call: the member counts its session from it
 local lone = redis.call('ZCARD', KEYS[6]) == 1
@@ -276,7 +276,7 @@ local function hold(k)
 end
 local rec, reck = {}, {}  -- the record: offsets and keys
 local n = 0               -- messages delivered
-local entries, ekeys = {}, {}
+local entries = {}
 local idx = {}
 local full = false
 local parked = redis.call('ZRANGE', KEYS[7], 0, -1)
@@ -306,7 +306,6 @@ if nparked > 0 then
         reck[#reck + 1] = k
         n = n + 1
         entries[#entries + 1] = e[1]
-        ekeys[#ekeys + 1] = k
       end
     end
   end
@@ -401,65 +400,60 @@ if #changed > 0 then
   end
   bulk('HSET', KEYS[5], hs)
 end
-return {1, base_of(newcur), newcur, table.concat(idx, ','), entries, ekeys}
+return {1, base_of(newcur), newcur, table.concat(idx, ','), entries}
 """
 )
 
 #: Acknowledge messages delivered to the caller (others' are ignored: a
 #: lapsed session's acknowledgements are fenced).  KEYS: GRAIN_KEYS.
-#: ARGV: token, then per record: its id, ``*`` (all of it) or the offsets
-#: acknowledged joined by ",", how many arguments follow, and those: for
-#: ``*`` each key of the record with its count (the member's records hold
-#: the same keys as the server's), else none.  A hold is lowered only for
-#: what a record still had: an ACK sent again (its reply was lost) lowers
-#: nothing twice.  Returns {how many messages were acknowledged, base, 1 if
-#: the caller's session is live else 0}.
+#: ARGV: token, then per record: its id and ``*`` (all of it) or the
+#: offsets acknowledged joined by ",".  With holds kept, each key's hold is
+#: lowered by what the records still had of it (an ACK sent again, its reply
+#: lost, lowers nothing twice).  Returns {how many messages were
+#: acknowledged, base, 1 if the caller's session is live else 0}.
 ACK = (
     _NOW
     + _COMMON
     + """
 local tok = ARGV[1]
 local n = 0
-local rids, at = {}, {}
-local i = 2
-while i <= #ARGV do
-  rids[#rids + 1] = ARGV[i]
-  at[#at + 1] = i
-  i = i + 3 + tonumber(ARGV[i + 2])
-end
-local ks, done = {}, {}
-local function lower(k, c)
-  if done[k] == nil then
-    ks[#ks + 1] = k
-    done[k] = c
-  else
-    done[k] = done[k] + c
-  end
-end
+local rids = {}
+for i = 2, #ARGV, 2 do rids[#rids + 1] = ARGV[i] end
 if #rids > 0 then
+  local holds = kept()
+  local ks, done = {}, {}
+  local function lower(k)
+    if done[k] == nil then
+      ks[#ks + 1] = k
+      done[k] = 1
+    else
+      done[k] = done[k] + 1
+    end
+  end
   local mine = tok .. '\\t'
   local vals = redis.call('HMGET', KEYS[3], unpack(rids))
   local dels, sets, zadds = {}, {}, {}
   for r, rid in ipairs(rids) do
     local v = vals[r]
     if v and string.sub(v, 1, #mine) == mine then
-      local a = at[r]
-      local spec = ARGV[a + 1]
-      if spec == '*' then
+      local spec = ARGV[2 * r + 1]
+      if spec == '*' and not holds then
         local offs = string.sub(v, #mine + 1, string.find(v, '\\t', #mine + 1, true) - 1)
         local _, commas = string.gsub(offs, ',', ',')
         n = n + commas + 1
         dels[#dels + 1] = rid
-        for j = a + 3, a + 2 + tonumber(ARGV[a + 2]), 2 do lower(ARGV[j], tonumber(ARGV[j + 1])) end
       else
-        local acked = {}
-        for o in string.gmatch(spec, '%d+') do acked[o] = true end
         local _, os, rks = rec_read(v)
+        local acked = nil
+        if spec ~= '*' then
+          acked = {}
+          for o in string.gmatch(spec, '%d+') do acked[o] = true end
+        end
         local keepo, keepk = {}, {}
         for j, o in ipairs(os) do
-          if acked[o] then
+          if acked == nil or acked[o] then
             n = n + 1
-            lower(rks[j], 1)
+            if holds then lower(rks[j]) end
           else
             keepo[#keepo + 1] = o
             keepk[#keepk + 1] = rks[j]
@@ -467,7 +461,7 @@ if #rids > 0 then
         end
         if #keepo == 0 then
           dels[#dels + 1] = rid
-        else
+        elseif #keepo < #os then
           sets[#sets + 1] = rid
           sets[#sets + 1] = rec_value(tok, keepo, keepk)
           zadds[#zadds + 1] = tonumber(keepo[1])
@@ -480,8 +474,8 @@ if #rids > 0 then
   bulk('ZREM', KEYS[4], dels)
   bulk('HSET', KEYS[3], sets)
   bulk('ZADD', KEYS[4], zadds)
+  if holds then release(tok, ks, done) end
 end
-release(tok, ks, done)
 local exp = redis.call('ZSCORE', KEYS[6], tok)
 local live = 0
 if exp and tonumber(exp) > now then live = 1 end
@@ -546,7 +540,7 @@ return n
 #: After a lost reply: the records of the caller that it does not know of
 #: (a DISPATCH it never heard back from).  KEYS: GRAIN_KEYS.  ARGV: token,
 #: the record ids it knows...  Returns {1 if its session is live else 0,
-#: {record id, its entries in offset order, their keys}, ...}.  A message
+#: {record id, its entries in offset order}, ...}.  A message
 #: trimmed away meanwhile has nothing to deliver: it counts as acknowledged.
 RESYNC = (
     _NOW
@@ -584,12 +578,12 @@ for i = 1, #m, 2 do
           redis.call('HSET', KEYS[3], rid, rec_value(tok, keepo, keepk))
           redis.call('ZADD', KEYS[4], tonumber(keepo[1]), rid)
         end
-        out[#out + 1] = {rid, es, keepk}
+        out[#out + 1] = {rid, es}
       end
     end
   end
 end
-release(tok, ks, done)
+if kept() then release(tok, ks, done) end
 local exp = redis.call('ZSCORE', KEYS[6], tok)
 local live = 0
 if exp and tonumber(exp) > now then live = 1 end

@@ -7,7 +7,9 @@ or by the offsets it acknowledges."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 
+from ..._offset_map import FinishedOffsets
 from ..._types import MessageExt
 from .gaps import GAP_LIMIT, take_within
 from .grain_ahead import Ahead, Item
@@ -23,7 +25,7 @@ class Share:
     """This member's part in one queue (see the module docstring)."""
 
     __slots__ = (
-        "token", "keys", "renewed", "base", "ahead", "extra", "proposed", "records", "rid_of", "bad", "unstored",
+        "token", "keys", "renewed", "base", "ahead", "extra", "proposed", "records", "rid_of", "top", "bad", "unstored",
     )  # fmt: skip
 
     def __init__(self, token: str, keys: list[str], renewed: float, base: int, cursor: str) -> None:
@@ -38,57 +40,55 @@ class Share:
         self.extra = MIN_EXTRA
         #: What the DISPATCH in flight proposed.
         self.proposed: list[Item] = []
-        #: record id -> its offsets not acknowledged, with their keys.
-        self.records: dict[int, dict[int, str]] = {}
+        #: record id -> its offsets not acknowledged, increasing (a dict: in
+        #: order, each removed in O(1)).
+        self.records: dict[int, dict[int, None]] = {}
         #: offset -> its record id: every offset delivered, not acknowledged.
         self.rid_of: dict[int, int] = {}
+        #: The highest offset ever recorded (a bound of those delivered).
+        self.top = -1
         #: Offsets of malformed entries, dead-lettered, never handed to the runtime.
         self.bad: set[int] = set()
         #: Offsets of malformed entries whose dead letter is not stored yet
         #: (not to be acknowledged until it is).
         self.unstored: set[int] = set()
 
-    def record(self, rid: int, delivered: Iterable[tuple[int, str]]) -> None:
-        """The server recorded ``delivered`` (offsets with their keys) under
-        ``rid`` for this member."""
-        offs = dict(delivered)
-        self.records[rid] = offs
-        rid_of = self.rid_of
-        for o in offs:
-            rid_of[o] = rid
+    def record(self, rid: int, offsets: list[int]) -> None:
+        """The server recorded ``offsets`` (increasing) under ``rid`` for
+        this member."""
+        self.records[rid] = dict.fromkeys(offsets)
+        self.rid_of.update(dict.fromkeys(offsets, rid))
+        if offsets[-1] > self.top:
+            self.top = offsets[-1]
 
-    def ack_calls(self, acks: Sequence[int], per_call: int) -> list[tuple[list[str], list[int]]]:
-        """ACK calls for ``acks`` (offsets of this member's records), each
-        naming at most ``per_call`` records: its arguments after the token
-        (per record its id, then ``*`` and each key with its count, or the
-        offsets) and the offsets it acknowledges."""
-        by_rid: dict[int, list[int]] = {}
-        rid_of = self.rid_of
-        for o in acks:
-            by_rid.setdefault(rid_of[o], []).append(o)
-        records = self.records
-        calls = []
-        rids = list(by_rid)
-        for i in range(0, len(rids), per_call):
-            args: list[str] = []
-            offs: list[int] = []
-            for rid in rids[i : i + per_call]:
-                mine = by_rid[rid]
-                rec = records[rid]
-                args.append(str(rid))
-                if len(mine) == len(rec):
-                    counts: dict[str, int] = {}
-                    for k in rec.values():
-                        counts[k] = counts.get(k, 0) + 1
-                    args.append("*")
-                    args.append(str(2 * len(counts)))
-                    for k, c in counts.items():
-                        args.append(k)
-                        args.append(str(c))
-                else:  # the server lowers the holds of those it still has
-                    args.append(",".join(map(str, mine)))
-                    args.append("0")
-                offs += mine
+    def ack_calls(
+        self, top: int, finished: FinishedOffsets | None, excluded: AbstractSet[int], per_call: int
+    ) -> list[tuple[list[str], list[int]]]:
+        """ACK calls for this member's offsets below ``top`` or in
+        ``finished``, but not in ``excluded``, each naming at most
+        ``per_call`` records: its arguments after the token (per record its
+        id, then ``*`` or the offsets) and the offsets it acknowledges."""
+        calls: list[tuple[list[str], list[int]]] = []
+        args: list[str] = []
+        offs: list[int] = []
+        named = 0
+        for rid, rec in self.records.items():
+            if next(reversed(rec)) < top and (not excluded or excluded.isdisjoint(rec)):
+                mine = list(rec)  # the whole record (its offsets increase: the last is the highest)
+            else:
+                mine = [
+                    o for o in rec if (o < top or (finished is not None and o in finished)) and o not in excluded
+                ]  # fmt: skip
+                if not mine:
+                    continue
+            args.append(str(rid))
+            args.append("*" if len(mine) == len(rec) else ",".join(map(str, mine)))
+            offs += mine
+            named += 1
+            if named == per_call:
+                calls.append((args, offs))
+                args, offs, named = [], [], 0
+        if named:
             calls.append((args, offs))
         return calls
 
@@ -113,8 +113,9 @@ class Share:
         if not messages or not delivered:
             return len(messages)
         lo, hi = messages[0].queue_offset, messages[-1].queue_offset
-        # a record's id is at most its offsets: the lowest id bounds them from below
-        if max(hi, max(delivered)) - min(lo, min(self.records)) <= GAP_LIMIT:
+        # bounds of what is delivered: a record's id is at most its offsets,
+        # ``top`` at least the highest ever recorded
+        if max(hi, self.top) - min(lo, min(self.records)) <= GAP_LIMIT:
             return len(messages)
         offs = [m.queue_offset for m in messages]
         mine = set(offs)

@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ..._errors import ConfigError
 from ..._offset_map import OffsetMapError
@@ -335,8 +335,8 @@ class MessageGrain(MemberModel):
                 self._evicted.add(q)
                 continue
             msgs, qbad = [], []
-            for rid, entries, keys in rep[1]:
-                m, b = self._delivered(shares[q], q, int(rid), entries, [_text(k) for k in keys], [])
+            for rid, entries in rep[1]:
+                m, b = self._delivered(shares[q], q, int(rid), entries, [])
                 msgs += m
                 qbad += b
             got[q] = msgs, qbad
@@ -351,10 +351,10 @@ class MessageGrain(MemberModel):
                 s.ahead.seen(_text(rep[2]))
                 continue
             s.renewed = sent
-            taken = [proposed[int(i)] for i in rep[3].split(b",")] if rep[3] else []
+            taken = _taken(proposed, rep[3])
             self._adapt(s, proposed, len(taken) + len(rep[4]), _text(rep[2]))
             if rep[4] or taken:
-                msgs, qbad = self._delivered(s, q, None, rep[4], [_text(k) for k in rep[5]], taken)
+                msgs, qbad = self._delivered(s, q, None, rep[4], taken)
                 if q in got:  # resynced too
                     msgs, qbad = got[q][0] + msgs, got[q][1] + qbad
                 got[q] = msgs, qbad
@@ -380,27 +380,26 @@ class MessageGrain(MemberModel):
         q: MessageQueue,
         rid: int | None,
         entries: Sequence[Any],
-        keys: Sequence[str],
         taken: Sequence[Item],
     ) -> tuple[list[MessageExt], list[tuple[MessageExt, str]]]:
         """What one DISPATCH (or, ``rid`` given, one record of a RESYNC)
-        delivered: the ``entries`` it read (parked messages), with their
-        ``keys`` as the server holds them, then the proposed items
-        ``taken``, as messages and malformed entries, recorded in ``s``."""
+        delivered: the ``entries`` it read (parked messages), then the
+        proposed items ``taken``, as messages and malformed entries,
+        recorded in ``s``."""
         qbad: list[tuple[MessageExt, str]] = []
         msgs = decode(self._conn.namespace, q, entries, qbad) if entries else []
-        delivered = [(offset_of(e[0]), k) for e, k in zip(entries, keys, strict=True)]
-        for pos, _, info, m, b in taken:
-            if m is not None:
-                msgs.append(m)
-            else:
-                assert b is not None
-                qbad.append(b)
-            if info != "x":  # an "x" entry is never recorded
-                delivered.append((pos[0] - 1, info[1:]))
-        if delivered:
-            s.record(delivered[0][0] if rid is None else rid, delivered)
-            s.unstored.update(b[0].queue_offset for b in qbad if b[0].queue_offset in s.rid_of)
+        offsets = [offset_of(e[0]) for e in entries]
+        if taken:
+            got = [it[3] for it in taken]
+            if None in got:
+                qbad += [it[4] for it in taken if it[4] is not None]
+                got = [m for m in got if m is not None]
+            msgs += cast(list[MessageExt], got)
+            offsets += [it[0][0] - 1 for it in taken if it[2] != "x"]  # an "x" entry is never recorded
+        if offsets:
+            s.record(offsets[0] if rid is None else rid, offsets)
+            if qbad:
+                s.unstored.update(b[0].queue_offset for b in qbad if b[0].queue_offset in s.rid_of)
         return msgs, qbad
 
     def _hand_over(
@@ -422,8 +421,8 @@ class MessageGrain(MemberModel):
             before = self._ready.get(q)
             if before is not None:  # a failed poll's batch, not handed over yet
                 msgs = before.messages + msgs
-            if len(msgs) > 1 and any(a.queue_offset > b.queue_offset for a, b in zip(msgs, msgs[1:], strict=False)):
-                msgs.sort(key=lambda m: m.queue_offset)
+            if (before is not None or q in self._resyncing) and len(msgs) > 1:
+                msgs.sort(key=lambda m: m.queue_offset)  # one DISPATCH's are in order, not several's
             self._ready[q] = PollBatch(q, msgs, st.pos)
         if bad:
             try:
@@ -481,17 +480,9 @@ class MessageGrain(MemberModel):
                     fin = decode_map(om.metadata, om.offset)
                 except OffsetMapError as e:
                     logger.debug("%r: commit of %s: metadata is not an offset map (%s)", self._owned.who, q, e)
-            top = om.offset
             held = self._ready.get(q)  # not in the runtime yet: not its to acknowledge
-            waiting = {m.queue_offset for m in held.messages} if held is not None else ()
-            unstored = s.unstored
-            acks = [
-                o for o in s.rid_of
-                if (o < top or (fin is not None and o in fin)) and o not in waiting and o not in unstored
-            ]  # fmt: skip
-            if not acks:
-                continue
-            for args, offs in s.ack_calls(acks, ACK_CHUNK):
+            excluded = s.unstored | {m.queue_offset for m in held.messages} if held is not None else s.unstored
+            for args, offs in s.ack_calls(om.offset, fin, excluded, ACK_CHUNK):
                 conn.run(conn.grain_ack, s.keys, [s.token, *args], pipe)
                 sent.append((q, s, offs))
         if not sent:
@@ -540,3 +531,15 @@ class MessageGrain(MemberModel):
 
 def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _taken(proposed: list[Item], indexes: bytes) -> list[Item]:
+    """The proposed items a DISPATCH delivered (``indexes``: from 0, joined
+    by ","; a run of them, mostly)."""
+    if not indexes:
+        return []
+    idx = indexes.split(b",")
+    first, last = int(idx[0]), int(idx[-1])
+    if last - first + 1 == len(idx):
+        return proposed[first : last + 1]
+    return [proposed[int(i)] for i in idx]
