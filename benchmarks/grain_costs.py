@@ -22,6 +22,12 @@ item 3).
    commandstats``: ``evalsha`` is the scripts' whole time, the commands
    the scripts call are counted again under their own names), in µs per
    message.
+4. **On a Redis Cluster** (``--cluster``, three masters started here): the
+   same consumer on a topic of 6 queues, by queue and by message; each
+   shard's CPU per message of the queues it serves (every script touches
+   one queue's slot, so a shard's cost is its queues' messages').  A cluster
+   client runs the poll's steps one by one (no pipelined scripts), so its
+   msg/s is not comparable with the single server's.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from lite_push import Balance, ConsumerConfig, LitePushConsumer, MessageQueue, O
 from lite_push.sources import ConsumeFromWhere
 from lite_push.sources.redis import RedisBroker, grain_scripts
 from lite_push.sources.redis.message_grain import grain_keys
-from lite_push.sources.redis_server import RedisServer
+from lite_push.sources.redis_server import RedisCluster, RedisServer
 
 FIRST = ConsumeFromWhere.FIRST_OFFSET
 
@@ -172,10 +178,72 @@ def calls_alone(url: str) -> dict[str, float]:
     return out
 
 
+def per_shard(cluster: RedisCluster, n: int, balance: Balance, queues: int = 6) -> list[dict[str, float]]:
+    """One consumer on a cluster: per shard, the messages of its queues and
+    its CPU µs and commands per message."""
+    client = redis.RedisCluster.from_url(cluster.url)
+    nodes = [redis.Redis(host="127.0.0.1", port=p) for p in cluster.ports]
+    broker = RedisBroker(client, namespace=f"gc-{uuid.uuid4().hex[:8]}", session_timeout=10.0, heartbeat_interval=1.0)
+    try:
+        broker.create_topic("T", queues)
+        broker.send_batch("T", [(b"x" * 64, f"k{i % 2000}") for i in range(n)])
+        by_port: dict[int, int] = dict.fromkeys(cluster.ports, 0)
+        for q in range(queues):
+            log = broker.queue_key("T", q, "log")
+            by_port[client.get_node_from_key(log).port] += int(client.xlen(log))
+        done = [0]
+
+        def listener(msgs: list[Any]) -> None:
+            done[0] += len(msgs)
+
+        consumer = LitePushConsumer(
+            ConsumerConfig(group="g", lanes=8, poll_timeout=0.05, revoke_timeout=5.0, commit_interval=0.05),
+            source=broker.pull_consumer("g", consume_from=FIRST, balance=balance),
+            listener=listener,
+        )
+        consumer.subscribe("T")
+        for node in nodes:
+            node.config_resetstat()
+        cpu0 = [_cpu(node) for node in nodes]
+        t0 = time.perf_counter()
+        consumer.start()
+        while done[0] < n:
+            time.sleep(0.005)
+        wall = time.perf_counter() - t0
+        consumer.shutdown(10)
+        out = []
+        for node, port, c0 in zip(nodes, cluster.ports, cpu0, strict=True):
+            m = max(1, by_port[port])
+            usec = (_cpu(node) - c0) * 1e6 / m
+            out.append({"messages": by_port[port], "usec": usec, "calls": _calls(node) / m, "rate": n / wall})
+        return out
+    finally:
+        broker.close()
+        client.close()
+        for node in nodes:
+            node.close()
+
+
+def cluster_table(messages: int) -> None:
+    with RedisCluster() as cluster:
+        print("| balance | shard | messages of its queues | server CPU µs / msg | server commands / msg | msg/s |")
+        print("|---|---|---:|---:|---:|---:|")
+        for balance in (Balance.QUEUE, Balance.MESSAGE, Balance.QUEUE, Balance.MESSAGE):
+            for i, r in enumerate(per_shard(cluster, messages, balance)):
+                print(
+                    f"| {balance.value} | {i + 1} | {r['messages']:,} | {r['usec']:.2f} | {r['calls']:.2f} |"
+                    f" {r['rate']:,.0f} |"
+                )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=20000)
+    ap.add_argument("--cluster", action="store_true", help="measure on a three-master Redis Cluster instead")
     args = ap.parse_args()
+    if args.cluster:
+        cluster_table(args.messages)
+        return
     with RedisServer(appendonly=False) as server:
         print("| balance | round trips / 1k msg | server commands / 1k msg | server CPU µs / 1k msg | msg/s |")
         print("|---|---:|---:|---:|---:|")

@@ -10,11 +10,11 @@ each runs on one Cluster slot.  The keys, per group ``g`` and queue, all
                  ``<n>`` for ``<n>-0`` (so ``<n>`` is also the next offset
                  no member has looked at), else the whole id (``<ms>-<seq>``,
                  an entry a raw ``XADD`` wrote)
-  out    hash    record id -> ``<token>\\t<offset>,<offset>,...\\t<key>\\xff<key>...``:
+  out    hash    record id -> ``<token>\\t<offset>,<offset>,...\\tk<key>\\xffk<key>...``:
                  what one DISPATCH delivered to a member and the member has
                  not acknowledged yet, in offset order, with each message's
-                 key (as the member proposed it: byte 0xff is in no UTF-8
-                 key).  A record's id is its
+                 key (as the member proposed it, a "k" before it; byte 0xff
+                 is in no UTF-8 key).  A record's id is its
                  first offset when it was written (an offset is delivered in
                  one record at a time, so ids never collide while both
                  live; a token check fences the rest).  A field ``\\xff``
@@ -101,9 +101,10 @@ local function rec_read(v)
   local t2 = string.find(v, '\\t', t1 + 1, true)
   local os, ks = {}, {}
   for o in string.gmatch(string.sub(v, t1 + 1, t2 - 1), '%d+') do os[#os + 1] = o end
-  for k in string.gmatch(string.sub(v, t2 + 1) .. '\\255', '([^\\255]*)\\255') do ks[#ks + 1] = k end
+  for k in string.gmatch(string.sub(v, t2 + 1) .. '\\255', 'k([^\\255]*)\\255') do ks[#ks + 1] = k end
   return string.sub(v, 1, t1 - 1), os, ks
 end
+-- ``ks``: each key with a "k" before it (a proposal's info)
 local function rec_value(tok, os, ks)
   return tok .. '\\t' .. table.concat(os, ',') .. '\\t' .. table.concat(ks, '\\255')
 end
@@ -202,8 +203,8 @@ end
 #: form), then per proposed entry: its offset (its id for an ``x`` entry)
 #: and ``k<key>``, ``s`` or ``x``.  Reclaims every lapsed session first;
 #: keeps the holds while two members or more are live, else drops them.
-#: Returns {1, base, cursor, the proposal's indexes delivered (from 0,
-#: joined by ","), the parked messages delivered (entries as XRANGE gives
+#: Returns {1, base, cursor, the proposal's indexes delivered (from 0, as
+#: runs "<first>-<last>" joined by ","), the parked messages delivered (entries as XRANGE gives
 #: them, in offset order, all below the others)}, or {0, base, cursor, "",
 #: {}} when the caller's session lapsed (it must join again with a new
 #: token).
@@ -216,14 +217,26 @@ local sbyte, ssub = string.byte, string.sub
 local tok = argv[1]
 local want = tonumber(argv[3])
 local parkmax = tonumber(argv[4])
-local dead = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now)
+-- the sessions (a handful): the lapsed ones, the caller's, how many live
+local sessions = redis.call('ZRANGE', KEYS[6], 0, -1, 'WITHSCORES')
+local dead, d = {}, {}
+local others = 0
+local exp = nil
+for i = 1, #sessions, 2 do
+  local t = sessions[i]
+  if tonumber(sessions[i + 1]) <= now then
+    dead[#dead + 1] = t
+    d[t] = true
+  elseif t == tok then
+    exp = true
+  else
+    others = others + 1
+  end
+end
 if #dead > 0 then
-  local d = {}
-  for _, t in ipairs(dead) do d[t] = true end
   bulk('ZREM', KEYS[6], dead)
   reclaim(d)
 end
-local exp = redis.call('ZSCORE', KEYS[6], tok)
 if argv[5] == '1' then
   redis.call('SETNX', KEYS[2], argv[6])
 elseif not exp then
@@ -231,7 +244,7 @@ elseif not exp then
   return {0, base_of(c), c, '', {}}
 end
 redis.call('ZADD', KEYS[6], now + tonumber(argv[2]), tok)  -- every call: the member counts its session from it
-local lone = redis.call('ZCARD', KEYS[6]) == 1
+local lone = others == 0
 if lone then
   redis.call('DEL', KEYS[5])  -- its own holds only: every key is the caller's
 elseif not kept() then
@@ -277,7 +290,17 @@ end
 local rec, reck = {}, {}  -- the record: offsets and keys
 local n = 0               -- messages delivered
 local entries = {}
+-- the proposal's indexes delivered (from 0), as runs "a-b" joined by ","
 local idx = {}
+local run0, run1 = nil, nil
+local function deliver(j)
+  if run1 == j - 2 then
+    run1 = j - 1
+    return
+  end
+  if run0 then idx[#idx + 1] = run0 .. '-' .. run1 end
+  run0, run1 = j - 1, j - 1
+end
 local full = false
 local parked = redis.call('ZRANGE', KEYS[7], 0, -1)
 local nparked = #parked
@@ -303,7 +326,7 @@ if nparked > 0 then
       if #e > 0 then  -- else trimmed away: nothing to deliver
         hold(k)
         rec[#rec + 1] = os[i]
-        reck[#reck + 1] = k
+        reck[#reck + 1] = 'k' .. k
         n = n + 1
         entries[#entries + 1] = e[1]
       end
@@ -354,14 +377,19 @@ if not full and n < want and nparked < parkmax and np > 0 then
       while j <= stop and n < want and nparked < parkmax do
         local info = argv[7 + 2 * j]
         local f = sbyte(info, 1)
-        if f == 107 then  -- k: held by its key
+        if f == 107 and lone then  -- k, the caller alone: every key is its own
+          rec[#rec + 1] = argv[6 + 2 * j]
+          reck[#reck + 1] = info
+          n = n + 1
+          deliver(j)
+        elseif f == 107 then  -- k: held by its key
           local k = ssub(info, 2)
           if free(k) then
             hold(k)
             rec[#rec + 1] = argv[6 + 2 * j]
-            reck[#reck + 1] = k
+            reck[#reck + 1] = info
             n = n + 1
-            idx[#idx + 1] = j - 1
+            deliver(j)
           else
             local o = argv[6 + 2 * j]
             parks[#parks + 1] = o
@@ -369,7 +397,7 @@ if not full and n < want and nparked < parkmax and np > 0 then
             nparked = nparked + 1
           end
         elseif f == 120 then  -- x: delivered, never recorded
-          idx[#idx + 1] = j - 1
+          deliver(j)
           n = n + 1
         end  -- s: skipped
         last = j
@@ -400,6 +428,7 @@ if #changed > 0 then
   end
   bulk('HSET', KEYS[5], hs)
 end
+if run0 then idx[#idx + 1] = run0 .. '-' .. run1 end
 return {1, base_of(newcur), newcur, table.concat(idx, ','), entries}
 """
 )
@@ -456,7 +485,7 @@ if #rids > 0 then
             if holds then lower(rks[j]) end
           else
             keepo[#keepo + 1] = o
-            keepk[#keepk + 1] = rks[j]
+            keepk[#keepk + 1] = 'k' .. rks[j]
           end
         end
         if #keepo == 0 then
@@ -564,7 +593,7 @@ for i = 1, #m, 2 do
         if #e > 0 then
           es[#es + 1] = e[1]
           keepo[#keepo + 1] = o
-          keepk[#keepk + 1] = rks[j]
+          keepk[#keepk + 1] = 'k' .. rks[j]
         else  -- trimmed away: nothing to deliver
           if done[rks[j]] == nil then ks[#ks + 1] = rks[j] end
           done[rks[j]] = (done[rks[j]] or 0) + 1

@@ -534,12 +534,12 @@ def _text(v: Any) -> str:
 
 
 def _taken(proposed: list[Item], indexes: bytes) -> list[Item]:
-    """The proposed items a DISPATCH delivered (``indexes``: from 0, joined
-    by ","; a run of them, mostly)."""
+    """The proposed items a DISPATCH delivered (``indexes``: runs
+    ``<first>-<last>`` from 0, joined by ",")."""
     if not indexes:
         return []
-    idx = indexes.split(b",")
-    first, last = int(idx[0]), int(idx[-1])
-    if last - first + 1 == len(idx):
-        return proposed[first : last + 1]
-    return [proposed[int(i)] for i in idx]
+    out: list[Item] = []
+    for run in indexes.split(b","):
+        first, _, last = run.partition(b"-")
+        out += proposed[int(first) : int(last) + 1]
+    return out
