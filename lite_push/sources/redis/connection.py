@@ -214,7 +214,7 @@ class Connection:
             return None
         if loaded:
             self._bare.add(script)
-            return pipe.evalsha(script.sha, len(keys), *keys, *args)
+            return pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
         return script(keys=keys, args=args, client=pipe)
 
     def load_scripts(self) -> None:

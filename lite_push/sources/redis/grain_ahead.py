@@ -76,14 +76,23 @@ def _item(pos: tuple[int, int], arg: str, m: MessageExt, tags: frozenset[str] | 
 
 
 class Ahead:
-    """The entries of one queue read past ``after`` (a cursor), in order."""
+    """The entries of one queue read past ``after`` (a cursor), in order.
 
-    __slots__ = ("after", "items", "_end")
+    The entries the cursor passed are dropped by moving a head index (the
+    list is compacted once most of it is behind it), so a DISPATCH costs no
+    copy of what is kept."""
+
+    __slots__ = ("after", "_after_pos", "_items", "_args", "_head", "_end")
 
     def __init__(self, cursor: str) -> None:
         #: The id the kept entries start after, in the cursor's form.
         self.after = cursor
-        self.items: list[Item] = []
+        self._after_pos = cursor_pos(cursor)
+        self._items: list[Item] = []
+        #: Each item's arg and info, in turn (a proposal is a slice of it).
+        self._args: list[str] = []
+        #: The first kept item's index.
+        self._head = 0
         #: Where the next read starts: just after this id.
         self._end = self._id(cursor)
 
@@ -91,8 +100,13 @@ class Ahead:
     def _id(cursor: str) -> str:
         return cursor if "-" in cursor else cursor + "-0"
 
+    @property
+    def items(self) -> list[Item]:
+        """The entries kept, in order (a copy)."""
+        return self._items[self._head :]
+
     def __len__(self) -> int:
-        return len(self.items)
+        return len(self._items) - self._head
 
     def read_from(self) -> str:
         """Where the next read starts: just after this id (XRANGE's
@@ -114,34 +128,41 @@ class Ahead:
             entries = [e for e in entries if _pos(e[0]) > end]
             if not entries:
                 return
-        self.items += _items(namespace, q, entries, tags)
+        items = _items(namespace, q, entries, tags)
+        self._items += items
+        self._args += [a for it in items for a in (it[1], it[2])]
         last = entries[-1][0]
         self._end = last.decode() if isinstance(last, bytes) else str(last)
 
     def proposal(self, n: int) -> tuple[list[Item], list[str]]:
         """The first ``n`` entries kept, and the DISPATCH arguments that
         propose them (their arg and info each, after :attr:`after`)."""
-        items = self.items[:n]
-        return items, [self.after, *[a for it in items for a in (it[1], it[2])]]
+        h = self._head
+        args = [self.after]
+        args += self._args[2 * h : 2 * (h + n)]
+        return self._items[h : h + n], args
 
     def seen(self, cursor: str) -> None:
         """The group's cursor is ``cursor``: drop what it has passed.  A
         cursor behind the kept entries (the group's state was reset) starts
         the read-ahead over from it."""
         pos = cursor_pos(cursor)
-        items = self.items
-        if pos < cursor_pos(self.after):
-            self.items = []
-            self.after = cursor
-            self._end = self._id(cursor)
-            return
-        if not items or items[0][0] > pos:
-            self.after = cursor if pos > cursor_pos(self.after) else self.after
-            if not items and pos > cursor_pos(self._end):
+        if pos <= self._after_pos:
+            if pos < self._after_pos:
+                self._items, self._args, self._head = [], [], 0
+                self.after, self._after_pos = cursor, pos
                 self._end = self._id(cursor)
             return
-        i = bisect_right(items, pos, key=_first)
-        self.items = items[i:]
-        self.after = cursor
-        if not self.items and pos > cursor_pos(self._end):
-            self._end = self._id(cursor)
+        items = self._items
+        i = bisect_right(items, pos, lo=self._head, key=_first)
+        self.after, self._after_pos = cursor, pos
+        if i == len(items):
+            self._items, self._args, self._head = [], [], 0
+            if pos > cursor_pos(self._end):
+                self._end = self._id(cursor)
+        elif i > 256 and 2 * i > len(items):
+            self._items = items[i:]
+            self._args = self._args[2 * i :]
+            self._head = 0
+        else:
+            self._head = i

@@ -391,11 +391,14 @@ class MessageGrain(MemberModel):
         offsets = [offset_of(e[0]) for e in entries]
         if taken:
             got = [it[3] for it in taken]
-            if None in got:
+            first, last = taken[0][0][0], taken[-1][0][0]
+            if None in got:  # entries that are no message among them
                 qbad += [it[4] for it in taken if it[4] is not None]
-                got = [m for m in got if m is not None]
-            msgs += cast(list[MessageExt], got)
-            offsets += [it[0][0] - 1 for it in taken if it[2] != "x"]  # an "x" entry is never recorded
+                msgs += [m for m in got if m is not None]
+                offsets += [it[0][0] - 1 for it in taken if it[2] != "x"]  # an "x" entry is never recorded
+            else:  # messages only: ids "<n>-0", increasing
+                msgs += cast(list[MessageExt], got)
+                offsets += range(first - 1, last) if last - first == len(taken) - 1 else [it[0][0] - 1 for it in taken]
         if offsets:
             s.record(offsets[0] if rid is None else rid, offsets)
             if qbad:
