@@ -16,6 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import replace
+from typing import NamedTuple
 
 import pytest
 
@@ -27,6 +28,7 @@ from lite_push import (
     EmbeddedBroker,
     MessageExt,
     MessageQueue,
+    PollBatch,
 )
 from lite_push._assignment import Assignment
 from lite_push._async_executor import AsyncExecutor
@@ -51,7 +53,7 @@ from lite_push._shared import MAX_SEGMENT, AppPauses, Counters, FailureLatch
 from lite_push._steps import FENCED, PAUSE, Steps
 from lite_push._thread_executor import ThreadExecutor
 from lite_push._timer import PURGE, DueKey, HeldSendBack, LocalRetry, RetryTimer
-from lite_push.sources import EmbeddedPullConsumer, RebalanceListener, dlq_topic
+from lite_push.sources import EmbeddedPullConsumer, PullSource, RebalanceListener, dlq_topic
 
 MQ = MessageQueue("T", "embedded", 0)
 MQ1 = MessageQueue("T", "embedded", 1)
@@ -580,7 +582,20 @@ def test_assignment_drains_commits_and_only_then_gives_a_queue_up(broker: Embedd
 # -- the pull loop -------------------------------------------------------------------------
 
 
-def test_the_pull_loop_polls_tracks_dispatches_and_commits(broker: EmbeddedBroker) -> None:
+class _Loop(NamedTuple):
+    loop: PullLoop
+    source: PullSource
+    owned: dict[MessageQueue, ProcessQueue]
+    lanes: list[Lane]
+    clock: ManualClock
+    committer: Committer
+    counters: Counters
+    latch: FailureLatch
+    stopping: threading.Event
+
+
+def _pull_loop(broker: EmbeddedBroker) -> _Loop:
+    """A pull loop over ``broker``'s topic T, group g, two lanes nobody runs."""
     cfg = ConsumerConfig(group="g", lanes=2, poll_timeout=0.01, commit_interval=0.05)
     clock = ManualClock()
     owned: dict[MessageQueue, ProcessQueue] = {}
@@ -608,6 +623,11 @@ def test_the_pull_loop_polls_tracks_dispatches_and_commits(broker: EmbeddedBroke
         cfg, source, clock, owned, assignment=assignment, dispatcher=dispatcher, flow=flow, committer=committer,
         sender=sender, timer=timer, queue_counters=counters.queues, latch=latch, stopping=stopping,
     )  # fmt: skip
+    return _Loop(loop, source, owned, lanes, clock, committer, counters, latch, stopping)
+
+
+def test_the_pull_loop_polls_tracks_dispatches_and_commits(broker: EmbeddedBroker) -> None:
+    loop, source, owned, lanes, clock, committer, counters, latch, stopping = _pull_loop(broker)
     broker.send_batch("T", [(b"x", f"k{i % 5}") for i in range(40)])
     finished: list[bool] = []
     thread = threading.Thread(target=loop.run, args=(finished.append,))
@@ -638,6 +658,40 @@ def test_the_pull_loop_polls_tracks_dispatches_and_commits(broker: EmbeddedBroke
     committed = {q: source.committed(q) for q in owned}
     assert {q: c.offset for q, c in committed.items() if c is not None} == {q: broker.max_offset(q) for q in owned}
     assert sum(c.polled for c in counters.queues.values()) == 40
+    source.close()
+
+
+def test_the_pull_loop_gathers_no_more_once_every_queue_is_paused(broker: EmbeddedBroker) -> None:
+    """After a poll, the loop polls again without waiting while more is
+    ready, but not once every owned queue is paused: such a poll could read
+    nothing (by message it would cost a round trip for nothing)."""
+    loop, source, owned, *_ = _pull_loop(broker)
+    gathered: list[int] = []
+
+    def more() -> list[PollBatch]:
+        gathered.append(1)
+        return []
+
+    def turn(batches: list[PollBatch]) -> None:
+        steps = loop.turn(batches, None, more)
+        try:
+            call = next(steps)
+            while True:
+                call = steps.send(call())
+        except StopIteration:
+            pass
+
+    def poll_some() -> list[PollBatch]:
+        broker.send_batch("T", [(b"x", f"k{i}") for i in range(4)])
+        return source.poll(1.0)
+
+    turn(poll_some())  # the first dispatch goes out at once: no gathering
+    turn(poll_some())
+    assert gathered == [1]
+    for pq in owned.values():
+        pq.pause()
+    turn(poll_some())
+    assert gathered == [1]
     source.close()
 
 

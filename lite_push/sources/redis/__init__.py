@@ -118,20 +118,23 @@ Balance.MESSAGE (message-grain: :mod:`.message_grain`)
                                  first member (CLAIM_BALANCE); a member asking
                                  for the other while a live member uses it
                                  gets a ConfigError
-  ns:{<topic>#<q>}:mg:<g>:cur    string: the next offset no member looked at
-                                 (a scan goes on after the id "<cur>-0";
-                                 after a foreign "<ms>-N" entry, its id)
-  ns:{<topic>#<q>}:mg:<g>:base   string: the group's committed position
-                                 (every offset below it acknowledged)
-  ns:{<topic>#<q>}:mg:<g>:msg    hash offset -> "<token><tab><key>" delivered
-                                 and not acknowledged, "<tab><key>" parked
+  ns:{<topic>#<q>}:mg:<g>:cur    string: the id of the last entry any member
+                                 looked at ("<n>" for "<n>-0")
+  ns:{<topic>#<q>}:mg:<g>:out    hash record id -> "<token><tab><offsets>
+                                 <tab><keys>": what one DISPATCH delivered
+                                 to a member, not acknowledged
+  ns:{<topic>#<q>}:mg:<g>:outz   zset record id -> its lowest offset
   ns:{<topic>#<q>}:mg:<g>:hold   hash key -> "<token><tab><count>" holding it
+                                 (kept only while two members are live)
   ns:{<topic>#<q>}:mg:<g>:live   zset token -> session expiry (server ms)
-  ns:{<topic>#<q>}:mg:<g>:park   zset: parked offsets, in order
+  ns:{<topic>#<q>}:mg:<g>:park   zset "<offset><tab><key>": parked, in order
   (:mod:`.grain_scripts` says what each holds.)
+  The group's committed position of a queue is computed: the lowest of the
+  records, the parked messages and the cursor.  Members read the streams
+  themselves and propose what they read to DISPATCH.
   Everything of one queue shares its hash tag: DISPATCH (renew, reclaim the
-  lapsed sessions, serve parked then new messages), ACK, RENEW and QUIT are
-  each one script on one slot.  Members also keep their entry in the
+  lapsed sessions, serve parked then proposed messages), ACK, RENEW and QUIT
+  are each one script on one slot.  Members also keep their entry in the
   group's members zset (heartbeats) and copy each queue's committed
   position to the group's offsets hash every heartbeat, so a member of the
   other balance later starts there.
