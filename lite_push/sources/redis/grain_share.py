@@ -8,17 +8,42 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
+from typing import Any, cast
 
 from ..._offset_map import FinishedOffsets
-from ..._types import MessageExt
+from ..._types import MessageExt, MessageQueue
+from .codec import decode, offset_of
 from .gaps import GAP_LIMIT, take_within
-from .grain_ahead import Ahead, Item
+from .grain_ahead import Ahead, Item, cursor_pos
 
-__all__ = ["MIN_EXTRA", "Share"]
+__all__ = ["MIN_EXTRA", "SCAN_EXTRA", "Share", "text"]
 
 #: Entries a proposal carries beyond those wanted, at least (some may be
 #: parked, skipped by tag, or already passed by other members).
 MIN_EXTRA = 16
+#: Entries a read ahead takes beyond ``4 * want`` (and about the most a
+#: proposal carries past ``3 * want``).
+SCAN_EXTRA = 64
+
+#: A malformed entry's stand-in and the reason it is no message.
+Bad = tuple[MessageExt, str]
+
+
+def text(v: Any) -> str:
+    """A reply's string (bytes decoded)."""
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def taken_items(proposed: list[Item], indexes: bytes) -> list[Item]:
+    """The proposed items a DISPATCH delivered (``indexes``: runs
+    ``<first>-<last>`` from 0, joined by ",")."""
+    if not indexes:
+        return []
+    out: list[Item] = []
+    for run in indexes.split(b","):
+        first, _, last = run.partition(b"-")
+        out += proposed[int(first) : int(last) + 1]
+    return out
 
 
 class Share:
@@ -52,6 +77,67 @@ class Share:
         #: Offsets of malformed entries whose dead letter is not stored yet
         #: (not to be acknowledged until it is).
         self.unstored: set[int] = set()
+
+    # -- a DISPATCH's reply -------------------------------------------------------------
+
+    def lapsed(self, reply: Sequence[Any]) -> None:
+        """A DISPATCH found the session lapsed: what it proposed is void."""
+        self.proposed = []
+        self.base = int(reply[1])
+        self.ahead.seen(text(reply[2]))
+
+    def dispatched(self, namespace: str, q: MessageQueue, reply: Sequence[Any]) -> tuple[list[MessageExt], list[Bad]]:
+        """A DISPATCH's reply ``{1, base, cursor, indexes, parked entries}``:
+        the group's cursor and position recorded, the next proposal sized,
+        and what was delivered (see :meth:`delivered`)."""
+        proposed, self.proposed = self.proposed, []
+        self.base = int(reply[1])
+        taken = taken_items(proposed, reply[3])
+        self._size(proposed, len(taken) + len(reply[4]), text(reply[2]))
+        if not taken and not reply[4]:
+            return [], []
+        return self.delivered(namespace, q, None, reply[4], taken)
+
+    def _size(self, proposed: list[Item], delivered: int, cursor: str) -> None:
+        """Record the group's cursor and size the next proposal: larger
+        when this one ran out before ``want`` (others had passed its start,
+        or parked or skipped its entries), smaller while it had entries to
+        spare."""
+        want = len(proposed) - self.extra
+        self.ahead.seen(cursor)
+        if proposed and cursor_pos(cursor) >= proposed[-1][0]:
+            if delivered < want:
+                self.extra = min(2 * self.extra, 3 * max(want, 1) + SCAN_EXTRA)
+        else:
+            self.extra = max(MIN_EXTRA, self.extra - self.extra // 8)
+
+    def delivered(
+        self, namespace: str, q: MessageQueue, rid: int | None, entries: Sequence[Any], taken: Sequence[Item]
+    ) -> tuple[list[MessageExt], list[Bad]]:
+        """What one DISPATCH (or, ``rid`` given, one record of a RESYNC)
+        delivered: the ``entries`` it read (parked messages), then the
+        proposed items ``taken``, as messages and malformed entries,
+        recorded."""
+        qbad: list[Bad] = []
+        msgs = decode(namespace, q, entries, qbad) if entries else []
+        offsets = [offset_of(e[0]) for e in entries]
+        if taken:
+            got = [it[3] for it in taken]
+            first, last = taken[0][0][0], taken[-1][0][0]
+            if None in got:  # entries that are no message among them
+                qbad += [it[4] for it in taken if it[4] is not None]
+                msgs += [m for m in got if m is not None]
+                offsets += [it[0][0] - 1 for it in taken if it[2] != "x"]  # an "x" entry is never recorded
+            else:  # messages only: ids "<n>-0", increasing
+                msgs += cast(list[MessageExt], got)
+                offsets += range(first - 1, last) if last - first == len(taken) - 1 else [it[0][0] - 1 for it in taken]
+        if offsets:
+            self.record(offsets[0] if rid is None else rid, offsets)
+            if qbad:
+                self.unstored.update(b[0].queue_offset for b in qbad if b[0].queue_offset in self.rid_of)
+        return msgs, qbad
+
+    # -- the records -----------------------------------------------------------------------
 
     def record(self, rid: int, offsets: list[int]) -> None:
         """The server recorded ``offsets`` (increasing) under ``rid`` for

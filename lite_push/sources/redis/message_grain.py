@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 from ..._errors import ConfigError
 from ..._offset_map import OffsetMapError
@@ -52,10 +52,9 @@ from .._base import Balance, MessageModel, retry_topic
 from .._member_model import MemberModel
 from .._owned import OwnedQueues
 from . import grain_scripts
-from .codec import decode, offset_of
 from .connection import Connection
-from .grain_ahead import Item, cursor_pos
-from .grain_share import MIN_EXTRA, Share
+from .grain_ready import ReadyBatches
+from .grain_share import SCAN_EXTRA, Share, text
 from .lost_data import LostData
 from .membership import Membership
 from .reading import QueueReader
@@ -69,9 +68,6 @@ logger = logging.getLogger(__name__)
 #: Messages one DISPATCH may park (their key held by another member) before
 #: the cursor stops moving: the group's buffer ahead of slow holders.
 PARK_LIMIT = 4096
-#: Entries a read ahead takes beyond ``4 * want`` (and the most a
-#: proposal carries past ``want``).
-SCAN_EXTRA = 64
 #: Records one ACK call names (Lua unpacks them onto its stack).
 ACK_CHUNK = 500
 
@@ -146,14 +142,8 @@ class MessageGrain(MemberModel):
         #: A poll's reply was lost: the next one asks each queue what was
         #: delivered to this member that it does not know of.
         self._resync = False
-        #: Batches collected, per queue, not handed to the runtime yet.
-        self._ready: dict[MessageQueue, PollBatch] = {}
-        #: Queues whose ready messages wait past a jump of offsets (not
-        #: dispatched meanwhile, their sessions renewed as paused ones).
-        self.held: set[MessageQueue] = set()
-        #: Malformed entries delivered to this member whose dead letter could
-        #: not be stored yet (tried again at the next poll).
-        self._unstored: list[tuple[MessageExt, str]] = []
+        #: What was delivered and not handed to the runtime yet.
+        self._batches = ReadyBatches(owned.who)
         #: Says so when the server lost the group's data (a FLUSHALL, ...).
         self._lost_data = LostData(conn, owned.group)
         self.channels = (membership.channel, conn.notify_channel(retry_topic(owned.group)))
@@ -208,7 +198,7 @@ class MessageGrain(MemberModel):
                 owned.drop(lost)
                 for q in lost:
                     del self._shares[q]
-                    self._ready.pop(q, None)  # the others have them now
+                    self._batches.drop(q)  # the others have them now
                 changed = self._pending = True
         if self._members.heartbeat_in() <= 0 and self._subscribed:
             self._members.heartbeat([], self._subscribed)
@@ -245,7 +235,7 @@ class MessageGrain(MemberModel):
         states = []
         for q, r in zip(queues, replies, strict=True):
             base = int(r[1])
-            self._shares[q] = Share(tokens[q], keys[q], sent, base, _text(r[2]))
+            self._shares[q] = Share(tokens[q], keys[q], sent, base, text(r[2]))
             states.append(self._reader(q, base))
         self._owned.add(states)
 
@@ -320,7 +310,7 @@ class MessageGrain(MemberModel):
         lapsed.  Entries that cannot be decoded go to ``store_malformed``
         (the dead-letter queue); until they are stored they stay this
         member's, unacknowledged."""
-        shares, sent = self._shares, self._sent
+        shares, sent, ns = self._shares, self._sent, self._conn.namespace
         r = len(self._resyncing)
         n = len(order)
         w = len(self._renewing)
@@ -336,7 +326,7 @@ class MessageGrain(MemberModel):
                 continue
             msgs, qbad = [], []
             for rid, entries in rep[1]:
-                m, b = self._delivered(shares[q], q, int(rid), entries, [])
+                m, b = shares[q].delivered(ns, q, int(rid), entries, [])
                 msgs += m
                 qbad += b
             got[q] = msgs, qbad
@@ -344,126 +334,31 @@ class MessageGrain(MemberModel):
         for st, rep in zip(order, replies[r : r + n], strict=True):
             q = st.mq
             s = shares[q]
-            s.base = int(rep[1])
-            proposed, s.proposed = s.proposed, []
             if not int(rep[0]):
                 self._evicted.add(q)
-                s.ahead.seen(_text(rep[2]))
+                s.lapsed(rep)
                 continue
             s.renewed = sent
-            taken = _taken(proposed, rep[3])
-            self._adapt(s, proposed, len(taken) + len(rep[4]), _text(rep[2]))
-            if rep[4] or taken:
-                msgs, qbad = self._delivered(s, q, None, rep[4], taken)
+            msgs, qbad = s.dispatched(ns, q, rep)
+            if msgs or qbad:
                 if q in got:  # resynced too
                     msgs, qbad = got[q][0] + msgs, got[q][1] + qbad
                 got[q] = msgs, qbad
         self._keep_read(self._reading, replies[r + n + w :])
-        self._hand_over(got, store_malformed)
-
-    def _adapt(self, s: Share, proposed: list[Item], delivered: int, cursor: str) -> None:
-        """Record the group's cursor and size the next proposal: larger
-        when this one ran out before ``want`` (others had passed its start,
-        or parked or skipped its entries), smaller while it had entries to
-        spare."""
-        want = len(proposed) - s.extra
-        s.ahead.seen(cursor)
-        if proposed and cursor_pos(cursor) >= proposed[-1][0]:
-            if delivered < want:
-                s.extra = min(2 * s.extra, 3 * max(want, 1) + SCAN_EXTRA)
-        else:
-            s.extra = max(MIN_EXTRA, s.extra - s.extra // 8)
-
-    def _delivered(
-        self,
-        s: Share,
-        q: MessageQueue,
-        rid: int | None,
-        entries: Sequence[Any],
-        taken: Sequence[Item],
-    ) -> tuple[list[MessageExt], list[tuple[MessageExt, str]]]:
-        """What one DISPATCH (or, ``rid`` given, one record of a RESYNC)
-        delivered: the ``entries`` it read (parked messages), then the
-        proposed items ``taken``, as messages and malformed entries,
-        recorded in ``s``."""
-        qbad: list[tuple[MessageExt, str]] = []
-        msgs = decode(self._conn.namespace, q, entries, qbad) if entries else []
-        offsets = [offset_of(e[0]) for e in entries]
-        if taken:
-            got = [it[3] for it in taken]
-            first, last = taken[0][0][0], taken[-1][0][0]
-            if None in got:  # entries that are no message among them
-                qbad += [it[4] for it in taken if it[4] is not None]
-                msgs += [m for m in got if m is not None]
-                offsets += [it[0][0] - 1 for it in taken if it[2] != "x"]  # an "x" entry is never recorded
-            else:  # messages only: ids "<n>-0", increasing
-                msgs += cast(list[MessageExt], got)
-                offsets += range(first - 1, last) if last - first == len(taken) - 1 else [it[0][0] - 1 for it in taken]
-        if offsets:
-            s.record(offsets[0] if rid is None else rid, offsets)
-            if qbad:
-                s.unstored.update(b[0].queue_offset for b in qbad if b[0].queue_offset in s.rid_of)
-        return msgs, qbad
-
-    def _hand_over(
-        self,
-        got: Mapping[MessageQueue, tuple[list[MessageExt], list[tuple[MessageExt, str]]]],
-        store_malformed: Callable[[list[tuple[MessageExt, str]]], None],
-    ) -> None:
-        """Ready ``got``'s messages for the runtime and dead-letter its
-        malformed entries (with those not stored before)."""
-        shares, states = self._shares, self._owned.states
-        bad, self._unstored = self._unstored, []
-        for q, (msgs, qbad) in got.items():
-            if q in self._evicted:
-                continue
-            st = states[q]
-            bad += qbad
-            last = max(msgs[-1].queue_offset if msgs else -1, max((b[0].queue_offset for b in qbad), default=-1))
-            st.pos = max(st.pos, last + 1)
-            before = self._ready.get(q)
-            if before is not None:  # a failed poll's batch, not handed over yet
-                msgs = before.messages + msgs
-            if (before is not None or q in self._resyncing) and len(msgs) > 1:
-                msgs.sort(key=lambda m: m.queue_offset)  # one DISPATCH's are in order, not several's
-            self._ready[q] = PollBatch(q, msgs, st.pos)
-        if bad:
-            try:
-                store_malformed(bad)
-            except Exception as e:  # the good batches must reach the runtime: they are delivered
-                logger.warning(
-                    "%r: dead-lettering %d malformed entries failed (%s); tried again", self._owned.who, len(bad), e
-                )
-                self._unstored = bad
-                return
-            for m, _ in bad:
-                share = shares.get(m.queue)
-                if share is not None and m.queue_offset in share.unstored:
-                    share.unstored.discard(m.queue_offset)
-                    share.bad.add(m.queue_offset)
+        for q in self._evicted:
+            got.pop(q, None)
+        self._batches.put(got, self._owned.states, shares, self._resyncing, store_malformed)
 
     def take_ready(self) -> list[PollBatch]:
-        """The batches collected and not handed to the runtime yet (a poll
-        that failed after its dispatches keeps them for the next one: what
-        was delivered to this member must reach its listener before a
-        commit acknowledges it).  A queue's messages past a jump of offsets
-        (:mod:`.gaps`) stay here until the runtime acknowledged those it
-        has below it."""
-        ready, self._ready = self._ready, {}
-        self.held.clear()
-        out = []
-        for q, batch in ready.items():
-            share = self._shares.get(q)
-            msgs = batch.messages
-            n = len(msgs) if share is None else share.deliverable(msgs)
-            if n == len(msgs):
-                out.append(batch)
-                continue
-            self._ready[q] = PollBatch(q, msgs[n:], batch.next_offset)
-            self.held.add(q)
-            if n:
-                out.append(PollBatch(q, msgs[:n], msgs[n].queue_offset))
-        return out
+        """The batches collected and not handed to the runtime yet
+        (:class:`.ReadyBatches`)."""
+        return self._batches.take(self._shares)
+
+    @property
+    def held(self) -> set[MessageQueue]:
+        """Queues whose ready messages wait past a jump of offsets (not
+        dispatched meanwhile, their sessions renewed as paused ones)."""
+        return self._batches.held
 
     # -- acknowledging -------------------------------------------------------------------
 
@@ -483,8 +378,7 @@ class MessageGrain(MemberModel):
                     fin = decode_map(om.metadata, om.offset)
                 except OffsetMapError as e:
                     logger.debug("%r: commit of %s: metadata is not an offset map (%s)", self._owned.who, q, e)
-            held = self._ready.get(q)  # not in the runtime yet: not its to acknowledge
-            excluded = s.unstored | {m.queue_offset for m in held.messages} if held is not None else s.unstored
+            excluded = s.unstored | self._batches.waiting(q)  # not in the runtime yet: not its to acknowledge
             for args, offs in s.ack_calls(om.offset, fin, excluded, ACK_CHUNK):
                 conn.run(conn.grain_ack, s.keys, [s.token, *args], pipe)
                 sent.append((q, s, offs))
@@ -531,18 +425,3 @@ class MessageGrain(MemberModel):
         self._shares.clear()
         self._members.leave((), member=bool(self._subscribed))
 
-
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
-def _taken(proposed: list[Item], indexes: bytes) -> list[Item]:
-    """The proposed items a DISPATCH delivered (``indexes``: runs
-    ``<first>-<last>`` from 0, joined by ",")."""
-    if not indexes:
-        return []
-    out: list[Item] = []
-    for run in indexes.split(b","):
-        first, _, last = run.partition(b"-")
-        out += proposed[int(first) : int(last) + 1]
-    return out
