@@ -285,6 +285,11 @@ class ConsumerConfig:
         ``lite_push.dlq.resend_key`` (``lite-push dlq resend --key``) sends them
         back in order; other keys run as usual. Held keys survive a restart and a
         rebalance: the dead-letter topic is their record.
+    ``tracing``
+        OpenTelemetry spans for the listener calls (``pip install
+        'lite-push[tracing]'``): a CONSUMER span per message (per call with
+        ``batch_size`` above 1), the sender's context as its parent, on the
+        global tracer provider.  ``False`` (default): nothing is traced.
     """
 
     group: str = ""
@@ -322,6 +327,7 @@ class ConsumerConfig:
     metrics_port: int | None = None
     metrics_addr: str = "127.0.0.1"
     dead_letter_order: str = "message"
+    tracing: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.group, str) or (self.group and not self.group.strip()):
@@ -367,8 +373,9 @@ class ConsumerConfig:
         _check_int("retry_start_level", self.retry_start_level, 1, 1000)
         _check_float("revoke_timeout", self.revoke_timeout, 0.0, 3600.0)
         _check_float("fence_margin", self.fence_margin, 0.0, 3600.0)
-        if not isinstance(self.drain_on_shutdown, bool):
-            raise ConfigError("drain_on_shutdown", f"must be True or False, got {self.drain_on_shutdown!r}")
+        for flag in ("drain_on_shutdown", "tracing"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigError(flag, f"must be True or False, got {getattr(self, flag)!r}")
         _check_int("consume_thread_min", self.consume_thread_min, 1, 1000)
         _check_int("consume_thread_max", self.consume_thread_max, 1, 1000)
         if self.consume_thread_max < self.consume_thread_min:

@@ -44,6 +44,7 @@ from ._shared import ABORT_GRACE, FailureLatch
 from ._shutdown import StopReport
 from ._snapshots import ConsumerMetrics, ConsumerStats, metrics_of, stats_of
 from ._thread_executor import ThreadExecutor
+from ._tracing import traced
 from ._types import MessageQueue
 from ._wiring import build_parts
 from .metrics import new_lane_metrics
@@ -137,6 +138,7 @@ class ConsumerCore:
             config = replace(config, group=source.group)
         # the listener fits its call, and the executor fits the listener (unset: chosen by it)
         config = resolve_executor(config, listener, needs_async=self.EVENT_LOOP_ONLY)
+        listener = traced(config, source, listener)  # itself unless tracing is on
         _check_source(config, source)
         if source.rebalance_listener is not None:
             # The consumer installs its own (it drains and commits revoked

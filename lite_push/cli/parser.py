@@ -325,6 +325,12 @@ def build_parser() -> argparse.ArgumentParser:
         "calls running, commit, and let the rest come back on the next start)",
     )
     p.add_argument(
+        "--tracing",
+        action="store_true",
+        default=None,
+        help="an OpenTelemetry span per listener call, on the global tracer provider (needs lite-push[tracing])",
+    )
+    p.add_argument(
         "--progress",
         default="auto",
         choices=["auto", "on", "off"],

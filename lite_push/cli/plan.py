@@ -38,7 +38,7 @@ FROM = {"first": "FIRST_OFFSET", "last": "LAST_OFFSET"}
 _FLAGS = (
     "source", "group", "topic", "listener", "tags", "from", "mode", "lanes", "lane_placement", "executor",
     "metrics_port", "metrics_addr", "processes", "max_rate", "key_min_interval", "balance", "dead_letter_order",
-    "drain_on_shutdown",
+    "drain_on_shutdown", "tracing",
 )  # fmt: skip
 
 

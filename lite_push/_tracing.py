@@ -1,0 +1,203 @@
+"""OpenTelemetry spans for the listener calls (``ConsumerConfig.tracing``).
+
+:func:`traced` wraps the application's listener once, at construction, so
+every executor (thread and asyncio lanes, QUEUE_ORDERLY, each member of
+``--processes``) calls the wrapper and none of them changes.  Off (the
+default), or without the OpenTelemetry API's recording provider, it returns
+the listener itself: not a call more per message.
+
+A call of one message gets a CONSUMER span ``process <topic>`` whose parent
+is the context the sender put in the message (W3C ``traceparent`` and
+``tracestate`` in its properties: Kafka headers, Redis fields, embedded
+properties); with ``batch_size`` above 1 a call gets one span with a link
+to each message's context.  Attributes follow the messaging semantic
+conventions (``messaging.system``, ``messaging.destination.name``,
+``messaging.consumer.group.name``, ``messaging.destination.partition.id``,
+``messaging.message.id``; the offset and key as Kafka's names on Kafka,
+``lite_push.message.offset`` and ``lite_push.message.key`` elsewhere) and
+``lite_push.queue_time_ms`` (from the message's store time).  A message
+delivered again (``reconsume_times`` above 0) adds a ``retry`` event; a
+call that raises records the exception, and one that raises or returns
+anything but success sets the span's status to error.  The span is current
+while the listener runs, so the listener's own spans are its children.
+
+The API is imported only when tracing is on: ``import lite_push`` never
+imports OpenTelemetry.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ._config import ConsumerConfig
+from ._errors import ConfigError
+from ._listeners import is_async_callable
+from ._types import ConsumeResult, MessageExt
+from ._version import __version__
+
+__all__ = ["system_of", "traced"]
+
+logger = logging.getLogger(__name__)
+
+_OK = (None, ConsumeResult.SUCCESS)
+
+
+def system_of(source: object) -> str:
+    """``messaging.system`` for ``source``: its ``messaging_system``
+    attribute when it has one, else ``kafka`` or ``redis`` by the package it
+    comes from, else ``lite_push`` (the embedded broker, a source of the
+    application's own)."""
+    named = getattr(source, "messaging_system", None)
+    if isinstance(named, str) and named:
+        return named
+    module = type(source).__module__
+    for system in ("kafka", "redis"):
+        if f".sources.{system}" in module:
+            return system
+    return "lite_push"
+
+
+def traced(config: ConsumerConfig, source: object, listener: Callable[..., Any]) -> Callable[..., Any]:
+    """``listener`` making a span of each call when ``config.tracing`` is
+    on and a recording tracer provider is set (else ``listener`` itself).
+    Raises :class:`~lite_push.ConfigError` naming ``tracing`` when the
+    OpenTelemetry API is not installed."""
+    if not config.tracing:
+        return listener
+    try:
+        from opentelemetry import trace
+    except ImportError as e:
+        raise ConfigError(
+            "tracing", "needs the OpenTelemetry API, which is not installed: pip install 'lite-push[tracing]'"
+        ) from e
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
+        logger.warning(
+            "group %r: tracing is on but no tracer provider records (set one, e.g. the SDK's, before the "
+            "consumer is built): no spans are made",
+            config.group,
+        )
+        return listener
+    spans = _Spans(trace.get_tracer("lite_push", __version__), config, system_of(source))
+    if is_async_callable(listener):
+
+        async def traced_async(msgs: list[MessageExt]) -> Any:
+            span, token = spans.start(msgs)
+            try:
+                result = await listener(msgs)
+            except BaseException as e:
+                spans.failed(span, token, e)
+                raise
+            spans.done(span, token, result)
+            return result
+
+        return traced_async
+
+    def traced_call(msgs: list[MessageExt]) -> Any:
+        span, token = spans.start(msgs)
+        try:
+            result = listener(msgs)
+        except BaseException as e:
+            spans.failed(span, token, e)
+            raise
+        spans.done(span, token, result)
+        return result
+
+    return traced_call
+
+
+class _Spans:
+    """Starts and ends the spans of one consumer's listener calls."""
+
+    __slots__ = ("_base", "_batch", "_kafka", "_tracer", "_trace", "_context", "_propagate", "_status")
+
+    def __init__(self, tracer: Any, config: ConsumerConfig, system: str) -> None:
+        from opentelemetry import context, propagate, trace
+        from opentelemetry.trace import Status, StatusCode
+
+        self._tracer = tracer
+        self._trace = trace
+        self._context = context
+        self._propagate = propagate
+        self._status = (Status, StatusCode)
+        self._batch = config.batch_size > 1
+        self._kafka = system == "kafka"
+        self._base: dict[str, Any] = {
+            "messaging.system": system,
+            "messaging.operation.type": "process",
+            "messaging.operation.name": "process",
+            "messaging.consumer.group.name": config.group,
+        }
+
+    def _parent(self, m: MessageExt) -> Any:
+        """The context the sender put in ``m`` (``None``: none)."""
+        props = m.properties
+        return self._propagate.extract(props) if props and "traceparent" in props else None
+
+    def _message_attributes(self, m: MessageExt, now_ms: int) -> dict[str, Any]:
+        attrs: dict[str, Any] = {}
+        if m.msg_id:
+            attrs["messaging.message.id"] = m.msg_id
+        if self._kafka:
+            attrs["messaging.kafka.offset"] = m.queue_offset
+            if m.keys:
+                attrs["messaging.kafka.message.key"] = m.keys
+        else:
+            attrs["lite_push.message.offset"] = m.queue_offset
+            if m.keys:
+                attrs["lite_push.message.key"] = m.keys
+        if m.store_timestamp > 0:
+            attrs["lite_push.queue_time_ms"] = max(0, now_ms - m.store_timestamp)
+        return attrs
+
+    def start(self, msgs: Sequence[MessageExt]) -> tuple[Any, Any]:
+        """A span for a call of ``msgs``, made current; ``(span, token)``."""
+        trace = self._trace
+        first = msgs[0]
+        now_ms = int(time.time() * 1000)
+        attrs = dict(self._base)
+        attrs["messaging.destination.name"] = first.topic
+        attrs["messaging.destination.partition.id"] = str(first.queue_id)
+        links = None
+        parent = None
+        if self._batch:
+            attrs["messaging.batch.message_count"] = len(msgs)
+            links = []
+            for m in msgs:
+                ctx = self._parent(m)
+                sc = trace.get_current_span(ctx).get_span_context() if ctx is not None else None
+                if sc is not None and sc.is_valid:
+                    links.append(trace.Link(sc, self._message_attributes(m, now_ms)))
+        else:
+            parent = self._parent(first)
+            attrs.update(self._message_attributes(first, now_ms))
+        span = self._tracer.start_span(
+            f"process {first.topic}", context=parent, kind=trace.SpanKind.CONSUMER, attributes=attrs, links=links
+        )
+        retried = max(m.reconsume_times for m in msgs)
+        if retried > 0:
+            span.add_event("retry", {"lite_push.reconsume_times": retried})
+        token = self._context.attach(trace.set_span_in_context(span))
+        return span, token
+
+    def done(self, span: Any, token: Any, result: Any) -> None:
+        """End the call's span: an error status unless ``result`` is success."""
+        self._context.detach(token)
+        if result not in _OK:
+            status, code = self._status
+            name = result.name if isinstance(result, ConsumeResult) else type(result).__name__
+            span.set_attribute("error.type", name)
+            span.set_status(status(code.ERROR, f"the listener returned {name}"))
+        span.end()
+
+    def failed(self, span: Any, token: Any, error: BaseException) -> None:
+        """End the call's span: it raised ``error``."""
+        self._context.detach(token)
+        status, code = self._status
+        span.record_exception(error)
+        span.set_attribute("error.type", type(error).__qualname__)
+        span.set_status(status(code.ERROR, f"{type(error).__name__}: {error}"))
+        span.end()

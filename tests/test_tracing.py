@@ -1,0 +1,229 @@
+"""OpenTelemetry spans of the listener calls (``ConsumerConfig.tracing``),
+with the SDK's in-memory exporter on the embedded broker: the sender's
+context as the parent, a span per message or per call (links), the
+attributes, error status on a failure, a retry event; off, or without a
+recording provider, the listener is called as given."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from helpers import wait_until
+from opentelemetry import propagate, trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from lite_push import ConfigError, ConsumeFromWhere, ConsumerConfig, ConsumeResult, EmbeddedBroker, LitePushConsumer
+from lite_push._tracing import system_of, traced
+
+_EXPORTER = InMemorySpanExporter()
+
+
+@pytest.fixture(scope="module")
+def provider() -> TracerProvider:
+    """The process's tracer provider (set once: OpenTelemetry allows no second)."""
+    current = trace.get_tracer_provider()
+    if not isinstance(current, TracerProvider):
+        tp = TracerProvider()
+        tp.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+        trace.set_tracer_provider(tp)
+        current = trace.get_tracer_provider()
+    assert isinstance(current, TracerProvider)
+    return current
+
+
+@pytest.fixture
+def spans(provider: TracerProvider) -> Iterator[InMemorySpanExporter]:
+    _EXPORTER.clear()
+    yield _EXPORTER
+    _EXPORTER.clear()
+
+
+def sent_in_span(broker: EmbeddedBroker, n: int) -> Any:
+    """Send ``n`` messages of key k0 inside a producer span carrying its
+    context in their properties; return that span's context."""
+    tracer = trace.get_tracer("test")
+    with tracer.start_as_current_span("send T", kind=SpanKind.PRODUCER) as span:
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+        broker.send_batch("T", [{"body": b"x", "keys": "k0", "properties": carrier, "queue_id": 0}] * n)
+        return span.get_span_context()
+
+
+def batch_count(span: Any) -> int:
+    return int(dict(span.attributes or {}).get("messaging.batch.message_count", 1))
+
+
+def processed() -> list[Any]:
+    """The consumer spans finished so far."""
+    return [s for s in _EXPORTER.get_finished_spans() if s.name == "process T"]
+
+
+def consume(broker: EmbeddedBroker, listener: Any, n: int, *, messages: bool = False, **cfg: Any) -> None:
+    """Consume T until ``n`` consumer spans finished (``messages``: until
+    they carried ``n`` messages)."""
+    config = ConsumerConfig(group="g", lanes=2, tracing=True, poll_timeout=0.01, **cfg)
+    consumer = LitePushConsumer(
+        config, source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET), listener=listener
+    )
+    consumer.subscribe("T")
+    consumer.start()
+    try:
+        if messages:
+            assert wait_until(lambda: sum(batch_count(s) for s in processed()) >= n, timeout=20)
+        else:
+            assert wait_until(lambda: len(processed()) >= n, timeout=20)
+    finally:
+        consumer.shutdown(10)
+
+
+def test_a_span_per_message_with_the_senders_context_as_parent(
+    broker: EmbeddedBroker, spans: InMemorySpanExporter
+) -> None:
+    sender = sent_in_span(broker, 3)
+    seen: list[Any] = []
+
+    def listener(msgs: list[Any]) -> None:
+        seen.append(trace.get_current_span().get_span_context())  # the call's span is current
+
+    consume(broker, listener, 3)
+    got = processed()
+    assert len(got) == 3
+    for s in got:
+        assert s.kind is SpanKind.CONSUMER
+        assert s.parent is not None and s.parent.span_id == sender.span_id
+        assert s.context.trace_id == sender.trace_id
+        attrs = dict(s.attributes or {})
+        assert attrs["messaging.system"] == "lite_push"
+        assert attrs["messaging.destination.name"] == "T"
+        assert attrs["messaging.consumer.group.name"] == "g"
+        assert attrs["messaging.destination.partition.id"] == "0"
+        assert attrs["lite_push.message.key"] == "k0"
+        assert attrs["messaging.message.id"]
+        assert attrs["lite_push.queue_time_ms"] >= 0
+        assert s.status.status_code is StatusCode.UNSET
+    assert sorted(dict(s.attributes or {})["lite_push.message.offset"] for s in got) == [0, 1, 2]
+    assert {c.span_id for c in seen} == {s.context.span_id for s in got}
+
+
+def test_a_call_of_several_messages_is_one_span_linked_to_each(
+    broker: EmbeddedBroker, spans: InMemorySpanExporter
+) -> None:
+    sender = sent_in_span(broker, 4)
+    broker.send_batch("T", [{"body": b"y", "keys": "k0", "queue_id": 0}])  # no context: no link
+
+    def listener(msgs: list[Any]) -> None:
+        pass
+
+    consume(broker, listener, 5, messages=True, batch_size=8)
+    got = processed()
+    assert all("messaging.batch.message_count" in dict(s.attributes or {}) for s in got)
+    assert sum(batch_count(s) for s in got) == 5
+    links = [lk for s in got for lk in s.links]
+    assert len(links) == 4 and all(lk.context.span_id == sender.span_id for lk in links)
+    assert all(s.parent is None or s.parent.span_id != sender.span_id for s in got)
+
+
+def test_a_failed_call_is_an_error_and_its_redelivery_a_retry(
+    broker: EmbeddedBroker, spans: InMemorySpanExporter
+) -> None:
+    sent_in_span(broker, 1)
+    calls: list[int] = []
+
+    def listener(msgs: list[Any]) -> ConsumeResult | None:
+        calls.append(msgs[0].reconsume_times)
+        if len(calls) == 1:
+            raise ValueError("boom")
+        if len(calls) == 2:
+            return ConsumeResult.RETRY_LATER
+        return None
+
+    consume(broker, listener, 3, mode="KEY_ORDERLY", suspend_ms=10)
+    got = sorted(processed(), key=lambda s: s.start_time or 0)
+    assert [s.status.status_code for s in got[:3]] == [StatusCode.ERROR, StatusCode.ERROR, StatusCode.UNSET]
+    first, second, third = got[:3]
+    assert [e.name for e in first.events] == ["exception"]
+    assert dict(first.attributes or {})["error.type"] == "ValueError"
+    assert dict(second.attributes or {})["error.type"] == "RETRY_LATER"
+    assert "retry" in [e.name for e in second.events] and "retry" in [e.name for e in third.events]
+
+
+def test_an_async_listener_gets_a_span_too(broker: EmbeddedBroker, spans: InMemorySpanExporter) -> None:
+    sender = sent_in_span(broker, 2)
+
+    async def listener(msgs: list[Any]) -> None:
+        assert trace.get_current_span().get_span_context().trace_id == sender.trace_id
+
+    consume(broker, listener, 2)
+    got = processed()
+    assert len(got) == 2 and all(s.status.status_code is StatusCode.UNSET for s in got)
+
+
+def test_off_the_listener_is_called_as_given() -> None:
+    def listener(msgs: list[Any]) -> None:
+        pass
+
+    assert traced(ConsumerConfig(group="g"), object(), listener) is listener
+
+
+def test_the_system_is_named_by_the_source() -> None:
+    class Mine:
+        messaging_system = "mq"
+
+    assert system_of(Mine()) == "mq"
+    assert system_of(EmbeddedBroker().pull_consumer("g")) == "lite_push"
+
+
+def test_tracing_must_be_a_bool() -> None:
+    with pytest.raises(ConfigError, match="tracing"):
+        ConsumerConfig(group="g", tracing="yes")  # type: ignore[arg-type]
+
+
+def test_without_a_recording_provider_or_the_api_nothing_is_wrapped() -> None:
+    """In fresh interpreters: no provider set (a warning, the listener as
+    given); the API missing (a ConfigError naming tracing and the extra)."""
+    script = """
+import logging, sys
+{block}
+from lite_push import ConfigError, ConsumerConfig
+from lite_push._tracing import traced
+f = lambda msgs: None
+try:
+    print(traced(ConsumerConfig(group="g", tracing=True), object(), f) is f)
+except ConfigError as e:
+    print(e)
+"""
+    plain = subprocess.run([sys.executable, "-c", script.format(block="")], capture_output=True, text=True)
+    assert plain.stdout.strip() == "True" and "no tracer provider records" in plain.stderr
+    missing = subprocess.run(
+        [sys.executable, "-c", script.format(block="sys.modules['opentelemetry'] = None")],
+        capture_output=True,
+        text=True,
+    )
+    assert "tracing" in missing.stdout and "lite-push[tracing]" in missing.stdout
+
+
+def test_the_switch_comes_from_the_flag_the_environment_or_the_file(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lite_push.cli.parser import build_parser
+    from lite_push.cli.plan import plan_of
+    from lite_push.cli.settings import load_settings
+
+    common = ["consume", "--source", "embedded", "--topic", "T", "--group", "g", "--listener", "json:dumps"]
+    plan, _, _ = plan_of(build_parser().parse_args([*common, "--tracing"]))
+    assert plan.config.tracing is True
+    plan, _, _ = plan_of(build_parser().parse_args(common))
+    assert plan.config.tracing is False
+    monkeypatch.setenv("LITE_PUSH_TRACING", "1")
+    assert load_settings({"group": "g"}).consumer_config().tracing is True
+    monkeypatch.delenv("LITE_PUSH_TRACING")
+    path = tmp_path / "c.toml"
+    path.write_text('[consumer]\ngroup = "g"\ntracing = true\n')
+    assert load_settings({}, config_file=path).consumer_config().tracing is True
