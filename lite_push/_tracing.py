@@ -38,11 +38,37 @@ from ._listeners import is_async_callable
 from ._types import ConsumeResult, MessageExt
 from ._version import __version__
 
-__all__ = ["system_of", "traced"]
+__all__ = ["check_tracing", "send_context", "system_of", "traced"]
 
 logger = logging.getLogger(__name__)
 
 _OK = (None, ConsumeResult.SUCCESS)
+
+
+def check_tracing(tracing: object) -> bool:
+    """``tracing`` as a broker takes it (a bool); ``True`` needs the
+    OpenTelemetry API (:class:`~lite_push.ConfigError` naming ``tracing``)."""
+    if not isinstance(tracing, bool):
+        raise ConfigError("tracing", f"must be True or False, got {tracing!r}")
+    if tracing:
+        try:
+            import opentelemetry.propagate  # noqa: F401
+        except ImportError as e:
+            raise ConfigError(
+                "tracing", "needs the OpenTelemetry API, which is not installed: pip install 'lite-push[tracing]'"
+            ) from e
+    return tracing
+
+
+def send_context() -> dict[str, str] | None:
+    """The current context as message properties (W3C ``traceparent`` and
+    ``tracestate``), for a broker with tracing on to put in what it sends;
+    ``None`` outside any span."""
+    from opentelemetry import propagate
+
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return carrier or None
 
 
 def system_of(source: object) -> str:

@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 from executors import EXECUTORS, Executor, executor_fixture
@@ -111,6 +112,17 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in list(os.environ):
         if var.startswith("LITE_PUSH_") and var not in NON_CONFIG_ENV:
             monkeypatch.delenv(var)
+
+
+@pytest.fixture
+def spans() -> Iterator[Any]:
+    """The spans finished during the test (the SDK's in-memory exporter on
+    the process's tracer provider: ``tracing_helpers``)."""
+    from tracing_helpers import install
+
+    exporter = install()
+    yield exporter
+    exporter.clear()
 
 
 @pytest.fixture(scope="module")

@@ -8,79 +8,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from helpers import wait_until
-from opentelemetry import propagate, trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from tracing_helpers import batch_count, consume, processed, sent_in_span
 
-from lite_push import ConfigError, ConsumeFromWhere, ConsumerConfig, ConsumeResult, EmbeddedBroker, LitePushConsumer
+from lite_push import ConfigError, ConsumerConfig, ConsumeResult, EmbeddedBroker
 from lite_push._tracing import system_of, traced
-
-_EXPORTER = InMemorySpanExporter()
-
-
-@pytest.fixture(scope="module")
-def provider() -> TracerProvider:
-    """The process's tracer provider (set once: OpenTelemetry allows no second)."""
-    current = trace.get_tracer_provider()
-    if not isinstance(current, TracerProvider):
-        tp = TracerProvider()
-        tp.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-        trace.set_tracer_provider(tp)
-        current = trace.get_tracer_provider()
-    assert isinstance(current, TracerProvider)
-    return current
-
-
-@pytest.fixture
-def spans(provider: TracerProvider) -> Iterator[InMemorySpanExporter]:
-    _EXPORTER.clear()
-    yield _EXPORTER
-    _EXPORTER.clear()
-
-
-def sent_in_span(broker: EmbeddedBroker, n: int) -> Any:
-    """Send ``n`` messages of key k0 inside a producer span carrying its
-    context in their properties; return that span's context."""
-    tracer = trace.get_tracer("test")
-    with tracer.start_as_current_span("send T", kind=SpanKind.PRODUCER) as span:
-        carrier: dict[str, str] = {}
-        propagate.inject(carrier)
-        broker.send_batch("T", [{"body": b"x", "keys": "k0", "properties": carrier, "queue_id": 0}] * n)
-        return span.get_span_context()
-
-
-def batch_count(span: Any) -> int:
-    return int(dict(span.attributes or {}).get("messaging.batch.message_count", 1))
-
-
-def processed() -> list[Any]:
-    """The consumer spans finished so far."""
-    return [s for s in _EXPORTER.get_finished_spans() if s.name == "process T"]
-
-
-def consume(broker: EmbeddedBroker, listener: Any, n: int, *, messages: bool = False, **cfg: Any) -> None:
-    """Consume T until ``n`` consumer spans finished (``messages``: until
-    they carried ``n`` messages)."""
-    config = ConsumerConfig(group="g", lanes=2, tracing=True, poll_timeout=0.01, **cfg)
-    consumer = LitePushConsumer(
-        config, source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET), listener=listener
-    )
-    consumer.subscribe("T")
-    consumer.start()
-    try:
-        if messages:
-            assert wait_until(lambda: sum(batch_count(s) for s in processed()) >= n, timeout=20)
-        else:
-            assert wait_until(lambda: len(processed()) >= n, timeout=20)
-    finally:
-        consumer.shutdown(10)
 
 
 def test_a_span_per_message_with_the_senders_context_as_parent(

@@ -70,17 +70,34 @@ def unpack_mapping(item: Mapping[str, Any]) -> tuple[Any, str | None, str | None
 
 
 @overload
-def checked_items(items: Iterable[Any], topic: str, queue_count: int, limit: int, rr: RoundRobin) -> Iterator[Item]: ...
+def checked_items(
+    items: Iterable[Any],
+    topic: str,
+    queue_count: int,
+    limit: int,
+    rr: RoundRobin,
+    trace: Mapping[str, str] | None = None,
+) -> Iterator[Item]: ...
 
 
 @overload
 def checked_items(
-    items: Iterable[Any], topic: str, queue_count: int, limit: int, rr: None = None
+    items: Iterable[Any],
+    topic: str,
+    queue_count: int,
+    limit: int,
+    rr: None = None,
+    trace: Mapping[str, str] | None = None,
 ) -> Iterator[OpenItem]: ...
 
 
 def checked_items(
-    items: Iterable[Any], topic: str, queue_count: int, limit: int, rr: RoundRobin | None = None
+    items: Iterable[Any],
+    topic: str,
+    queue_count: int,
+    limit: int,
+    rr: RoundRobin | None = None,
+    trace: Mapping[str, str] | None = None,
 ) -> Iterator[Item] | Iterator[OpenItem]:
     """``(body, keys, tags, properties, queue)`` of each ``send_batch`` item
     of ``topic``, checked: ``TypeError`` for a shape that is none of the
@@ -95,7 +112,11 @@ def checked_items(
     non-empty keys (RocketMQ's SelectMessageQueueByHash, with a
     non-negative modulo) or the next queue in round-robin order, which
     moves ``rr`` on once every item is taken; without ``rr``, ``None`` (the
-    broker chooses)."""
+    broker chooses).
+
+    ``trace``: the sender's context (``traceparent``, ``tracestate``), put
+    in each item's properties unless the item has a ``traceparent`` of its
+    own (a dead letter sent again keeps its original context)."""
     by_key: dict[str, int] = {}  # a batch repeats its keys
     nxt = rr.next if rr is not None else 0
     for item in items:
@@ -130,6 +151,8 @@ def checked_items(
         else:
             qid = nxt % queue_count
             nxt += 1
+        if trace is not None and "traceparent" not in props:
+            props = {**trace, **props}
         yield body, keys, tags, props, qid
     if rr is not None:
         rr.next = nxt

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
 from ..._errors import ConfigError, SourceClosedError
+from ..._tracing import check_tracing, send_context
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
 from ..._untrack import untrack_all
 from ...rebalance.allocate import AVERAGELY, AllocateStrategy
@@ -106,7 +107,9 @@ class EmbeddedBroker:
     ``session_timeout`` is the default for consumers that do not set their
     own.  ``delay_levels`` are the seconds each delay level of
     :meth:`EmbeddedPullConsumer.send_back` waits (default RocketMQ's 16
-    levels, 1 s to 30 min).
+    levels, 1 s to 30 min).  ``tracing``: what is sent carries the
+    sender's OpenTelemetry context (``lite-push[tracing]``), for the
+    consumer's spans (``ConsumerConfig.tracing``) to continue its trace.
     """
 
     def __init__(
@@ -119,7 +122,10 @@ class EmbeddedBroker:
         session_timeout: float = 30.0,
         fsync: bool = False,
         delay_levels: Sequence[float] = DEFAULT_DELAY_LEVELS,
+        tracing: bool = False,
     ) -> None:
+        #: Whether what is sent carries the sender's OpenTelemetry context.
+        self.tracing = check_tracing(tracing)
         if not isinstance(broker_name, str) or not broker_name:
             raise ConfigError("broker_name", f"must be a non-empty string, got {broker_name!r}")
         if not isinstance(max_message_size, int) or max_message_size < 1:
@@ -288,7 +294,8 @@ class EmbeddedBroker:
         if pause_gc:
             gc.disable()
         try:
-            for body, keys, tags, props, q in checked_items(items, topic, n, limit, t.rr):
+            trace = send_context() if self.tracing else None
+            for body, keys, tags, props, q in checked_items(items, topic, n, limit, t.rr, trace):
                 rt = reconsume_times_of(props) if props else 0
                 m = MessageExt(name, q, -1, body, keys or None, tags, props, born, 0, rt, "", bname)
                 per_q[q].append(m)

@@ -31,6 +31,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from ..._errors import ConfigError, SourceClosedError, UnknownTopicError
+from ..._tracing import check_tracing, send_context
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
 from .._base import DEFAULT_DELAY_LEVELS, Balance, ConsumeFrom, ConsumeFromWhere
 from .._common import check_delay_levels
@@ -50,7 +51,11 @@ __all__ = ["RESERVED", "KafkaBroker", "Record"]
 logger = logging.getLogger(__name__)
 
 class KafkaBroker:
-    """A Kafka cluster: its bootstrap servers and shared settings."""
+    """A Kafka cluster: its bootstrap servers and shared settings.
+
+    ``tracing``: what is sent carries the sender's OpenTelemetry context
+    in its headers (``lite-push[tracing]``), for the consumer's spans to
+    continue its trace."""
 
     def __init__(
         self,
@@ -68,7 +73,10 @@ class KafkaBroker:
         broker_name: str = "kafka",
         max_message_size: int = 1_000_000,
         send_timeout: float = 30.0,
+        tracing: bool = False,
     ) -> None:
+        #: Whether what is sent carries the sender's OpenTelemetry context.
+        self.tracing = check_tracing(tracing)
         if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
             raise ConfigError("bootstrap_servers", f"must be 'host:port[,host:port]', got {bootstrap_servers!r}")
         if isinstance(session_timeout, bool) or not isinstance(session_timeout, (int, float)) or not (
@@ -231,7 +239,8 @@ class KafkaBroker:
             raise UnknownTopicError(topic)
         name = kafka_topic(topic)
         records: list[Record] = []
-        for body, keys, tags, props, qid in checked_items(items, topic, n, self.max_message_size):
+        trace = send_context() if self.tracing else None
+        for body, keys, tags, props, qid in checked_items(items, topic, n, self.max_message_size, None, trace):
             key = None if keys is None else keys.encode("utf-8")
             records.append((name, qid, key, body, self.format.headers(tags, props)))
         results = []

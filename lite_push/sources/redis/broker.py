@@ -24,6 +24,7 @@ import orjson
 import redis
 
 from ..._errors import ConfigError, SourceClosedError, SourceUnavailableError
+from ..._tracing import check_tracing, send_context
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
 from ...rebalance.allocate import AVERAGELY, AllocateStrategy
 from .._base import (
@@ -78,6 +79,8 @@ class RedisBroker:
     (default: the ``time`` module): ``.time()`` drives the due times of
     delayed retries, ``.monotonic()`` the local heartbeat schedule; sessions
     and leases run on the Redis server's clock.  Thread-safe for sending.
+    ``tracing``: what is sent carries the sender's OpenTelemetry context
+    (``lite-push[tracing]``), for the consumer's spans to continue its trace.
     """
 
     def __init__(
@@ -91,7 +94,10 @@ class RedisBroker:
         session_timeout: float = 30.0,
         heartbeat_interval: float = 10.0,
         rebalance_interval: float = 20.0,
+        tracing: bool = False,
     ) -> None:
+        #: Whether what is sent carries the sender's OpenTelemetry context.
+        self.tracing = check_tracing(tracing)
         if not isinstance(namespace, str) or not namespace or "{" in namespace or "}" in namespace:
             raise ConfigError("namespace", f"must be a non-empty string without braces, got {namespace!r}")
         if not isinstance(max_message_size, int) or max_message_size < 1:
@@ -235,7 +241,8 @@ class RedisBroker:
         born = now_ms()
         args: dict[int, list[bytes]] = {}
         order: list[tuple[int, int]] = []  # (queue, index within the queue's part)
-        for body, keys, tags, props, q in checked_items(items, topic, n, limit, t.rr):
+        trace = send_context() if self.tracing else None
+        for body, keys, tags, props, q in checked_items(items, topic, n, limit, t.rr, trace):
             if props:
                 reconsume_times_of(props)
             meta: dict[str, Any] = {"bt": born}

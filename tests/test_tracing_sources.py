@@ -1,0 +1,83 @@
+"""A trace across lite_push on every source: a broker with ``tracing=True``
+puts the sender's context in what it sends (embedded properties, Redis
+fields, Kafka headers), and the consumer's span of that message is its
+child; an item with a ``traceparent`` of its own keeps it (a dead letter
+sent again keeps its original context)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
+from tracing_helpers import consume, processed
+
+from lite_push import ConfigError, EmbeddedBroker, MessageQueue
+from lite_push.sources.redis import RedisBroker
+from lite_push.sources.redis_server import RedisServer
+
+
+@pytest.fixture(params=["embedded", "durable", "redis", "kafka"])
+def traced_broker(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Any]:
+    if request.param == "embedded":
+        b: Any = EmbeddedBroker(tracing=True)
+    elif request.param == "durable":
+        b = EmbeddedBroker(tmp_path / "log", tracing=True)
+    elif request.param == "redis":
+        server: RedisServer = request.getfixturevalue("redis_server")
+        b = RedisBroker(server.url, namespace=f"tr-{uuid.uuid4().hex[:8]}", tracing=True)
+    else:
+        from lite_push.sources.kafka import KafkaBroker
+        from lite_push.sources.kafka.mock_cluster import MockKafkaCluster
+
+        cluster = MockKafkaCluster()
+        cluster.start()
+        request.addfinalizer(cluster.stop)
+        b = KafkaBroker(cluster.bootstrap, topic_creator=cluster.create_topic, tracing=True)
+    b.create_topic("T", 1)
+    yield b
+    b.close()
+
+
+def test_the_consumer_span_is_the_senders_child_on_every_source(traced_broker: Any, spans: Any) -> None:
+    tracer = trace.get_tracer("test")
+    with tracer.start_as_current_span("order placed", kind=SpanKind.PRODUCER) as span:
+        traced_broker.send("T", b"x", keys="k0")
+        traced_broker.send_batch("T", [(b"y", "k1"), {"body": b"z", "keys": "k2", "properties": {"a": "b"}}])
+        sender = span.get_span_context()
+    traced_broker.send("T", b"w", keys="k3")  # outside any span: no context
+    bodies: dict[bytes, dict[str, str]] = {}
+
+    def listener(msgs: list[Any]) -> None:
+        for m in msgs:
+            bodies[m.body] = dict(m.properties)
+
+    consume(traced_broker, listener, 4)
+    got = processed()
+    children = [s for s in got if s.parent is not None and s.parent.span_id == sender.span_id]
+    assert len(children) == 3 and all(s.context.trace_id == sender.trace_id for s in children)
+    assert bodies[b"z"]["a"] == "b" and "traceparent" in bodies[b"z"]
+    assert "traceparent" not in bodies[b"w"]
+    system = dict(got[0].attributes or {})["messaging.system"]
+    assert system == {"EmbeddedBroker": "lite_push", "RedisBroker": "redis", "KafkaBroker": "kafka"}[
+        type(traced_broker).__name__
+    ]
+
+
+def test_an_item_with_its_own_context_keeps_it(spans: Any) -> None:
+    broker = EmbeddedBroker(tracing=True)
+    broker.create_topic("T", 1)
+    original = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    with trace.get_tracer("test").start_as_current_span("resend"):
+        broker.send_batch("T", [{"body": b"x", "properties": {"traceparent": original}}])
+    (m,) = broker.messages(MessageQueue("T", "embedded", 0))
+    assert m.properties["traceparent"] == original
+    broker.close()
+
+
+def test_a_broker_checks_its_switch() -> None:
+    with pytest.raises(ConfigError, match="tracing"):
+        EmbeddedBroker(tracing="on")  # type: ignore[arg-type]
