@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from ._errors import NonRetryableError
 from ._held_keys import HeldKeys
 from ._process_queue import ProcessQueue
+from ._tracing import verdict_event
 from ._types import ConsumeResult, MessageExt
 
 __all__ = ["MAX_EXCEPTION_TEXT", "Failure", "FailurePolicy", "Outbox", "Parked", "SendItem", "Verdict"]
@@ -100,8 +101,11 @@ class FailurePolicy:
         """What becomes of ``message`` after ``failure``."""
         limit = self.max_reconsume_times
         if failure.dead_now or 0 <= limit <= message.reconsume_times:
-            return Verdict.DEAD_LETTER
-        return Verdict.PARK if self.keyed else Verdict.SEND_BACK
+            verdict = Verdict.DEAD_LETTER
+        else:
+            verdict = Verdict.PARK if self.keyed else Verdict.SEND_BACK
+        verdict_event(verdict.name.lower(), message)  # on the failed call's span, when traced
+        return verdict
 
     def dead_letter(self, pq: ProcessQueue, message: MessageExt, failure: Failure) -> SendItem:
         """The outbox item that stores ``message`` in the dead-letter queue

@@ -42,6 +42,7 @@ from ._lanes import Call, Lane, Segment, put_all
 from ._process_queue import ProcessQueue
 from ._router import KeyRouter
 from ._shared import Counters, KeyOf
+from ._tracing import stolen
 from ._types import MessageExt
 
 __all__ = ["LaneStealer"]
@@ -161,6 +162,7 @@ class LaneStealer:
             router.stall(index)
         if moved:
             self._move(index, moved)
+            stolen(call[0], len(moved))  # an event on the call's span, when traced
             self._counters.steals += 1
             self._counters.stolen += len(moved)
             logger.info(

@@ -61,6 +61,7 @@ from ._rate_limit import KeyPacer
 from ._shared import Counters, FailureLatch, KeyOf, per_queue
 from ._steps import Steps, no_steps
 from ._timer import LaneWork
+from ._tracing import settle
 from ._types import ConsumeResult, MessageExt
 
 __all__ = ["LaneWorker"]
@@ -341,7 +342,14 @@ class LaneWorker(_LaneBase):
 
     def fail(self, pq: ProcessQueue, chunk: list[MessageExt], exc: BaseException | None, result: object) -> None:
         """The listener failed ``chunk``: park, send back or dead-letter
-        each message, as the failure policy decides."""
+        each message, as the failure policy decides (then the call's span,
+        when traced, ends)."""
+        try:
+            self._fail(pq, chunk, exc, result)
+        finally:
+            settle()
+
+    def _fail(self, pq: ProcessQueue, chunk: list[MessageExt], exc: BaseException | None, result: object) -> None:
         if pq.dropped:
             self._skip(pq, chunk)
             return
@@ -430,6 +438,7 @@ class LaneWorker(_LaneBase):
                 self._group, failure.reason, pq.queue, m.queue_offset, m.reconsume_times + 1,
             )  # fmt: skip
             verdict = policy.verdict(m, failure)
+            settle()  # the call's span, when traced
             if verdict is not Verdict.PARK:  # the key moves on
                 send = policy.dead_letter if verdict is Verdict.DEAD_LETTER else policy.send_back  # CONCURRENTLY
                 out.append(send(pq, m, failure))

@@ -47,6 +47,7 @@ from ._config import ConsumerConfig
 from ._failures import FailurePolicy, SendItem, Verdict
 from ._process_queue import ProcessQueue
 from ._rate_limit import RateLimiter
+from ._tracing import settle
 from ._types import ConsumeResult, MessageExt, MessageQueue
 
 __all__ = ["QueueOrderlyService"]
@@ -272,7 +273,9 @@ class QueueOrderlyService:
                 counter[1] += len(msgs)
                 policy = self._policy
                 failure = policy.classify(exc, result)
-                if policy.verdict(msgs[0], failure) is Verdict.DEAD_LETTER:
+                verdict = policy.verdict(msgs[0], failure)
+                settle()  # the call's span, when traced
+                if verdict is Verdict.DEAD_LETTER:
                     # Retries used up: dead-letter the batch, the queue moves on.
                     self._dead_letter([policy.dead_letter(pq, m, failure) for m in msgs])
                     continue

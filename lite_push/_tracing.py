@@ -18,8 +18,13 @@ conventions (``messaging.system``, ``messaging.destination.name``,
 ``lite_push.queue_time_ms`` (from the message's store time).  A message
 delivered again (``reconsume_times`` above 0) adds a ``retry`` event; a
 call that raises records the exception, and one that raises or returns
-anything but success sets the span's status to error.  The span is current
-while the listener runs, so the listener's own spans are its children.
+anything but success sets the span's status to error; such a span stays
+open until the lane decided what becomes of each message (events
+``send_back``, ``park``, ``dead_letter``: :func:`verdict_event`, then
+:func:`settle`), and ends at the moment the call did.  A steal of the keys
+waiting behind a call in progress is a ``steal`` event (:func:`stolen`).
+The span is current while the listener runs, so the listener's own spans
+are its children.
 
 The API is imported only when tracing is on: ``import lite_push`` never
 imports OpenTelemetry.
@@ -30,6 +35,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 from ._config import ConsumerConfig
@@ -38,11 +44,52 @@ from ._listeners import is_async_callable
 from ._types import ConsumeResult, MessageExt
 from ._version import __version__
 
-__all__ = ["check_tracing", "send_context", "system_of", "traced"]
+__all__ = ["check_tracing", "send_context", "settle", "stolen", "system_of", "traced", "verdict_event"]
 
 logger = logging.getLogger(__name__)
 
 _OK = (None, ConsumeResult.SUCCESS)
+
+#: The span of the call that just failed, with its end time, kept open in
+#: the lane's thread or task until the lane decided what becomes of each of
+#: its messages (:func:`verdict_event`, :func:`settle`).
+_PENDING: ContextVar[tuple[Any, int] | None] = ContextVar("lite_push_failed_span", default=None)
+#: The spans of the calls in progress, by the id of their list of messages
+#: (a steal names the stuck call by that list: :func:`stolen`).
+_OPEN: dict[int, Any] = {}
+
+
+def verdict_event(verdict: str, message: MessageExt) -> None:
+    """An event ``verdict`` (``dead_letter``, ``park``, ``send_back``) of
+    ``message`` on the span of the call that failed it, if one is kept open
+    (nothing to do with tracing off)."""
+    pending = _PENDING.get()
+    if pending is not None:
+        pending[0].add_event(
+            verdict,
+            {
+                "messaging.message.id": message.msg_id,
+                "lite_push.message.offset": message.queue_offset,
+                "lite_push.reconsume_times": message.reconsume_times,
+            },
+        )
+
+
+def settle() -> None:
+    """End the span of the call that failed, at the moment the call ended
+    (once the lane decided what becomes of its messages)."""
+    pending = _PENDING.get()
+    if pending is not None:
+        _PENDING.set(None)
+        pending[0].end(end_time=pending[1])
+
+
+def stolen(call: Sequence[MessageExt], moved: int) -> None:
+    """An event ``steal`` on the span of the call in progress of ``call``:
+    ``moved`` messages of other keys left its lane."""
+    span = _OPEN.get(id(call))
+    if span is not None:
+        span.add_event("steal", {"lite_push.messages_moved": moved})
 
 
 def check_tracing(tracing: object) -> bool:
@@ -111,25 +158,27 @@ def traced(config: ConsumerConfig, source: object, listener: Callable[..., Any])
     if is_async_callable(listener):
 
         async def traced_async(msgs: list[MessageExt]) -> Any:
+            settle()  # a failed call's span no lane settled
             span, token = spans.start(msgs)
             try:
                 result = await listener(msgs)
             except BaseException as e:
-                spans.failed(span, token, e)
+                spans.failed(span, token, msgs, e)
                 raise
-            spans.done(span, token, result)
+            spans.done(span, token, msgs, result)
             return result
 
         return traced_async
 
     def traced_call(msgs: list[MessageExt]) -> Any:
+        settle()  # a failed call's span no lane settled
         span, token = spans.start(msgs)
         try:
             result = listener(msgs)
         except BaseException as e:
-            spans.failed(span, token, e)
+            spans.failed(span, token, msgs, e)
             raise
-        spans.done(span, token, result)
+        spans.done(span, token, msgs, result)
         return result
 
     return traced_call
@@ -179,7 +228,7 @@ class _Spans:
             attrs["lite_push.queue_time_ms"] = max(0, now_ms - m.store_timestamp)
         return attrs
 
-    def start(self, msgs: Sequence[MessageExt]) -> tuple[Any, Any]:
+    def start(self, msgs: list[MessageExt]) -> tuple[Any, Any]:
         """A span for a call of ``msgs``, made current; ``(span, token)``."""
         trace = self._trace
         first = msgs[0]
@@ -207,23 +256,29 @@ class _Spans:
         if retried > 0:
             span.add_event("retry", {"lite_push.reconsume_times": retried})
         token = self._context.attach(trace.set_span_in_context(span))
+        _OPEN[id(msgs)] = span
         return span, token
 
-    def done(self, span: Any, token: Any, result: Any) -> None:
-        """End the call's span: an error status unless ``result`` is success."""
+    def done(self, span: Any, token: Any, msgs: list[MessageExt], result: Any) -> None:
+        """The call returned ``result``: its span ends, unless ``result`` is
+        no success (then it is an error, kept open for the verdicts)."""
         self._context.detach(token)
-        if result not in _OK:
-            status, code = self._status
-            name = result.name if isinstance(result, ConsumeResult) else type(result).__name__
-            span.set_attribute("error.type", name)
-            span.set_status(status(code.ERROR, f"the listener returned {name}"))
-        span.end()
+        _OPEN.pop(id(msgs), None)
+        if result in _OK:
+            span.end()
+            return
+        status, code = self._status
+        name = result.name if isinstance(result, ConsumeResult) else type(result).__name__
+        span.set_attribute("error.type", name)
+        span.set_status(status(code.ERROR, f"the listener returned {name}"))
+        _PENDING.set((span, time.time_ns()))
 
-    def failed(self, span: Any, token: Any, error: BaseException) -> None:
-        """End the call's span: it raised ``error``."""
+    def failed(self, span: Any, token: Any, msgs: list[MessageExt], error: BaseException) -> None:
+        """The call raised ``error``: an error, kept open for the verdicts."""
         self._context.detach(token)
+        _OPEN.pop(id(msgs), None)
         status, code = self._status
         span.record_exception(error)
         span.set_attribute("error.type", type(error).__qualname__)
         span.set_status(status(code.ERROR, f"{type(error).__name__}: {error}"))
-        span.end()
+        _PENDING.set((span, time.time_ns()))

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from typing import Any
 
 import pytest
+from helpers import wait_until
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 from tracing_helpers import batch_count, consume, processed, sent_in_span
 
-from lite_push import ConfigError, ConsumerConfig, ConsumeResult, EmbeddedBroker
+from lite_push import ConfigError, ConsumeFromWhere, ConsumerConfig, ConsumeResult, EmbeddedBroker, LitePushConsumer
 from lite_push._tracing import system_of, traced
 
 
@@ -85,10 +87,66 @@ def test_a_failed_call_is_an_error_and_its_redelivery_a_retry(
     got = sorted(processed(), key=lambda s: s.start_time or 0)
     assert [s.status.status_code for s in got[:3]] == [StatusCode.ERROR, StatusCode.ERROR, StatusCode.UNSET]
     first, second, third = got[:3]
-    assert [e.name for e in first.events] == ["exception"]
+    assert [e.name for e in first.events] == ["exception", "park"]  # KEY_ORDERLY: its key waits for the retry
     assert dict(first.attributes or {})["error.type"] == "ValueError"
+    assert [e.name for e in second.events] == ["retry", "park"]
     assert dict(second.attributes or {})["error.type"] == "RETRY_LATER"
-    assert "retry" in [e.name for e in second.events] and "retry" in [e.name for e in third.events]
+    assert [e.name for e in third.events] == ["retry"]
+    assert (first.end_time or 0) <= (second.start_time or 0)  # ended when its call did
+
+
+@pytest.mark.parametrize(
+    ("mode", "kw", "event", "asynchronous"),
+    [
+        ("CONCURRENTLY", {}, "send_back", False),
+        ("KEY_ORDERLY", {"max_reconsume_times": 0}, "dead_letter", False),
+        ("KEY_ORDERLY", {}, "park", True),
+        ("QUEUE_ORDERLY", {"max_reconsume_times": 0}, "dead_letter", False),
+    ],
+)
+def test_what_becomes_of_a_failed_message_is_an_event_of_its_span(
+    broker: EmbeddedBroker, spans: InMemorySpanExporter, mode: str, kw: dict[str, Any], event: str, asynchronous: bool
+) -> None:
+    sent_in_span(broker, 1)
+
+    def listener(msgs: list[Any]) -> None:
+        raise ValueError("boom")
+
+    async def async_listener(msgs: list[Any]) -> None:
+        raise ValueError("boom")
+
+    consume(broker, async_listener if asynchronous else listener, 1, mode=mode, **kw)
+    (span,) = processed()[:1]
+    assert span.status.status_code is StatusCode.ERROR
+    assert [e.name for e in span.events] == ["exception", event]
+    assert dict(span.events[1].attributes or {})["lite_push.message.offset"] == 0
+
+
+def test_a_steal_of_the_keys_behind_a_stuck_call_is_an_event_of_its_span(
+    broker: EmbeddedBroker, spans: InMemorySpanExporter
+) -> None:
+    release = threading.Event()
+    started = threading.Event()
+
+    def listener(msgs: list[Any]) -> None:
+        if msgs[0].keys == "hung":
+            started.set()
+            release.wait(20)
+
+    config = ConsumerConfig(group="g", lanes=2, tracing=True, poll_timeout=0.01, steal_after=0.05)
+    consumer = LitePushConsumer(
+        config, source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET), listener=listener
+    )
+    consumer.subscribe("T")
+    with consumer:
+        broker.send_batch("T", [{"body": b"x", "keys": "hung", "queue_id": 0}])
+        assert started.wait(10)
+        broker.send_batch("T", [{"body": b"x", "keys": f"k{i % 40}", "queue_id": 0} for i in range(400)])
+        assert wait_until(lambda: consumer.stats().steals >= 1, timeout=20)  # keys left the stuck lane
+        release.set()
+        assert wait_until(lambda: len(processed()) == 401, timeout=20)
+    (hung,) = [s for s in processed() if dict(s.attributes or {}).get("lite_push.message.key") == "hung"]
+    assert "steal" in [e.name for e in hung.events]
 
 
 def test_an_async_listener_gets_a_span_too(broker: EmbeddedBroker, spans: InMemorySpanExporter) -> None:
