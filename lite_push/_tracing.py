@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from typing import Any
 
@@ -44,7 +45,10 @@ from ._listeners import is_async_callable
 from ._types import ConsumeResult, MessageExt
 from ._version import __version__
 
-__all__ = ["check_tracing", "send_context", "settle", "stolen", "system_of", "traced", "verdict_event"]
+__all__ = [
+    "SendSpan", "check_tracing", "no_span", "send_context", "send_span", "settle", "stolen", "system_of", "traced",
+    "verdict_event",
+]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +120,36 @@ def send_context() -> dict[str, str] | None:
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
     return carrier or None
+
+
+#: A span around a send of ``count`` messages to ``topic``.
+SendSpan = Callable[[str, int], AbstractContextManager[Any]]
+
+
+def no_span(topic: str, count: int) -> AbstractContextManager[Any]:
+    """No span (tracing off)."""
+    return nullcontext()
+
+
+def send_span(system: str) -> SendSpan:
+    """A PRODUCER span ``send <topic>`` around each send, current while it
+    runs (a broker with tracing on puts its context in what it sends), for a
+    sender with no span of its own (``lite-push produce --tracing``)."""
+    from opentelemetry import trace
+
+    tracer = trace.get_tracer("lite_push", __version__)
+
+    def span(topic: str, count: int) -> AbstractContextManager[Any]:
+        attrs: dict[str, Any] = {
+            "messaging.system": system,
+            "messaging.operation.type": "send",
+            "messaging.operation.name": "send",
+            "messaging.destination.name": topic,
+            "messaging.batch.message_count": count,
+        }
+        return tracer.start_as_current_span(f"send {topic}", kind=trace.SpanKind.PRODUCER, attributes=attrs)
+
+    return span
 
 
 def system_of(source: object) -> str:

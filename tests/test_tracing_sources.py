@@ -6,6 +6,7 @@ sent again keeps its original context)."""
 
 from __future__ import annotations
 
+import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +16,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 from tracing_helpers import consume, processed
 
-from lite_push import ConfigError, EmbeddedBroker, MessageQueue
+from lite_push import ConfigError, EmbeddedBroker, MessageQueue, dlq
 from lite_push.sources.redis import RedisBroker
 from lite_push.sources.redis_server import RedisServer
 
@@ -81,3 +82,47 @@ def test_an_item_with_its_own_context_keeps_it(spans: Any) -> None:
 def test_a_broker_checks_its_switch() -> None:
     with pytest.raises(ConfigError, match="tracing"):
         EmbeddedBroker(tracing="on")  # type: ignore[arg-type]
+
+
+def test_produce_with_tracing_sends_in_a_span_the_consumer_continues(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, spans: Any
+) -> None:
+    """``lite-push produce --tracing``: a PRODUCER span ``send T`` per batch,
+    its context in each message; the consumer's spans are its children."""
+    from lite_push.cli import main
+
+    url = f"embedded:{tmp_path / 'log'}"
+    assert main(["topic", "create", "--source", url, "--topic", "T", "--queues", "1"]) == 0
+    lines = tmp_path / "lines"
+    lines.write_bytes(b"a:1\nb:2\n")
+    with open(lines) as stdin:  # a file: produce reads its descriptor
+        monkeypatch.setattr(sys, "stdin", stdin)
+        assert main(["produce", "--source", url, "--topic", "T", "--key-separator", ":", "--tracing"]) == 0
+    (send,) = [s for s in spans.get_finished_spans() if s.name == "send T"]
+    assert send.kind is SpanKind.PRODUCER and dict(send.attributes or {})["messaging.batch.message_count"] == 2
+    broker = EmbeddedBroker(tmp_path / "log")
+    try:
+        consume(broker, lambda msgs: None, 2)
+    finally:
+        broker.close()
+    got = processed()
+    assert len(got) == 2 and all(s.parent is not None and s.parent.span_id == send.context.span_id for s in got)
+
+
+def test_a_dead_letter_sent_again_keeps_its_original_context(spans: Any) -> None:
+    broker = EmbeddedBroker(tracing=True)
+    broker.create_topic("T", 1)
+    with trace.get_tracer("test").start_as_current_span("order placed") as span:
+        broker.send("T", b"x", keys="k0")
+        original = span.get_span_context()
+
+    def fails(msgs: list[Any]) -> None:
+        raise ValueError("never")
+
+    consume(broker, fails, 1, max_reconsume_times=0)
+    (letter,) = broker.messages(MessageQueue("%DLQ%g", "embedded", 0))
+    with trace.get_tracer("test").start_as_current_span("operator resends"):
+        dlq.resend(broker, letter)
+    (again,) = broker.messages(MessageQueue("T", "embedded", 0))[1:]
+    assert again.properties["traceparent"].split("-")[2] == format(original.span_id, "016x")
+    broker.close()

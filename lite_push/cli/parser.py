@@ -175,6 +175,12 @@ def _add_topic_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
         choices=["auto", "on", "off"],
         help="a progress bar on stderr (auto: on a terminal, for an input that takes more than a second)",
     )
+    p.add_argument(
+        "--tracing",
+        action="store_true",
+        help="a PRODUCER span 'send T' per batch, its context in each message, on the global tracer provider "
+        "(needs lite-push[tracing] and a provider, e.g. opentelemetry-instrument)",
+    )
     p.set_defaults(handler=produce.cmd_produce)
 
 

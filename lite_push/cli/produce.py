@@ -46,6 +46,7 @@ from typing import IO, Any
 from tqdm import tqdm
 
 from .._errors import UnknownTopicError
+from .._tracing import SendSpan, check_tracing, no_span, send_span, system_of
 from ..sources import is_retry_or_dlq_topic
 from .errors import CliError
 from .sources import Broker, source_errors, unknown_topic
@@ -188,8 +189,12 @@ class _Batches:
     """The batch being gathered and how many messages were sent (one per
     input line: the first :attr:`sent` lines)."""
 
-    def __init__(self, broker: Broker, topic: str, signals: _Signals, bar: tqdm[Any]) -> None:
+    def __init__(
+        self, broker: Broker, topic: str, signals: _Signals, bar: tqdm[Any], span: SendSpan = no_span
+    ) -> None:
         self.broker = broker
+        #: Around each batch sent: its span, with ``--tracing``.
+        self.span = span
         self.topic = topic
         self.signals = signals
         self.bar = bar
@@ -207,7 +212,8 @@ class _Batches:
         """Send the gathered batch; then stop if a signal came meanwhile."""
         if self.items:
             self.signals.sending = True
-            self.broker.send_batch(self.topic, self.items)
+            with self.span(self.topic, len(self.items)):
+                self.broker.send_batch(self.topic, self.items)
             self.sent += len(self.items)
             self.bar.update(len(self.items))
             self.items, self.size = [], 0
@@ -305,12 +311,16 @@ def cmd_produce(args: argparse.Namespace) -> int:
     if sys.stdin is None:  # started with its standard input closed
         raise CliError("standard input is closed: nothing to send")
     broker, url, topic = source_and_topic(args)
+    span: SendSpan = no_span
+    if getattr(args, "tracing", False):
+        broker.tracing = check_tracing(True)
+        span = send_span(system_of(broker))
     batches: _Batches | None = None
     try:
         with source_errors(url, broker), _signals_handled() as signals:
             _check_topic(broker, url, topic)
             with _bar(args.progress, topic) as bar:
-                batches = _Batches(broker, topic, signals, bar)
+                batches = _Batches(broker, topic, signals, bar, span)
                 _send_lines(sys.stdin.buffer, LineFormat(separator, tag, broker.max_message_size), batches)
     except _Stopped as e:
         sent = batches.so_far() if batches is not None else "nothing sent"
