@@ -209,7 +209,9 @@ def workload_dirs(names: list[str], out: Path, regenerate: bool, master: str) ->
     return dirs
 
 
-def run_side(tree: Tree, config: Config, workload: Path, log_dir: Path, progress: bool) -> dict[str, float]:
+def run_side(
+    tree: Tree, config: Config, workload: Path, log_dir: Path, progress: bool, extra: list[str] | None = None
+) -> dict[str, float]:
     """One harness run of ``tree`` in its own process: the JSON line's
     :data:`RESULT_KEYS` and ``wall`` (the process's seconds, load included)."""
     cmd = [
@@ -228,6 +230,7 @@ def run_side(tree: Tree, config: Config, workload: Path, log_dir: Path, progress
     ]
     if progress:
         cmd.append("--progress")
+    cmd += extra or []
     t0 = time.perf_counter()
     out = subprocess.run(cmd, check=True, cwd=tree.root, stdout=subprocess.PIPE, text=True)
     wall = time.perf_counter() - t0
@@ -247,6 +250,12 @@ def main(argv: list[str] | None = None) -> int:
         "--head", type=Path, default=HERE.parent, help=f"checkout after the change (default {HERE.parent})"
     )
     parser.add_argument("--repeat", type=int, default=5, help="base/head pairs per configuration (default 5)")
+    parser.add_argument(
+        "--head-args",
+        default="",
+        help="more harness options for the head side only, e.g. --head-args=--tracing with --base . --head . "
+        "(the head tree's harness must have them)",
+    )
     parser.add_argument(
         "--configs",
         default=DEFAULT_CONFIGS,
@@ -286,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
             # ABBA: a drift in the machine's speed favours neither side
             for tree in (base, head) if i % 2 == 0 else (head, base):
                 log_dir = out / config.workload / "logs-ab" / tree.name
-                sides[tree.name].append(run_side(tree, config, dirs[config.workload], log_dir, args.progress))
+                extra = args.head_args.split() if tree.name == "head" and args.head_args else None
+                sides[tree.name].append(run_side(tree, config, dirs[config.workload], log_dir, args.progress, extra))
             b, h = sides["base"][-1], sides["head"][-1]
             print(
                 f"{config.label} pair {i + 1}/{repeat}: base {b['rate']:,.0f} msg/s ({b['wall']:.0f} s), "

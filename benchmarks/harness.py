@@ -66,8 +66,9 @@ import resource
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -186,6 +187,22 @@ def bare_loop(
     return asyncio.run(main())
 
 
+def _record_spans() -> None:
+    """The process's tracer provider: the SDK's, batching to an exporter that
+    drops every span."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class Dropped(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Dropped()))
+    trace.set_tracer_provider(provider)
+
+
 def run_one(
     workload_dir: Path,
     mode: ConsumeMode,
@@ -199,6 +216,7 @@ def run_one(
     metrics: bool = False,
     placement: str = "load",
     loop_turn_target: float | None = None,
+    tracing: bool = False,
 ) -> dict[str, object]:
     """Consume the workload once with ``mode`` and ``lanes`` (pool threads
     for QUEUE_ORDERLY) on ``executor`` (``thread``, or ``asyncio`` /
@@ -210,7 +228,10 @@ def run_one(
     KEY_ORDERLY lane placement (label suffix ``-<placement>`` unless
     ``load``); other modes place no keys and take only the default.
     ``loop_turn_target``: the asyncio executor's admission target (``None``:
-    the default; label suffix ``-turn<seconds>`` otherwise, ``-turn0``: off)."""
+    the default; label suffix ``-turn<seconds>`` otherwise, ``-turn0``: off).
+    ``tracing``: ``ConsumerConfig.tracing`` on, with the OpenTelemetry SDK's
+    provider and a batch processor whose exporter drops the spans (what
+    recording costs, without an exporter's I/O; label suffix ``-tracing``)."""
     if placement not in PLACEMENTS:
         raise SystemExit(f"--placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
     keyed = mode is ConsumeMode.KEY_ORDERLY
@@ -248,6 +269,10 @@ def run_one(
             label += f"-turn{loop_turn_target:g}"
     if no_failures:
         label += "-nofail"
+    if tracing:
+        _record_spans()
+        config = replace(config, tracing=True)
+        label += "-tracing"
     registry = None
     if metrics:
         from prometheus_client import CollectorRegistry
@@ -441,6 +466,9 @@ def main() -> int:
         "--no-failures", action="store_true", help="ignore the workload's fail_times (label suffix -nofail)"
     )
     parser.add_argument(
+        "--tracing", action="store_true", help="OpenTelemetry spans, recorded and dropped (label suffix -tracing)"
+    )
+    parser.add_argument(
         "--log-level",
         default="ERROR",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -454,7 +482,7 @@ def main() -> int:
         queues = int(meta["queues"])
     result = run_one(
         args.workload, ConsumeMode[args.mode], args.lanes, queues, args.log, args.progress, args.no_failures,
-        args.executor, args.bare, args.metrics, args.placement, args.loop_turn_target,
+        args.executor, args.bare, args.metrics, args.placement, args.loop_turn_target, args.tracing,
     )
     print(json.dumps(result))
     return 0
