@@ -134,8 +134,9 @@ class MemberState:
     #: report, and may be short.
     consumed_exact: bool = True
     #: What its last process's stop committed and left to come back (one
-    #: line, see ``StopReport.summary``); ``None`` before it stopped, or
-    #: when it ended without saying (killed, failed).
+    #: line, see ``StopReport.summary``; or that it was stopped before its
+    #: consumer started); ``None`` before it stopped, or when it ended
+    #: without saying (killed, failed).
     commits: str | None = None
 
 

@@ -135,7 +135,13 @@ class _Slot:
         self.consumed_before += proc.consumed
         if proc.finished is None and proc.started is not None:
             self.exact = False
-        self.commits = None if proc.finished is None else proc.finished.commits or None
+        if proc.finished is not None:
+            self.commits = proc.finished.commits or None
+        elif proc.started is None and proc.error is None and proc.exitcode == 0:
+            # asked to stop before its consumer ran (a slow start): it owned nothing
+            self.commits = "stopped before its consumer started, nothing to commit"
+        else:
+            self.commits = None
 
     def state(self) -> MemberState:
         proc = self.proc

@@ -220,7 +220,10 @@ def test_two_members_on_redis_drain_and_commit_on_sigterm(
     assert ", 2 processes)" in out
     assert "SIGTERM: stopping 2 members (waiting up to 30s for the listener calls running)" in out
     # each member committed what it owned at the end (a member that joined late may own nothing yet)
-    owned = r"(offsets committed for \d queues?|no queue owned at the end, nothing to commit)"
+    owned = (
+        r"(offsets committed for \d queues?|no queue owned at the end, nothing to commit"
+        r"|stopped before its consumer started, nothing to commit)"  # a loaded machine: one started late
+    )
     last = rf"^stopped: consumed {len(lines):,} \(2 members\); member 0: {owned}; member 1: {owned}$"
     assert re.search(last, out, re.M), out
     assert ("metrics:" in out) == (variant == "flag")

@@ -448,3 +448,25 @@ def test_a_metrics_port_in_use_is_a_config_error_at_start(unused_tcp_port: int) 
             supervisor.start()
     assert info.value.field == "metrics_port"
     assert supervisor.members[0].pid is None  # nothing was started
+
+
+def test_what_a_stopped_member_committed_says_when_it_never_ran_its_consumer() -> None:
+    """A member asked to stop before its consumer started (a slow start on
+    a loaded machine) exits 0 without a final report: it owned nothing,
+    and its state says so; one killed or failed says nothing."""
+    from types import SimpleNamespace
+
+    from lite_push.supervisor import _Slot
+
+    def ended(**proc: object) -> str | None:
+        slot = _Slot(0, RestartPolicy())
+        base: dict[str, object] = {"consumed": 0, "finished": None, "started": None, "error": None, "exitcode": 0}
+        slot.ended(SimpleNamespace(**{**base, **proc}))  # type: ignore[arg-type]
+        return slot.state().commits
+
+    assert ended() == "stopped before its consumer started, nothing to commit"
+    assert ended(exitcode=-9) is None  # killed
+    assert ended(started=object(), exitcode=1) is None  # ran, then ended without its report
+    assert ended(finished=SimpleNamespace(commits="offsets committed for 2 queues", consumed=3)) == (
+        "offsets committed for 2 queues"
+    )
