@@ -98,10 +98,9 @@ def _cpu(client: redis.Redis) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-def per_message(url: str, n: int, balance: Balance) -> dict[str, float]:
-    broker = RedisBroker(url, namespace=f"gc-{uuid.uuid4().hex[:8]}", session_timeout=10.0, heartbeat_interval=1.0)
-    broker.create_topic("T", 4)
-    broker.send_batch("T", [(b"x" * 64, f"k{i % 2000}") for i in range(n)])
+def _counting(broker: RedisBroker, balance: Balance) -> tuple[LitePushConsumer, list[int]]:
+    """The measured consumer of topic T (no-op listener, 8 lanes), not
+    started, and its count of messages consumed (``[n]``)."""
     done = [0]
 
     def listener(msgs: list[Any]) -> None:
@@ -113,16 +112,31 @@ def per_message(url: str, n: int, balance: Balance) -> dict[str, float]:
         listener=listener,
     )
     consumer.subscribe("T")
+    return consumer, done
+
+
+def _run_until(consumer: LitePushConsumer, done: list[int], n: int) -> float:
+    """Start ``consumer``, stop it once it consumed ``n``: the seconds from
+    its start to the last one counted."""
+    t0 = time.perf_counter()
+    consumer.start()
+    while done[0] < n:
+        time.sleep(0.005)
+    wall = time.perf_counter() - t0
+    consumer.shutdown(10)
+    return wall
+
+
+def per_message(url: str, n: int, balance: Balance) -> dict[str, float]:
+    broker = RedisBroker(url, namespace=f"gc-{uuid.uuid4().hex[:8]}", session_timeout=10.0, heartbeat_interval=1.0)
+    broker.create_topic("T", 4)
+    broker.send_batch("T", [(b"x" * 64, f"k{i % 2000}") for i in range(n)])
+    consumer, done = _counting(broker, balance)
     client = broker.conn.client
     client.config_resetstat()
     cpu0 = _cpu(client)
     with Trips() as trips:
-        t0 = time.perf_counter()
-        consumer.start()
-        while done[0] < n:
-            time.sleep(0.005)
-        wall = time.perf_counter() - t0
-        consumer.shutdown(10)
+        wall = _run_until(consumer, done, n)
     cpu = _cpu(client) - cpu0
     calls = _calls(client)
     stats = client.info("commandstats")
@@ -194,17 +208,7 @@ def per_shard(cluster: RedisCluster, n: int, balance: Balance, queues: int = 6) 
         for q in range(queues):
             log = broker.queue_key("T", q, "log")
             by_port[client.get_node_from_key(log).port] += int(client.xlen(log))
-        done = [0]
-
-        def listener(msgs: list[Any]) -> None:
-            done[0] += len(msgs)
-
-        consumer = LitePushConsumer(
-            ConsumerConfig(group="g", lanes=8, poll_timeout=0.05, revoke_timeout=5.0, commit_interval=0.05),
-            source=broker.pull_consumer("g", consume_from=FIRST, balance=balance),
-            listener=listener,
-        )
-        consumer.subscribe("T")
+        consumer, done = _counting(broker, balance)
         # each node's CPU with nothing to do (the cluster bus, cron), per second
         idle0, t_idle = [_cpu(node) for node in nodes], time.perf_counter()
         time.sleep(2.0)
@@ -212,12 +216,7 @@ def per_shard(cluster: RedisCluster, n: int, balance: Balance, queues: int = 6) 
         for node in nodes:
             node.config_resetstat()
         cpu0 = [_cpu(node) for node in nodes]
-        t0 = time.perf_counter()
-        consumer.start()
-        while done[0] < n:
-            time.sleep(0.005)
-        wall = time.perf_counter() - t0
-        consumer.shutdown(10)
+        wall = _run_until(consumer, done, n)
         out = []
         for node, port, c0, rest in zip(nodes, cluster.ports, cpu0, idle, strict=True):
             m = max(1, by_port[port])

@@ -296,23 +296,25 @@ class _Spans:
     def done(self, span: Any, token: Any, msgs: list[MessageExt], result: Any) -> None:
         """The call returned ``result``: its span ends, unless ``result`` is
         no success (then it is an error, kept open for the verdicts)."""
-        self._context.detach(token)
-        _OPEN.pop(id(msgs), None)
         if result in _OK:
+            self._context.detach(token)
+            _OPEN.pop(id(msgs), None)
             span.end()
             return
-        status, code = self._status
         name = result.name if isinstance(result, ConsumeResult) else type(result).__name__
-        span.set_attribute("error.type", name)
-        span.set_status(status(code.ERROR, f"the listener returned {name}"))
-        _PENDING.set((span, time.time_ns()))
+        self._error(span, token, msgs, name, f"the listener returned {name}")
 
     def failed(self, span: Any, token: Any, msgs: list[MessageExt], error: BaseException) -> None:
         """The call raised ``error``: an error, kept open for the verdicts."""
+        span.record_exception(error)
+        self._error(span, token, msgs, type(error).__qualname__, f"{type(error).__name__}: {error}")
+
+    def _error(self, span: Any, token: Any, msgs: list[MessageExt], kind: str, description: str) -> None:
+        """The call failed: error status, kept open (its end time noted)
+        until the lane decided what becomes of its messages (:func:`settle`)."""
         self._context.detach(token)
         _OPEN.pop(id(msgs), None)
         status, code = self._status
-        span.record_exception(error)
-        span.set_attribute("error.type", type(error).__qualname__)
-        span.set_status(status(code.ERROR, f"{type(error).__name__}: {error}"))
+        span.set_attribute("error.type", kind)
+        span.set_status(status(code.ERROR, description))
         _PENDING.set((span, time.time_ns()))
