@@ -122,6 +122,12 @@ def test_every_dashboard_expression_returns_data_on_a_real_prometheus(tmp_path: 
             assert wait_until(lambda: bool(_query(base, 'count(up{job="lite-push"} == 1) == 2')), timeout=20), (
                 (tmp_path / "prometheus.log").read_text()[-2000:]
             )
+            # a rate needs two samples in its window: on a loaded machine Prometheus may have
+            # scraped a target once by now
+            three = 'min(count_over_time(up{job="lite-push"}[30s])) >= 3'
+            assert wait_until(lambda: bool(_query(base, three)), timeout=30), _query(
+                base, 'count_over_time(up{job="lite-push"}[30s])'
+            )
             empty = []
             for where, expr in collect_expressions(load_dashboard()):
                 if not _query(base, _live(expr)):
