@@ -187,18 +187,20 @@ def bare_loop(
     return asyncio.run(main())
 
 
-def _record_spans() -> None:
-    """The process's tracer provider: the SDK's, batching to an exporter that
-    drops every span."""
+def _record_spans(ratio: float) -> None:
+    """The process's tracer provider: the SDK's, sampling ``ratio`` of the
+    traces that have no sampled parent (the SDK's default sampler when 1),
+    batching to an exporter that drops every span."""
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
     class Dropped(SpanExporter):
         def export(self, spans: Any) -> SpanExportResult:
             return SpanExportResult.SUCCESS
 
-    provider = TracerProvider()
+    provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(ratio)))
     provider.add_span_processor(BatchSpanProcessor(Dropped()))
     trace.set_tracer_provider(provider)
 
@@ -216,7 +218,7 @@ def run_one(
     metrics: bool = False,
     placement: str = "load",
     loop_turn_target: float | None = None,
-    tracing: bool = False,
+    tracing: float | None = None,
 ) -> dict[str, object]:
     """Consume the workload once with ``mode`` and ``lanes`` (pool threads
     for QUEUE_ORDERLY) on ``executor`` (``thread``, or ``asyncio`` /
@@ -230,8 +232,9 @@ def run_one(
     ``loop_turn_target``: the asyncio executor's admission target (``None``:
     the default; label suffix ``-turn<seconds>`` otherwise, ``-turn0``: off).
     ``tracing``: ``ConsumerConfig.tracing`` on, with the OpenTelemetry SDK's
-    provider and a batch processor whose exporter drops the spans (what
-    recording costs, without an exporter's I/O; label suffix ``-tracing``)."""
+    provider sampling that ratio of the traces and a batch processor whose
+    exporter drops the spans (what recording costs, without an exporter's
+    I/O; label suffix ``-tracing``, ``-tracing<ratio>`` below 1)."""
     if placement not in PLACEMENTS:
         raise SystemExit(f"--placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
     keyed = mode is ConsumeMode.KEY_ORDERLY
@@ -269,10 +272,12 @@ def run_one(
             label += f"-turn{loop_turn_target:g}"
     if no_failures:
         label += "-nofail"
-    if tracing:
-        _record_spans()
+    if tracing is not None:
+        if not 0 <= tracing <= 1:
+            raise SystemExit(f"--tracing RATIO must be in [0, 1], got {tracing:g}")
+        _record_spans(tracing)
         config = replace(config, tracing=True)
-        label += "-tracing"
+        label += "-tracing" + ("" if tracing == 1 else f"{tracing:g}")
     registry = None
     if metrics:
         from prometheus_client import CollectorRegistry
@@ -466,7 +471,14 @@ def main() -> int:
         "--no-failures", action="store_true", help="ignore the workload's fail_times (label suffix -nofail)"
     )
     parser.add_argument(
-        "--tracing", action="store_true", help="OpenTelemetry spans, recorded and dropped (label suffix -tracing)"
+        "--tracing",
+        nargs="?",
+        type=float,
+        const=1.0,
+        default=None,
+        metavar="RATIO",
+        help="OpenTelemetry spans, recorded and dropped; RATIO (default 1): the sampled share of traces "
+        "without a parent (label suffix -tracing, -tracingRATIO below 1)",
     )
     parser.add_argument(
         "--log-level",

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
 from tracing_helpers import consume, processed
 
 from lite_push import ConfigError, EmbeddedBroker, MessageQueue, dlq
@@ -37,7 +37,9 @@ def traced_broker(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Any
         cluster = MockKafkaCluster()
         cluster.start()
         request.addfinalizer(cluster.stop)
-        b = KafkaBroker(cluster.bootstrap, topic_creator=cluster.create_topic, tracing=True)
+        # a short session: the mock cluster holds a group its last member
+        # left until that member's session ends, and a test consumes twice
+        b = KafkaBroker(cluster.bootstrap, topic_creator=cluster.create_topic, tracing=True, session_timeout=3.0)
     b.create_topic("T", 1)
     yield b
     b.close()
@@ -126,3 +128,44 @@ def test_a_dead_letter_sent_again_keeps_its_original_context(spans: Any) -> None
     (again,) = broker.messages(MessageQueue("T", "embedded", 0))[1:]
     assert again.properties["traceparent"].split("-")[2] == format(original.span_id, "016x")
     broker.close()
+
+
+def test_calls_failures_and_dead_letters_are_traced_on_every_source(traced_broker: Any, spans: Any) -> None:
+    """On every source: a call of several messages is one span linked to
+    each sender; a failed attempt is an error with the exception, its
+    redelivery a ``retry``, the last one a ``dead_letter``; the dead letter
+    sent again carries the sender's context."""
+    tracer = trace.get_tracer("test")
+    with tracer.start_as_current_span("orders placed", kind=SpanKind.PRODUCER) as span:
+        traced_broker.send_batch("T", [(b"a%d" % i, "k0") for i in range(4)])
+        sender = span.get_span_context()
+    consume(traced_broker, lambda msgs: None, 4, messages=True, batch_size=8)
+    links = [lk for s in processed() for lk in s.links]
+    assert len(links) == 4 and all(lk.context.span_id == sender.span_id for lk in links)
+    assert all(s.parent is None for s in processed())  # a call's span has links, not a parent
+
+    spans.clear()
+    with tracer.start_as_current_span("order placed", kind=SpanKind.PRODUCER) as span:
+        traced_broker.send("T", b"bad", keys="k1")
+        original = span.get_span_context()
+
+    def fails(msgs: list[Any]) -> None:
+        raise ValueError("boom")
+
+    consume(traced_broker, fails, 2, mode="KEY_ORDERLY", max_reconsume_times=1, suspend_ms=10)
+    first, second = sorted(processed(), key=lambda s: s.start_time or 0)[:2]
+    assert first.parent is not None and first.parent.span_id == original.span_id
+    assert first.status.status_code is StatusCode.ERROR and second.status.status_code is StatusCode.ERROR
+    assert dict(first.attributes or {})["error.type"] == "ValueError"
+    assert [e.name for e in first.events] == ["exception", "park"]
+    assert [e.name for e in second.events] == ["retry", "exception", "dead_letter"]
+
+    (letter,) = dlq.dead_letters(traced_broker, "g")
+    with tracer.start_as_current_span("operator resends"):
+        dlq.resend(traced_broker, letter)
+    again = traced_broker.messages(traced_broker.queues("T")[0])[-1]
+    assert again.body == b"bad"
+    assert again.properties["traceparent"].split("-")[1:3] == [
+        format(original.trace_id, "032x"),
+        format(original.span_id, "016x"),
+    ]

@@ -54,7 +54,8 @@ def processed() -> list[Any]:
 def consume(broker: EmbeddedBroker, listener: Any, n: int, *, messages: bool = False, **cfg: Any) -> None:
     """Consume T until ``n`` consumer spans finished (``messages``: until
     they carried ``n`` messages)."""
-    config = ConsumerConfig(group="g", lanes=2, tracing=True, poll_timeout=0.01, **cfg)
+    # revoke_timeout under the Kafka tests' short session
+    config = ConsumerConfig(group="g", lanes=2, tracing=True, poll_timeout=0.01, revoke_timeout=2.0, **cfg)
     consumer = LitePushConsumer(
         config, source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET), listener=listener
     )
