@@ -1,16 +1,16 @@
 """Build the compiled kernels: what pyproject.toml cannot express.
 
-Every ``_ext/<stem>.pyx`` becomes the extension module ``lite_push.<stem>``
-(``_ext/_router_c.pyx`` -> ``lite_push._router_c``); each has a pure-Python
+Every ``_ext/<stem>.pyx`` becomes the extension module ``lite_push._kernels.<stem>``
+(``_ext/router_c.pyx`` -> ``lite_push._kernels.router_c``); each has a pure-Python
 twin in the package, chosen by a selector module when the extension is absent.
 
 ``LITE_PUSH_NO_EXTENSIONS`` set to any non-empty value builds none (the same
-rule ``lite_push/_router.py`` uses to force the twins at run time).  Otherwise a
+rule ``lite_push/_kernels/router.py`` uses to force the twins at run time).  Otherwise a
 Cython or C compile error fails the build: there is deliberately no silent
 fallback, so a broken extension cannot reach CI disguised as the twin.
 
 An editable install (``pip install -e .``) builds in place, so the ``.so``
-lands next to the sources in ``lite_push/``, where the import finds it.
+lands next to the sources in ``lite_push/_kernels/``, where the import finds it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from setuptools import Extension, setup
 
 HERE = Path(__file__).resolve().parent
 EXT_DIR = "_ext"
-PACKAGE = "lite_push"
+PACKAGE = "lite_push._kernels"
 
 
 def _extensions() -> list[Extension]:

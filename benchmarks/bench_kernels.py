@@ -5,8 +5,8 @@
 
 Both twins of each kernel run in the same process on the same inputs; a twin
 that is not built is reported as "not built" and the rest still runs.  The
-twins are imported directly (``lite_push._router_py`` / ``_router_c``,
-``lite_push._offsets_py`` / ``_offsets_c``), not through the selectors, so
+twins are imported directly (``lite_push._kernels.router_py`` / ``_router_c``,
+``lite_push._kernels.offsets_py`` / ``_offsets_c``), not through the selectors, so
 ``LITE_PUSH_NO_EXTENSIONS`` does not matter here.
 
 * **route**: what the runtime calls, ``KeyRouter.route``: one call routes a
@@ -65,8 +65,8 @@ from lite_push import MessageExt
 
 #: The twins, compiled first: (kernel, label, module name).
 TWINS = {
-    "router": [("c", "lite_push._router_c"), ("py", "lite_push._router_py")],
-    "offsets": [("c", "lite_push._offsets_c"), ("py", "lite_push._offsets_py")],
+    "router": [("c", "lite_push._kernels.router_c"), ("py", "lite_push._kernels.router_py")],
+    "offsets": [("c", "lite_push._kernels.offsets_c"), ("py", "lite_push._kernels.offsets_py")],
 }
 
 ACCOUNTS = 10_000

@@ -16,8 +16,8 @@ import argparse
 import random
 import time
 
-from lite_push._offset_map import decode, encode, estimate_size
-from lite_push._offsets import OFFSETS_IMPL, OffsetTracker
+from lite_push._kernels.offsets import OFFSETS_IMPL, OffsetTracker
+from lite_push._state.offset_map import decode, encode, estimate_size
 from lite_push._types import MessageExt
 
 

@@ -1,7 +1,7 @@
 """How a run's messages split over lanes under each key placement, and the
 bound that split puts on the run's rate.
 
-Pure Python (the hashes come from ``lite_push._router``; no consumer runs).
+Pure Python (the hashes come from ``lite_push._kernels.router``; no consumer runs).
 The placements are ``ConsumerConfig.lane_placement``'s:
 
 * ``"java"`` -- a fixed lane, ``lane_of(key, n)`` (Java's
@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
-from lite_push._router import lane_of, mixed_hash
+from lite_push._kernels.router import lane_of, mixed_hash
 
 __all__ = [
     "MODES",

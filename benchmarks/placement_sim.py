@@ -11,7 +11,7 @@ same hashes; tested equal to Spark's output), and each goes to queue
 ``lane_of(key, queues)`` as the harness's producer sends it, in ``seq``
 order.  The policies place keys on ``N`` lanes:
 
-* ``least-loaded`` -- ``lite_push._router.KeyRouter(N, "load")`` itself: a
+* ``least-loaded`` -- ``lite_push._kernels.router.KeyRouter(N, "load")`` itself: a
   key with messages routed and not released stays on its lane; a new key
   goes to the lane with the fewest such messages, ties to the lowest index;
 * ``two-choices`` -- the same rule, but a new key looks at two lanes drawn
@@ -75,7 +75,7 @@ from partition import balanced_bound, hot_key_rate
 from redraw import draw
 from workloads import get_workload
 
-from lite_push._router import KeyRouter, lane_of
+from lite_push._kernels.router import KeyRouter, lane_of
 
 __all__ = ["POLICIES", "Model", "SimResult", "TwoChoices", "main", "make_router", "simulate"]
 

@@ -65,7 +65,7 @@ from typing import Any
 from keyspace import KEY_FORMATS, KEY_SPACE, key_for_rank, key_string
 from partition import partition_bound
 
-from lite_push._router import lane_of
+from lite_push._kernels.router import lane_of
 
 __all__ = [
     "COSTS",

@@ -17,16 +17,16 @@ from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from ._assignment import AppHook
-from ._async_executor import AsyncExecutor, new_event_loop
 from ._clock import Clock
 from ._config import ConsumerConfig
-from ._consumer_core import ConsumerCore
+from ._core.consumer_core import ConsumerCore
+from ._core.shutdown import StopReport
 from ._errors import LitePushError
-from ._shutdown import StopReport
+from ._exec.async_executor import AsyncExecutor, new_event_loop
+from ._exec.watchdog import LoopWatchdog
+from ._pull.assignment import AppHook
 from ._types import AsyncListener
-from ._watchdog import LoopWatchdog
-from .sources._base import PullSource
+from .sources.contract import PullSource
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry

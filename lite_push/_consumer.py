@@ -22,16 +22,16 @@ import threading
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from ._assignment import AppHook
-from ._async_executor import AsyncExecutor, LoopThread
 from ._clock import Clock
 from ._config import ConsumerConfig
-from ._consumer_core import ConsumerCore
-from ._shutdown import StopReport
-from ._signals import StopOnSignal
-from ._snapshots import ConsumerStats
+from ._core.consumer_core import ConsumerCore
+from ._core.shutdown import StopReport
+from ._core.signals import StopOnSignal
+from ._core.snapshots import ConsumerStats
+from ._exec.async_executor import AsyncExecutor, LoopThread
+from ._pull.assignment import AppHook
 from ._types import AsyncListener, Listener
-from .sources._base import PullSource
+from .sources.contract import PullSource
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry

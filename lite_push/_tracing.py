@@ -40,8 +40,8 @@ from contextvars import ContextVar
 from typing import Any
 
 from ._config import ConsumerConfig
+from ._core.listeners import is_async_callable
 from ._errors import ConfigError
-from ._listeners import is_async_callable
 from ._types import ConsumeResult, MessageExt
 from ._version import __version__
 

@@ -22,7 +22,7 @@ from typing import TextIO
 
 from ._config import ConsumeMode, ConsumerConfig
 from ._consumer import ConsumerStats, LitePushConsumer
-from ._router import ROUTER_IMPL, java_hash, mixed_hash
+from ._kernels.router import ROUTER_IMPL, java_hash, mixed_hash
 from ._types import MessageExt
 from .sources import ConsumeFromWhere, EmbeddedBroker
 

@@ -22,12 +22,13 @@ from executors import EXECUTORS, Executor, executor_fixture
 from hypothesis import HealthCheck, settings
 
 import lite_push
-from lite_push import _router_py
+from lite_push._kernels import router_py as _router_py
 from lite_push.cli.settings import NON_CONFIG_ENV
 from lite_push.sources import EmbeddedBroker
 from lite_push.sources.redis_server import RedisCluster, RedisServer
 
 PACKAGE_DIR = Path(lite_push.__file__).resolve().parent
+KERNELS_DIR = PACKAGE_DIR / "_kernels"
 
 # Hypothesis: the suite draws the same examples on every run and every clean
 # checkout ("ci", the default: derandomized, no example database, no
@@ -55,26 +56,27 @@ REQUIRE_EXTENSIONS = os.environ.get("LITE_PUSH_REQUIRE_EXTENSIONS") == "1"
 
 
 def compiled_path(stem: str) -> Path | None:
-    """The built extension file ``lite_push/<stem>.<abi>.so``, if there is one."""
+    """The built extension file ``lite_push/_kernels/<stem>.<abi>.so``, if there is one."""
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = PACKAGE_DIR / f"{stem}{suffix}"
+        path = KERNELS_DIR / f"{stem}{suffix}"
         if path.exists():
             return path
     return None
 
 
 def compiled_twin(stem: str) -> ModuleType:
-    """Import ``lite_push.<stem>``; skip if it was not built and is not
+    """Import ``lite_push._kernels.<stem>``; skip if it was not built and is not
     required, fail if it was built or is required but does not import."""
     try:
-        return importlib.import_module(f"lite_push.{stem}")
+        return importlib.import_module(f"lite_push._kernels.{stem}")
     except ImportError as exc:
         built = compiled_path(stem)
         if REQUIRE_EXTENSIONS or built is not None:
             pytest.fail(
-                f"lite_push.{stem} is {'built at ' + str(built) if built else 'required'} but does not import: {exc}"
+                f"lite_push._kernels.{stem} is {'built at ' + str(built) if built else 'required'} "
+                f"but does not import: {exc}"
             )
-        pytest.skip(f"lite_push.{stem} was not built")
+        pytest.skip(f"lite_push._kernels.{stem} was not built")
 
 
 def assert_compiled_selected(stem: str, impl: str, selected: object, name: str) -> None:
@@ -85,16 +87,16 @@ def assert_compiled_selected(stem: str, impl: str, selected: object, name: str) 
         assert impl == "python"
         return
     if compiled_path(stem) is None and not REQUIRE_EXTENSIONS:
-        pytest.skip(f"lite_push.{stem} was not built")
+        pytest.skip(f"lite_push._kernels.{stem} was not built")
     assert impl == "cython"
     assert selected is getattr(compiled_twin(stem), name)
 
 
 @pytest.fixture(scope="session", params=["c", "py"])
 def router(request: pytest.FixtureRequest) -> ModuleType:
-    """The key-hash router twin: ``lite_push._router_c`` or ``_router_py``."""
+    """The key-hash router twin: ``lite_push._kernels.router_c`` or ``_router_py``."""
     if request.param == "c":
-        return compiled_twin("_router_c")
+        return compiled_twin("router_c")
     return _router_py
 
 

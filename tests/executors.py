@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from lite_push import AsyncLitePushConsumer, ConsumerConfig, LitePushConsumer
-from lite_push._consumer_core import is_async_callable
+from lite_push._core.consumer_core import is_async_callable
 
 #: pytest ids of the executors.
 EXECUTORS = ["thread", "asyncio", "uvloop"]

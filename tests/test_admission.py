@@ -21,9 +21,9 @@ from lite_push import (
     ConsumerConfig,
     EmbeddedBroker,
     MessageExt,
-    _router_py,
 )
-from lite_push._admission import ADMISSION_MIN, LATENCY_SHARE, Admission
+from lite_push._exec.admission import ADMISSION_MIN, LATENCY_SHARE, Admission
+from lite_push._kernels import router_py as _router_py
 
 
 def _msgs(keys: list[str | None], queue: int = 0, start: int = 0) -> list[MessageExt]:
@@ -62,7 +62,7 @@ def test_fixed_placements_ignore_the_limit(router: ModuleType) -> None:
 
 
 def test_twins_place_keys_alike_while_the_limit_moves() -> None:
-    router = compiled_twin("_router_c")
+    router = compiled_twin("router_c")
     rnd = random.Random(3)
     for trial in range(60):
         n = rnd.choice([1, 2, 5, 64, 300])

@@ -1,7 +1,7 @@
 """docs/ARCHITECTURE.md names only what exists.
 
-Every code span of the document that is a path (``lite_push/_pull_loop.py``,
-``sources/redis/reading.py``, ``_ext/_router_c.pyx``) must be a file of the
+Every code span of the document that is a path (``lite_push/_pull/loop.py``,
+``sources/redis/reading.py``, ``_ext/router_c.pyx``) must be a file of the
 repository, and every one that is a Python name (``Dispatcher``,
 ``PullLoop.run``, ``poll(timeout, max)``, ``revoke_timeout``) must be
 defined in the package: a module, class, function, method, attribute,

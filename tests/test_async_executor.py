@@ -136,7 +136,7 @@ def test_the_source_is_read_and_routed_on_the_loops_own_thread(monkeypatch: pyte
 
         return call
 
-    from lite_push._dispatch import Dispatcher
+    from lite_push._pull.dispatch import Dispatcher
 
     monkeypatch.setattr(source_class, "poll_nowait", counted("poll_nowait", source_class.poll_nowait))
     monkeypatch.setattr(source_class, "poll", counted("poll", source_class.poll))

@@ -29,7 +29,7 @@ from partition import (  # noqa: E402  (benchmarks/ is put on sys.path above)
 )
 from workloads import KEY_SPACE, WORKLOADS, Workload, get_workload, key_string, keys_for  # noqa: E402
 
-from lite_push._router import lane_of, mixed_hash  # noqa: E402
+from lite_push._kernels.router import lane_of, mixed_hash  # noqa: E402
 
 BASE = Workload("base", 1_000, 4, 10)
 
@@ -238,7 +238,7 @@ def test_bare_loop_uses_the_placement() -> None:
 # -- bench_kernels' router cases -----------------------------------------------------
 
 
-@pytest.mark.parametrize("module", ["lite_push._router_py", "lite_push._router_c"])
+@pytest.mark.parametrize("module", ["lite_push._kernels.router_py", "lite_push._kernels.router_c"])
 @pytest.mark.parametrize("placement", ["load", "hash", "java"])
 def test_kernel_route_cases_run(module: str, placement: str) -> None:
     import importlib

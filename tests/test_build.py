@@ -11,7 +11,8 @@ from conftest import PACKAGE_DIR, REQUIRE_EXTENSIONS, assert_compiled_selected, 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lite_push import _router, _router_py
+from lite_push._kernels import router as _router
+from lite_push._kernels import router_py as _router_py
 
 EXT_DIR = PACKAGE_DIR.parent / "_ext"
 
@@ -22,12 +23,12 @@ EXT_DIR = PACKAGE_DIR.parent / "_ext"
 def test_router_c_loaded() -> None:
     """Fails when ``_router_c`` was built (or is required) but the selector
     silently fell back to the Python twin."""
-    assert_compiled_selected("_router_c", _router.ROUTER_IMPL, _router.java_hash, "java_hash")
+    assert_compiled_selected("router_c", _router.ROUTER_IMPL, _router.java_hash, "java_hash")
 
 
 @pytest.mark.parametrize("pyx", sorted(p.stem for p in EXT_DIR.glob("*.pyx")) or ["(none)"])
 def test_every_extension_built(pyx: str) -> None:
-    """Every ``_ext/<stem>.pyx`` is built as ``lite_push.<stem>`` when
+    """Every ``_ext/<stem>.pyx`` is built as ``lite_push._kernels.<stem>`` when
     extensions are required."""
     if not EXT_DIR.is_dir():
         pytest.skip("not running from a source tree")
@@ -36,7 +37,7 @@ def test_every_extension_built(pyx: str) -> None:
     assert pyx != "(none)", f"no .pyx in {EXT_DIR}"
     module = compiled_twin(pyx)
     assert module.__file__ is not None
-    assert Path(module.__file__).resolve().parent == PACKAGE_DIR
+    assert Path(module.__file__).resolve().parent == PACKAGE_DIR / "_kernels"
 
 
 # --- known answers ----------------------------------------------------------
@@ -236,7 +237,7 @@ maybe_keys = st.one_of(st.none(), keys)
 @settings(max_examples=500, deadline=None)
 @given(key=keys, n=st.integers(min_value=1, max_value=2**40))
 def test_twins_agree_on_java_hash_and_lane_of(key: str, n: int) -> None:
-    c = compiled_twin("_router_c")
+    c = compiled_twin("router_c")
     assert c.java_hash(key) == _router_py.java_hash(key)
     assert c.lane_of(key, n) == _router_py.lane_of(key, n)
 
@@ -244,4 +245,4 @@ def test_twins_agree_on_java_hash_and_lane_of(key: str, n: int) -> None:
 @settings(max_examples=300, deadline=None)
 @given(key=keys)
 def test_twins_agree_on_mixed_hash(key: str) -> None:
-    assert compiled_twin("_router_c").mixed_hash(key) == _router_py.mixed_hash(key)
+    assert compiled_twin("router_c").mixed_hash(key) == _router_py.mixed_hash(key)

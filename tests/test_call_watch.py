@@ -20,8 +20,8 @@ from lite_push import (
     MessageExt,
     MessageQueue,
 )
-from lite_push._call_watch import STEAL_FLOOR, STEAL_MULTIPLE, CallWatch, longest_call
-from lite_push._lanes import Lane
+from lite_push._exec.call_watch import STEAL_FLOOR, STEAL_MULTIPLE, CallWatch, longest_call
+from lite_push._lanes.lanes import Lane
 
 
 def _msg(offset: int, key: str | None, queue_id: int = 0) -> MessageExt:
@@ -47,7 +47,7 @@ def test_a_slow_call_is_logged_once_and_its_lane_is_asked_about_until_nothing_mo
     )
     call = ([_msg(7, "acct-1", 2)], 100.0)
     lanes[1].call = call
-    caplog.set_level(logging.WARNING, logger="lite_push._call_watch")
+    caplog.set_level(logging.WARNING, logger="lite_push._exec.call_watch")
     watch.check()
     assert asked == [] and watch.warnings == 0
     now.t = 102.0
@@ -120,7 +120,7 @@ def test_a_stuck_call_is_named_in_stats_metrics_and_the_log_but_the_consumer_sta
         registry=registry,
     )
     consumer.subscribe("T")
-    caplog.set_level(logging.WARNING, logger="lite_push._call_watch")
+    caplog.set_level(logging.WARNING, logger="lite_push._exec.call_watch")
     with consumer:
         broker.send("T", b"x", keys="ok")
         broker.send("T", b"x", keys="stuck")

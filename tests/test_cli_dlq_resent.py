@@ -8,7 +8,7 @@ and the next ``resend --all`` skips them, ``--offset`` refuses them,
 subprocesses on each source (the records are the sources' plain messages),
 and through a pipe closed under a running ``--all``: what was sent by then
 is recorded, and the next ``--all`` sends exactly the rest.  The fold of
-the records, :class:`~lite_push._resent_log.ResentLog`, is checked alone.
+the records, :class:`~lite_push.dlq._resent_log.ResentLog`, is checked alone.
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ import orjson
 import pytest
 
 from lite_push import EmbeddedBroker, MessageExt, MessageQueue
-from lite_push._resent_log import RECORD_LETTERS, RELEASED, ResentLog
 from lite_push.cli.dlq import RECORD_EVERY
 from lite_push.cli.pipes import SIGPIPE_EXIT
 from lite_push.dlq import record_resent, resent_letters
+from lite_push.dlq._resent_log import RECORD_LETTERS, RELEASED, ResentLog
 from lite_push.sources import dlq_topic
-from lite_push.sources._base import HELD_KEY, RELEASED_KEY, RELEASED_THROUGH, RESENT_LETTERS
+from lite_push.sources.contract import HELD_KEY, RELEASED_KEY, RELEASED_THROUGH, RESENT_LETTERS
 from lite_push.sources.kafka import KafkaBroker
 from lite_push.sources.kafka.mock_cluster import MockKafkaCluster
 from lite_push.sources.redis import RedisBroker

@@ -18,7 +18,7 @@ from lite_push import ConfigError
 from lite_push.cli.settings import load_settings
 from lite_push.cli.sources import open_source
 from lite_push.sources import dlq_topic
-from lite_push.sources._base import (
+from lite_push.sources.contract import (
     DLQ_EXCEPTION,
     DLQ_GROUP,
     DLQ_REASON,

@@ -33,7 +33,7 @@ def test_lanes_and_the_queue_threshold_follow_the_executor():
     assert (loop.queue_threshold, loop.poll_size) == (5000, 512)
     kept = ConsumerConfig(group="g", executor="asyncio", lanes=8, pull_threshold_for_queue=7)
     assert (kept.lanes, kept.pull_threshold_for_queue) == (8, 7)
-    from lite_push._listeners import resolve_executor
+    from lite_push._core.listeners import resolve_executor
 
     async def handle(msgs: list[object]) -> None:
         return None

@@ -26,7 +26,7 @@ from lite_push import (
     ManualClock,
     MessageExt,
 )
-from lite_push._router import lane_of
+from lite_push._kernels.router import lane_of
 
 pytestmark = pytest.mark.usefixtures("executor")
 

@@ -16,7 +16,7 @@ import pytest
 from helpers import PollCounter, Recorder, assert_offsets_increase, wait_consumed, wait_for, wait_until
 
 from lite_push import ConsumeMode, ConsumerConfig, LitePushConsumer, ManualClock, MessageExt, OffsetAndMetadata
-from lite_push._offset_map import decode, encode
+from lite_push._state.offset_map import decode, encode
 from lite_push.sources import ConsumeFromWhere, dlq_topic
 from lite_push.sources.kafka import KafkaBroker
 from lite_push.sources.kafka.mock_cluster import MockKafkaCluster

@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from lite_push._router import KeyRouter
+from lite_push._kernels.router import KeyRouter
 from lite_push.demo import account_keys, lane_balance, rate_bound
 
 DELAY = 0.001

@@ -36,7 +36,7 @@ from lite_push import (
     resend_key,
 )
 from lite_push.dlq import DeadLetter, dead_letters, iter_dead_letters
-from lite_push.sources._base import HELD_BEHIND, HELD_KEY, RELEASED_KEY, RESENT_OF, dlq_topic
+from lite_push.sources.contract import HELD_BEHIND, HELD_KEY, RELEASED_KEY, RESENT_OF, dlq_topic
 
 FIRST = ConsumeFromWhere.FIRST_OFFSET
 
@@ -362,11 +362,11 @@ def test_a_queue_that_moves_to_another_member_stays_held_there(broker):
 
 def test_the_setting_comes_from_the_command_line_the_environment_or_the_file(tmp_path):
     from lite_push.cli.parser import build_parser
-    from lite_push.cli.plan import _FLAGS
+    from lite_push.cli.plan import CONFIG_FLAGS
     from lite_push.cli.settings import load_settings, settings_of
 
     args = build_parser().parse_args(["consume", "--group", "g", "--dead-letter-order", "key"])
-    assert settings_of(args, _FLAGS).consumer_config().dead_letter_order == "key"
+    assert settings_of(args, CONFIG_FLAGS).consumer_config().dead_letter_order == "key"
     env = {"LITE_PUSH_GROUP": "g", "LITE_PUSH_DEAD_LETTER_ORDER": "key"}
     assert load_settings(environ=env).consumer_config().dead_letter_order == "key"
     path = tmp_path / "c.toml"
@@ -605,7 +605,7 @@ def _letter(offset: int, key: str, origin: int, **props: str) -> MessageExt:
 
 
 def test_the_fold_orders_a_keys_letters_by_place_and_a_release_closes_what_it_covers():
-    from lite_push._held_log import HeldLog
+    from lite_push.dlq._held_log import HeldLog
 
     log = HeldLog()
     log.feed([

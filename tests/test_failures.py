@@ -31,7 +31,7 @@ from lite_push import (
     MessageExt,
     NonRetryableError,
 )
-from lite_push._offset_map import decode
+from lite_push._state.offset_map import decode
 from lite_push.codec import json_body, to_json
 
 
@@ -520,7 +520,7 @@ def test_offset_map_budget_pauses_the_queue_and_counts_parked_messages():
 
 
 def test_rebalance_hands_parked_messages_to_the_next_owner_without_waiting_for_them():
-    from lite_push._router import lane_of
+    from lite_push._kernels.router import lane_of
 
     poison_key = next(k for k in (f"P{i}" for i in range(100)) if lane_of(k, 2) == 1)  # lives in queue 1
     broker = EmbeddedBroker(session_timeout=60.0)

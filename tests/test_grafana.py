@@ -2,7 +2,7 @@
 
 Every PromQL expression in ``grafana/dashboards/lite-push.json`` (panel targets,
 rows' nested panels, templating queries) may name only series from
-:func:`lite_push.metric_names.exported_series`, must filter on the group /
+:func:`lite_push.metrics.names.exported_series`, must filter on the group /
 topic / queue variables where the metric has those labels, and must parse:
 with ``promql-parser`` when it is installed (the ``test`` extra), and with a
 structural check in any case.
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from lite_push.metric_names import METRICS, PREFIX, SUPERVISOR_METRICS, exported_series
+from lite_push.metrics.names import METRICS, PREFIX, SUPERVISOR_METRICS, exported_series
 
 try:
     import promql_parser

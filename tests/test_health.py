@@ -13,7 +13,7 @@ import pytest
 from helpers import wait_until
 
 from lite_push import ConsumeFromWhere, ConsumerConfig, EmbeddedBroker, LitePushConsumer, MessageExt
-from lite_push._lane_worker import LaneWorker
+from lite_push._lanes.worker import LaneWorker
 
 
 def _consumer(broker: EmbeddedBroker, listener, group: str = "g", **cfg) -> LitePushConsumer:  # type: ignore[no-untyped-def]

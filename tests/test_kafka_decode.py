@@ -6,7 +6,7 @@ compiled twin builds the message without its ``__init__`` and untracked:
 nothing leaks, nothing is freed early, and every message has a dict of its
 own.
 
-The compiled cases skip when ``lite_push._kafka_decode_c`` was not built,
+The compiled cases skip when ``lite_push._kernels.kafka_decode_c`` was not built,
 unless ``LITE_PUSH_REQUIRE_EXTENSIONS=1`` (then they fail).
 """
 
@@ -26,7 +26,9 @@ from conftest import assert_compiled_selected, compiled_twin
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lite_push import MessageExt, MessageQueue, _kafka_decode, _kafka_decode_py
+from lite_push import MessageExt, MessageQueue
+from lite_push._kernels import kafka_decode as _kafka_decode
+from lite_push._kernels import kafka_decode_py as _kafka_decode_py
 from lite_push.sources.kafka.codec import MalformedRecord, RecordFormat, decode, key_decoder
 from lite_push.sources.kafka.reading import PartitionState, take_batches
 
@@ -34,7 +36,7 @@ from lite_push.sources.kafka.reading import PartitionState, take_batches
 @pytest.fixture(scope="module", params=["c", "py"])
 def twin(request: pytest.FixtureRequest) -> ModuleType:
     if request.param == "c":
-        return compiled_twin("_kafka_decode_c")
+        return compiled_twin("kafka_decode_c")
     return _kafka_decode_py
 
 
@@ -42,7 +44,7 @@ def test_kafka_decode_c_loaded() -> None:
     """Fails when ``_kafka_decode_c`` was built (or is required) but the
     selector silently fell back to the Python twin (for instance because
     MessageExt's fields changed and the compiled twin refused to load)."""
-    assert_compiled_selected("_kafka_decode_c", _kafka_decode.DECODE_IMPL, _kafka_decode.decode_plain, "decode_plain")
+    assert_compiled_selected("kafka_decode_c", _kafka_decode.DECODE_IMPL, _kafka_decode.decode_plain, "decode_plain")
 
 
 def _record(key: bytes | None, value: bytes | None, headers: Any, partition: int = 3, offset: int = 41,
@@ -108,7 +110,7 @@ def test_each_message_gets_a_dict_of_its_own_and_values_that_outlive_the_record(
 
 
 def test_the_compiled_twin_leaves_messages_untracked_freed_by_reference_count_and_holding_no_extra_references() -> None:
-    decoder = compiled_twin("_kafka_decode_c")
+    decoder = compiled_twin("kafka_decode_c")
     topic, broker = "".join(["or", "ders"]), "".join(["kaf", "ka"])  # objects of their own, to count references
     before = (sys.getrefcount(topic), sys.getrefcount(broker))
     rec = _record(b"k", b"v", None)

@@ -1,11 +1,11 @@
-"""The Kafka fetcher's client, both twins (``lite_push._kafka_fetch_c`` on
+"""The Kafka fetcher's client, both twins (``lite_push._kernels.kafka_fetch_c`` on
 librdkafka's C API, ``fetch_client_py`` on confluent-kafka's ``Consumer``),
 on librdkafka's mock cluster: the same records become the same messages,
 filed under the same partitions; a record with headers goes through the
 full decoder, a malformed one is kept for its dead letter; the assignment,
 pause, resume, seek and watermarks behave alike.
 
-The compiled cases skip when ``lite_push._kafka_fetch_c`` was not built,
+The compiled cases skip when ``lite_push._kernels.kafka_fetch_c`` was not built,
 unless ``LITE_PUSH_REQUIRE_EXTENSIONS=1`` (then they fail).
 """
 
@@ -51,7 +51,7 @@ def cluster() -> Iterator[MockKafkaCluster]:
 def new_client(request: pytest.FixtureRequest) -> Callable[[dict[str, str]], Any]:
     """Makes a client of one twin: ``(settings) -> client``."""
     if request.param == "c":
-        cls = compiled_twin("_kafka_fetch_c").FetchClient
+        cls = compiled_twin("kafka_fetch_c").FetchClient
         return lambda settings: cls(
             settings, LOGGER, library=librdkafka_path(), record_type=ReadRecord, slow=decode_rest
         )
@@ -64,11 +64,11 @@ def test_kafka_fetch_c_loaded() -> None:
     if NO_EXTENSIONS:
         assert fetch_client.FETCH_IMPL == "python"
         return
-    if compiled_path("_kafka_fetch_c") is None and not REQUIRE_EXTENSIONS:
-        pytest.skip("lite_push._kafka_fetch_c was not built")
+    if compiled_path("kafka_fetch_c") is None and not REQUIRE_EXTENSIONS:
+        pytest.skip("lite_push._kernels.kafka_fetch_c was not built")
     assert fetch_client.FETCH_IMPL == "cython"
     made = fetch_client.new_fetch_client
-    assert isinstance(made, functools.partial) and made.func is compiled_twin("_kafka_fetch_c").FetchClient
+    assert isinstance(made, functools.partial) and made.func is compiled_twin("kafka_fetch_c").FetchClient
 
 
 def _settings(cluster: MockKafkaCluster) -> dict[str, str]:

@@ -25,11 +25,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lite_push import ConfigError, ConsumeFromWhere, ConsumeMode, ConsumerConfig, EmbeddedBroker, ManualClock
-from lite_push._lane_steal import LaneStealer
-from lite_push._lanes import Lane
-from lite_push._process_queue import ProcessQueue
-from lite_push._router_py import KeyRouter
-from lite_push._shared import Counters
+from lite_push._kernels.router_py import KeyRouter
+from lite_push._lanes.lanes import Lane
+from lite_push._pull.lane_steal import LaneStealer
+from lite_push._state.process_queue import ProcessQueue
+from lite_push._state.shared import Counters
 from lite_push._types import MessageExt, MessageQueue
 
 pytestmark = pytest.mark.usefixtures("executor")

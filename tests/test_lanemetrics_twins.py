@@ -2,7 +2,7 @@
 model, and the compiled twin against the Python one on the same arbitrary
 input (same buckets, same sums, same errors).
 
-The compiled cases skip when ``lite_push._lanemetrics_c`` was not built,
+The compiled cases skip when ``lite_push._kernels.lanemetrics_c`` was not built,
 unless ``LITE_PUSH_REQUIRE_EXTENSIONS=1`` (then they fail), as
 ``compiled_twin`` decides.
 """
@@ -20,7 +20,9 @@ from conftest import assert_compiled_selected, compiled_twin
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lite_push import MessageExt, _lanemetrics, _lanemetrics_py
+from lite_push import MessageExt
+from lite_push._kernels import lanemetrics as _lanemetrics
+from lite_push._kernels import lanemetrics_py as _lanemetrics_py
 from lite_push.metrics import E2E_BUCKETS, LISTENER_BUCKETS, WAIT_BUCKETS, histogram_samples
 
 BOUNDS = (LISTENER_BUCKETS, WAIT_BUCKETS, E2E_BUCKETS)
@@ -28,13 +30,13 @@ BOUNDS = (LISTENER_BUCKETS, WAIT_BUCKETS, E2E_BUCKETS)
 
 @pytest.fixture(scope="module")
 def lanemetrics_c() -> ModuleType:
-    return compiled_twin("_lanemetrics_c")
+    return compiled_twin("lanemetrics_c")
 
 
 def test_lanemetrics_c_loaded() -> None:
     """Fails when ``_lanemetrics_c`` was built (or is required) but the
     selector silently fell back to the Python twin."""
-    assert_compiled_selected("_lanemetrics_c", _lanemetrics.LANE_METRICS_IMPL, _lanemetrics.LaneMetrics, "LaneMetrics")
+    assert_compiled_selected("lanemetrics_c", _lanemetrics.LANE_METRICS_IMPL, _lanemetrics.LaneMetrics, "LaneMetrics")
 
 
 def msg(stored_ms: int) -> MessageExt:

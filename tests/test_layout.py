@@ -10,6 +10,8 @@ much as one that calls it; a cycle hidden there is a cycle still).
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "lite_push"
@@ -30,9 +32,9 @@ def modules() -> dict[str, Path]:
     return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-#: The compiled kernels (``_ext/<name>.pyx`` -> ``lite_push.<name>``): leaves
-#: of the graph, whether built or not.
-COMPILED = {f"lite_push.{p.stem}" for p in (PACKAGE.parent / "_ext").glob("*.pyx")}
+#: The compiled kernels (``_ext/<name>.pyx`` -> ``lite_push._kernels.<name>``):
+#: leaves of the graph, whether built or not.
+COMPILED = {f"lite_push._kernels.{p.stem}" for p in (PACKAGE.parent / "_ext").glob("*.pyx")}
 
 
 def _imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
@@ -134,9 +136,9 @@ def test_no_import_cycle_between_lite_push_modules() -> None:
     mods = modules()
     graph = import_graph(mods)
     # the graph is real: the facade imports its parts
-    assert "lite_push._consumer_core" in graph["lite_push._consumer"]
-    assert "lite_push._wiring" in graph["lite_push._consumer_core"]
-    assert "lite_push._pull_loop" in graph["lite_push._wiring"]
+    assert "lite_push._core.consumer_core" in graph["lite_push._consumer"]
+    assert "lite_push._core.wiring" in graph["lite_push._core.consumer_core"]
+    assert "lite_push._pull.loop" in graph["lite_push._core.wiring"]
     assert cycles(graph) == []
 
 
@@ -164,3 +166,85 @@ def test_no_class_within_ten_percent_of_the_400_line_cap() -> None:
                 if n > CLASS_MARGIN_LINES:
                     big[f"{_rel(p)}:{node.name}"] = n
     assert big == {}
+
+
+# --- packages by role -------------------------------------------------------------
+
+#: The root's own modules: the public API and the base every package may use.
+MAX_ROOT_MODULES = 15
+#: The root's base modules: any package may import them.
+BASE = {"_types", "_errors", "_config", "_clock", "_version", "_tracing"}
+#: What each package may import besides the base.  ``sources.contract`` is the
+#: source contract; ``sources`` is every concrete source (and the package
+#: itself).  Packages not listed (the consumers at the root, ``cli``,
+#: ``testing``, ``demo``) sit on top and may import anything.  A new edge is a
+#: decision: add it here, with its reason when it points up the data path.
+MAY_IMPORT: dict[str, set[str]] = {
+    "_kernels": set(),
+    # up: the timer holds a lane's steps and its failed sends
+    "_state": {"_kernels", "_lanes"},
+    "_lanes": {"_kernels", "_state", "dlq", "sources.contract"},
+    "_exec": {"_kernels", "_state", "_lanes"},
+    "_pull": {"_kernels", "_state", "_lanes", "_exec", "sources.contract"},
+    "_core": {"_kernels", "_state", "_lanes", "_exec", "_pull", "metrics", "sources.contract"},
+    "dlq": {"sources.contract"},
+    "rebalance": set(),
+    "sources.contract": set(),
+    # concrete sources: the contract, the kernels and the offset map, never the runtime
+    "sources": {"sources.contract", "_kernels", "_state", "rebalance", "testing"},
+    # the collector reads the consumer's snapshots; the supervisor's endpoint merges its members'
+    "metrics": {"_core", "_kernels", "supervisor"},
+    "supervisor": {"_core", "_state", "metrics", "root"},
+}
+
+
+def package_of(module: str) -> str:
+    """The role a module belongs to: its package under ``lite_push``
+    (``sources.contract`` apart from the concrete sources), ``base`` for the
+    root's base modules, ``root`` for the root's other modules."""
+    parts = module.split(".")[1:]
+    if not parts:
+        return "root"
+    if parts[0] == "sources":
+        return "sources.contract" if parts[1:2] == ["contract"] else "sources"
+    if len(parts) == 1 and (PACKAGE / f"{parts[0]}.py").exists():
+        return "base" if parts[0] in BASE else "root"
+    return parts[0]
+
+
+def test_the_root_holds_the_public_api_and_packages() -> None:
+    own = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(own) <= MAX_ROOT_MODULES, own
+    assert {f"{b}.py" for b in BASE} <= set(own)
+
+
+def test_each_package_imports_only_what_its_role_allows() -> None:
+    graph = import_graph(modules())
+    wrong = sorted(
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        for t in targets
+        if (src := package_of(m)) in MAY_IMPORT
+        and (dst := package_of(t)) not in ("base", src)
+        and dst not in MAY_IMPORT[src]
+    )
+    assert wrong == [], "imports across roles that MAY_IMPORT does not allow"
+
+
+def test_the_role_check_sees_a_forbidden_import() -> None:
+    assert package_of("lite_push._pull.loop") == "_pull"
+    assert package_of("lite_push.sources.redis.broker") == "sources"
+    assert package_of("lite_push.sources.contract") == "sources.contract"
+    assert package_of("lite_push._types") == "base" and package_of("lite_push._consumer") == "root"
+    assert "sources" not in MAY_IMPORT["_pull"]  # the core never imports a concrete source
+
+
+def test_the_source_contract_imports_no_concrete_source() -> None:
+    """``import lite_push.sources.contract`` (and ``import lite_push``)
+    loads no source: the embedded broker's names are imported on first use."""
+    code = (
+        "import sys, lite_push, lite_push.sources.contract\n"
+        "print(sorted(m for m in sys.modules if m.startswith('lite_push.sources.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['lite_push.sources.contract', 'lite_push.sources.group_admin']"

@@ -35,7 +35,7 @@ from lite_push import (
     LitePushConsumer,
     MessageExt,
 )
-from lite_push._listeners import signature_problem
+from lite_push._core.listeners import signature_problem
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -16,7 +16,7 @@ from helpers import wait_until
 
 from lite_push import ConfigError, LitePushError, MessageQueue, OffsetAndMetadata
 from lite_push.sources import ConsumeFromWhere, MessageModel, RebalanceListener
-from lite_push.sources._base import Balance
+from lite_push.sources.contract import Balance
 from lite_push.sources.redis import RedisBroker, RedisPullConsumer
 from lite_push.sources.redis_server import RedisServer
 

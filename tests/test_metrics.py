@@ -28,7 +28,7 @@ from lite_push import (
     MessageExt,
     __version__,
 )
-from lite_push.metric_names import METRICS, exported_series
+from lite_push.metrics.names import METRICS, exported_series
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

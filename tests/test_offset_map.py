@@ -19,9 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lite_push import _offsets_py
-from lite_push._offset_map import FinishedOffsets, OffsetMapError, decode, encode, estimate_size, shrink
-from lite_push._offsets_py import MAX_OFFSET
+from lite_push._kernels import offsets_py as _offsets_py
+from lite_push._kernels.offsets_py import MAX_OFFSET
+from lite_push._state.offset_map import FinishedOffsets, OffsetMapError, decode, encode, estimate_size, shrink
 
 FORMS: tuple[Literal["auto", "runs", "bitmap"], ...] = ("auto", "runs", "bitmap")
 
@@ -285,7 +285,7 @@ def test_offset_map_error_is_a_value_error() -> None:
 def _trackers() -> list[Any]:
     params = [pytest.param(_offsets_py.OffsetTracker, id="py")]
     try:
-        params.insert(0, pytest.param(importlib.import_module("lite_push._offsets_c").OffsetTracker, id="c"))
+        params.insert(0, pytest.param(importlib.import_module("lite_push._kernels.offsets_c").OffsetTracker, id="c"))
     except ImportError:
         pass
     return params

@@ -14,13 +14,13 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from lite_push import _offsets_py
+from lite_push._kernels import offsets_py as _offsets_py
 
 
 def _twins():
     params = [pytest.param(_offsets_py.OffsetTracker, id="py")]
     try:
-        mod = importlib.import_module("lite_push._offsets_c")
+        mod = importlib.import_module("lite_push._kernels.offsets_c")
         params.insert(0, pytest.param(mod.OffsetTracker, id="c"))
     except ImportError:
         pass

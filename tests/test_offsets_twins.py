@@ -10,7 +10,7 @@ read the same (``lowest_unfinished``, ``in_flight``, ``span``,
 it was (both twins promise to validate a whole call before changing
 anything).
 
-The compiled cases skip when ``lite_push._offsets_c`` was not built, unless
+The compiled cases skip when ``lite_push._kernels.offsets_c`` was not built, unless
 ``LITE_PUSH_REQUIRE_EXTENSIONS=1`` (then they fail), as ``compiled_twin``
 decides.
 """
@@ -29,20 +29,22 @@ from conftest import assert_compiled_selected, compiled_twin
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lite_push import MessageExt, _offsets, _offsets_py
+from lite_push import MessageExt
+from lite_push._kernels import offsets as _offsets
+from lite_push._kernels import offsets_py as _offsets_py
 
 PyTracker = _offsets_py.OffsetTracker
 
 
 @pytest.fixture(scope="module")
 def offsets_c() -> ModuleType:
-    return compiled_twin("_offsets_c")
+    return compiled_twin("offsets_c")
 
 
 def test_offsets_c_loaded() -> None:
     """Fails when ``_offsets_c`` was built (or is required) but the selector
     silently fell back to the Python twin."""
-    assert_compiled_selected("_offsets_c", _offsets.OFFSETS_IMPL, _offsets.OffsetTracker, "OffsetTracker")
+    assert_compiled_selected("offsets_c", _offsets.OFFSETS_IMPL, _offsets.OffsetTracker, "OffsetTracker")
 
 
 # --- running one call on both twins ------------------------------------------------

@@ -25,15 +25,15 @@ import pytest
 from helpers import wait_for
 
 from lite_push import ConsumerConfig, EmbeddedBroker, MessageExt, MessageQueue, OffsetAndMetadata
-from lite_push._committer import Committer
-from lite_push._flow_control import low_water
-from lite_push._process_queue import ProcessQueue
+from lite_push._pull.committer import Committer
+from lite_push._pull.flow_control import low_water
+from lite_push._state.process_queue import ProcessQueue
 from lite_push.sources.redis import RedisBroker
 from lite_push.sources.redis_server import RedisServer
 
 REPO = Path(__file__).resolve().parent.parent
 MQ = MessageQueue("T", "embedded", 0)
-COMMIT_LOGGER = "lite_push._shared"
+COMMIT_LOGGER = "lite_push._state.shared"
 
 
 class _Down(Exception):

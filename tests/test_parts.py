@@ -30,29 +30,29 @@ from lite_push import (
     MessageQueue,
     PollBatch,
 )
-from lite_push._assignment import Assignment
-from lite_push._async_executor import AsyncExecutor
-from lite_push._call_gate import CallGate
 from lite_push._clock import ManualClock
-from lite_push._committer import Committer
-from lite_push._dispatch import Dispatcher, placement_limit
 from lite_push._errors import NonRetryableError
-from lite_push._failure_sender import FailureSender
-from lite_push._failures import FailurePolicy, Outbox, SendItem, Verdict
-from lite_push._flow_control import FlowControl, low_water
-from lite_push._key_pauses import KeyPauseChange, KeyPauses, KeyPauseSync
-from lite_push._lane_worker import LaneWorker
-from lite_push._lanes import Lane
-from lite_push._offset_map import decode
-from lite_push._parked_keys import ParkedKeys
-from lite_push._process_queue import ProcessQueue
-from lite_push._pull_loop import PullLoop
-from lite_push._rate_limit import RateLimiter
-from lite_push._router import KeyRouter
-from lite_push._shared import MAX_SEGMENT, AppPauses, Counters, FailureLatch
-from lite_push._steps import FENCED, PAUSE, Steps
-from lite_push._thread_executor import ThreadExecutor
-from lite_push._timer import PURGE, DueKey, HeldSendBack, LocalRetry, RetryTimer
+from lite_push._exec.async_executor import AsyncExecutor
+from lite_push._exec.thread_executor import ThreadExecutor
+from lite_push._kernels.router import KeyRouter
+from lite_push._lanes.call_gate import CallGate
+from lite_push._lanes.failures import FailurePolicy, Outbox, SendItem, Verdict
+from lite_push._lanes.lanes import Lane
+from lite_push._lanes.parked_keys import ParkedKeys
+from lite_push._lanes.rate_limit import RateLimiter
+from lite_push._lanes.steps import FENCED, PAUSE, Steps
+from lite_push._lanes.worker import LaneWorker
+from lite_push._pull.assignment import Assignment
+from lite_push._pull.committer import Committer
+from lite_push._pull.dispatch import Dispatcher, placement_limit
+from lite_push._pull.failure_sender import FailureSender
+from lite_push._pull.flow_control import FlowControl, low_water
+from lite_push._pull.key_pauses import KeyPauseChange, KeyPauses, KeyPauseSync
+from lite_push._pull.loop import PullLoop
+from lite_push._state.offset_map import decode
+from lite_push._state.process_queue import ProcessQueue
+from lite_push._state.shared import MAX_SEGMENT, AppPauses, Counters, FailureLatch
+from lite_push._state.timer import PURGE, DueKey, HeldSendBack, LocalRetry, RetryTimer
 from lite_push.sources import EmbeddedPullConsumer, PullSource, RebalanceListener, dlq_topic
 
 MQ = MessageQueue("T", "embedded", 0)

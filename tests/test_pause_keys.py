@@ -35,8 +35,8 @@ from lite_push import (
     MessageExt,
     MessageQueue,
 )
-from lite_push._offset_map import decode
-from lite_push._router import lane_of
+from lite_push._kernels.router import lane_of
+from lite_push._state.offset_map import decode
 from lite_push.sources.redis import RedisBroker
 from lite_push.sources.redis_server import RedisServer
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lite_push import ConsumeFromWhere, ConsumerConfig, EmbeddedBroker, MessageExt
-from lite_push._router import lane_of
+from lite_push._kernels.router import lane_of
 
 #: Failed attempts after which a message is dead-lettered (the runs use 2).
 MAX_RECONSUME = 2

@@ -12,12 +12,12 @@ from types import SimpleNamespace
 from typing import Any
 
 from lite_push import ConsumerConfig, MessageExt, MessageQueue
-from lite_push._committer import Committer
-from lite_push._flow_control import low_water
-from lite_push._offset_map import decode
-from lite_push._process_queue import ProcessQueue
-from lite_push._pull_loop import PullLoop
-from lite_push._shared import Counters
+from lite_push._pull.committer import Committer
+from lite_push._pull.flow_control import low_water
+from lite_push._pull.loop import PullLoop
+from lite_push._state.offset_map import decode
+from lite_push._state.process_queue import ProcessQueue
+from lite_push._state.shared import Counters
 from lite_push._types import OffsetAndMetadata, PollBatch
 from lite_push.sources import Balance
 

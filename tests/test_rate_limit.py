@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lite_push import ConfigError, ConsumeMode, ConsumerConfig, ManualClock
-from lite_push._rate_limit import KeyPacer, RateLimiter
+from lite_push._lanes.rate_limit import KeyPacer, RateLimiter
 
 # -- the limiter on a manual clock ---------------------------------------------------
 

@@ -20,7 +20,7 @@ from executors import EX
 from helpers import assert_offsets_increase, wait_until
 
 from lite_push import ConsumeFromWhere, ConsumeMode, EmbeddedBroker, MessageExt
-from lite_push._rate_limit import BURST_SECONDS
+from lite_push._lanes.rate_limit import BURST_SECONDS
 
 pytestmark = pytest.mark.usefixtures("executor")
 

@@ -5,7 +5,7 @@ fields, properties, metadata that is not a JSON object) is left to the full
 decoder, which names what is malformed.  The compiled twin builds each
 message without its ``__init__`` and untracked: nothing leaks.
 
-The compiled cases skip when ``lite_push._redis_decode_c`` was not built,
+The compiled cases skip when ``lite_push._kernels.redis_decode_c`` was not built,
 unless ``LITE_PUSH_REQUIRE_EXTENSIONS=1`` (then they fail).
 """
 
@@ -23,7 +23,9 @@ from conftest import assert_compiled_selected, compiled_twin
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lite_push import MessageExt, MessageQueue, _redis_decode, _redis_decode_py
+from lite_push import MessageExt, MessageQueue
+from lite_push._kernels import redis_decode as _redis_decode
+from lite_push._kernels import redis_decode_py as _redis_decode_py
 from lite_push.sources.redis import codec
 
 Q = MessageQueue("orders", "ns", 3)
@@ -33,7 +35,7 @@ PREFIX = "ns-orders-3-"
 @pytest.fixture(scope="module", params=["c", "py"])
 def twin(request: pytest.FixtureRequest) -> ModuleType:
     if request.param == "c":
-        return compiled_twin("_redis_decode_c")
+        return compiled_twin("redis_decode_c")
     return _redis_decode_py
 
 
@@ -41,7 +43,7 @@ def test_redis_decode_c_loaded() -> None:
     """Fails when ``_redis_decode_c`` was built (or is required) but the
     selector silently fell back to the Python twin."""
     assert_compiled_selected(
-        "_redis_decode_c", _redis_decode.REDIS_DECODE_IMPL, _redis_decode.decode_plain, "decode_plain"
+        "redis_decode_c", _redis_decode.REDIS_DECODE_IMPL, _redis_decode.decode_plain, "decode_plain"
     )
 
 
@@ -95,7 +97,7 @@ def test_anything_but_a_plain_entry_is_left_to_the_full_decoder(twin: ModuleType
 
 
 def test_the_compiled_twin_leaks_nothing() -> None:
-    twin = compiled_twin("_redis_decode_c")
+    twin = compiled_twin("redis_decode_c")
     namespace = "".join(["n", "s-leak"])  # a string of its own, not interned
     entries = [_entry(i, b"body", {"bt": 5, "k": "key"}) for i in range(100)]
     gc.collect()

@@ -14,7 +14,8 @@ from conftest import compiled_twin
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lite_push import MessageExt, _router_py
+from lite_push import MessageExt
+from lite_push._kernels import router_py as _router_py
 
 
 def _msg(qid: int, off: int, key: str | None) -> MessageExt:
@@ -76,10 +77,10 @@ def test_key_of_and_errors(router: ModuleType) -> None:
 
 
 def test_the_compiled_twin_is_used_by_the_runtime_when_built() -> None:
-    from lite_push import _router
+    from lite_push._kernels import router as _router
 
     if _router.ROUTER_IMPL == "cython":
-        assert _router.KeyRouter is compiled_twin("_router_c").KeyRouter
+        assert _router.KeyRouter is compiled_twin("router_c").KeyRouter
 
 
 # --- load placement ----------------------------------------------------------------
@@ -288,7 +289,7 @@ def _events(draw: st.DrawFn) -> tuple[int, str, bool, int, list[tuple[str, Any]]
 @given(case=_events())
 def test_twins_place_keys_identically(case: tuple[int, str, bool, int, list[tuple[str, Any]]]) -> None:
     n, placement, custom, cap, events = case
-    c = compiled_twin("_router_c")
+    c = compiled_twin("router_c")
     key_of = (lambda m: m.keys) if custom else None
     twins = [c.KeyRouter(n, placement, key_of, cap), _router_py.KeyRouter(n, placement, key_of, cap)]
     held: list[list[MessageExt]] = [[] for _ in range(n)]  # what each lane holds, in order

@@ -30,7 +30,7 @@ from lite_push import (
     SourceClosedError,
     UnknownTopicError,
 )
-from lite_push._router import java_hash, lane_of
+from lite_push._kernels.router import java_hash, lane_of
 from lite_push.sources import ConsumeFromWhere, EmbeddedBroker, EmbeddedPullConsumer, PullSource
 from lite_push.sources.embedded.files import HEADER, TRAILER
 from lite_push.testing import (

@@ -22,7 +22,7 @@ from lite_push import (
     OffsetAndMetadata,
     SourceClosedError,
 )
-from lite_push._router import lane_of
+from lite_push._kernels.router import lane_of
 from lite_push.sources import ConsumeFromWhere, RebalanceListener
 from lite_push.sources._member_model import Broadcasting
 from lite_push.sources._owned import OwnedQueues

@@ -21,7 +21,7 @@ import redis
 from helpers import wait_until
 
 from lite_push import ConfigError, MessageQueue, MessageTooLargeError, SourceUnavailableError, UnknownTopicError
-from lite_push._router import lane_of
+from lite_push._kernels.router import lane_of
 from lite_push.sources import ConsumeFromWhere, PullSource, RebalanceListener
 from lite_push.sources.redis import RedisBroker, RedisPullConsumer
 from lite_push.sources.redis import connection as redis_connection

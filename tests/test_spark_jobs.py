@@ -266,7 +266,7 @@ def test_keys_are_distinct_account_numbers_that_spread() -> None:
 
 
 def test_queue_of_matches_the_runtime_router() -> None:
-    from lite_push._router_py import java_hash, lane_of
+    from lite_push._kernels.router_py import java_hash, lane_of
 
     for k in keys_for(get_workload("sms"))[:2000]:
         assert queue_of(k, 8) == lane_of(k, 8)
@@ -314,7 +314,7 @@ def test_bound_formula_worked_example() -> None:
 
 
 def test_partition_bound_is_the_busiest_partitions_total_cost() -> None:
-    from lite_push._router import lane_of
+    from lite_push._kernels.router import lane_of
 
     # Three keys; "a" and "c" share a lane at n=2 iff their hashes agree mod 2.
     keys = ["a", "b", "c", "a", "b", "a"]

@@ -33,8 +33,8 @@ from lite_push import (
     MessageExt,
     cli,
 )
-from lite_push._flow_control import FlowControl
-from lite_push._lane_worker import LaneWorker
+from lite_push._lanes.worker import LaneWorker
+from lite_push._pull.flow_control import FlowControl
 
 MESSAGES = 600
 

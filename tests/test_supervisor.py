@@ -35,10 +35,10 @@ from hypothesis import strategies as st
 from member_runs import KillRun, check_kill_run, read_log
 
 from lite_push import ConfigError, ManualClock, ProcessSupervisor
-from lite_push._member_metrics import merge_member_pages
-from lite_push._restart_policy import RestartPolicy, RestartTracker
+from lite_push.metrics._members import merge_member_pages
 from lite_push.sources.redis import RedisBroker
 from lite_push.sources.redis_server import RedisServer, free_port
+from lite_push.supervisor._restart_policy import RestartPolicy, RestartTracker
 
 # -- the back-off rules (no processes) ------------------------------------------------
 

@@ -4,7 +4,7 @@ the compiled ``untrack_all`` takes a batch out of the cyclic collector's lists
 collection walked them all), the Python twin leaves them as they are, and
 either way nothing leaks and nothing is freed early.
 
-The compiled cases skip when ``lite_push._untrack_c`` (or ``_router_c``) was
+The compiled cases skip when ``lite_push._kernels.untrack_c`` (or ``_router_c``) was
 not built, unless ``LITE_PUSH_REQUIRE_EXTENSIONS=1`` (then they fail).
 """
 
@@ -18,7 +18,9 @@ import orjson
 import pytest
 from conftest import assert_compiled_selected, compiled_twin
 
-from lite_push import ConsumeFromWhere, EmbeddedBroker, MessageExt, MessageQueue, _untrack, _untrack_py
+from lite_push import ConsumeFromWhere, EmbeddedBroker, MessageExt, MessageQueue
+from lite_push._kernels import untrack as _untrack
+from lite_push._kernels import untrack_py as _untrack_py
 from lite_push.sources.kafka.codec import RecordFormat
 from lite_push.sources.kafka.reading import PartitionState, take_batches
 from lite_push.sources.redis.codec import decode as redis_decode
@@ -26,13 +28,13 @@ from lite_push.sources.redis.codec import decode as redis_decode
 
 @pytest.fixture(scope="module")
 def untrack_c() -> ModuleType:
-    return compiled_twin("_untrack_c")
+    return compiled_twin("untrack_c")
 
 
 def test_untrack_c_loaded() -> None:
     """Fails when ``_untrack_c`` was built (or is required) but the selector
     silently fell back to the Python twin."""
-    assert_compiled_selected("_untrack_c", _untrack.UNTRACK_IMPL, _untrack.untrack_all, "untrack_all")
+    assert_compiled_selected("untrack_c", _untrack.UNTRACK_IMPL, _untrack.untrack_all, "untrack_all")
 
 
 def _msg(offset: int = 0) -> MessageExt:
@@ -136,7 +138,7 @@ def test_the_compiled_router_untracks_its_segments() -> None:
     """A segment (its list of messages and its ``(tag, list)`` pair) is
     held until its lane is done: the compiled router untracks both; the
     segments still hold what was routed."""
-    router_c = compiled_twin("_router_c")
+    router_c = compiled_twin("router_c")
     r = router_c.KeyRouter(16, "load", None, 8)
     tag = object()
     msgs = [_msg(i) for i in range(40)]

@@ -1,4 +1,4 @@
-"""The loop watchdog on its own (``lite_push._watchdog``), on a real event
+"""The loop watchdog on its own (``lite_push._exec.watchdog``), on a real event
 loop whose time it reads from a clock the test moves: each blocking episode
 is reported once, with its own duration, whether the loop turns between two
 blocks or not, and closing the watch reports a block that ended since its
@@ -20,8 +20,8 @@ from collections.abc import Iterator
 import pytest
 
 from lite_push import ManualClock
-from lite_push._async_executor import LoopThread
-from lite_push._watchdog import LoopWatchdog
+from lite_push._exec.async_executor import LoopThread
+from lite_push._exec.watchdog import LoopWatchdog
 
 THRESHOLD = 0.1
 #: How far the clock moves between two looks: under the threshold plus a

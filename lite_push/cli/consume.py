@@ -21,8 +21,8 @@ import sys
 from typing import IO
 
 from .._consumer import LitePushConsumer
-from .._shutdown import StopReport
-from .._signals import EXIT_INTERRUPTED, StopOnSignal
+from .._core.shutdown import StopReport
+from .._core.signals import EXIT_INTERRUPTED, StopOnSignal
 from .consume_processes import consume_processes
 from .from_notice import note_from
 from .plan import FROM, banner, load_listener, opened, plan_of

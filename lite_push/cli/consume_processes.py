@@ -38,7 +38,7 @@ from functools import partial
 from typing import Any
 
 from .._consumer import LitePushConsumer
-from .._signals import EXIT_INTERRUPTED, StopOnSignal
+from .._core.signals import EXIT_INTERRUPTED, StopOnSignal
 from ..sources._common import parse_tag_expression
 from ..supervisor import ProcessSupervisor
 from .errors import CliError

@@ -22,8 +22,8 @@ from typing import Any, NamedTuple
 
 from .._config import ConsumerConfig
 from .._consumer import LitePushConsumer
+from .._core.listeners import is_async_callable, resolve_executor, signature_problem
 from .._errors import LitePushError
-from .._listeners import is_async_callable, resolve_executor, signature_problem
 from ..sources import Balance, ConsumeFromWhere, PullSource
 from .errors import CliError
 from .settings import KafkaValue, require, settings_of
@@ -35,7 +35,7 @@ __all__ = ["FROM", "ConsumePlan", "Opened", "banner", "load_listener", "opened",
 FROM = {"first": "FIRST_OFFSET", "last": "LAST_OFFSET"}
 
 #: The settings ``consume`` reads from its flags.
-_FLAGS = (
+CONFIG_FLAGS = (
     "source", "group", "topic", "listener", "tags", "from", "mode", "lanes", "lane_placement", "executor",
     "metrics_port", "metrics_addr", "processes", "max_rate", "key_min_interval", "balance", "dead_letter_order",
     "drain_on_shutdown", "tracing",
@@ -105,7 +105,7 @@ def plan_of(args: argparse.Namespace) -> tuple[ConsumePlan, Callable[..., Any], 
     unless told otherwise) and the number of processes.  Raises
     :class:`CliError` or :class:`~lite_push.ConfigError` naming what is
     missing or wrong."""
-    settings = settings_of(args, _FLAGS)
+    settings = settings_of(args, CONFIG_FLAGS)
     url = require(settings, "source", "--source")
     require(settings, "group", "--group")
     topic = require(settings, "topic", "--topic")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import IO
 
-from .._snapshots import ConsumerStats
+from .._core.snapshots import ConsumerStats
 from ..sources import PullSource
 
 __all__ = ["SLOW_CALL", "STATUS_INTERVAL", "Status"]

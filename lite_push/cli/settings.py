@@ -55,7 +55,7 @@ from typing import Any
 
 from .._config import ConsumerConfig
 from .._errors import ConfigError
-from ..sources._base import Balance
+from ..sources.contract import Balance
 from .errors import CliError
 
 __all__ = [

@@ -27,8 +27,8 @@ import orjson
 
 from .._errors import ConfigError, UnknownTopicError
 from ..sources import is_retry_or_dlq_topic
-from ..sources._base import DLQ_PREFIX, RETRY_PREFIX
 from ..sources._common import validate_topic
+from ..sources.contract import DLQ_PREFIX, RETRY_PREFIX
 from .errors import CliError
 from .queues import QueueRange, queue_ranges
 from .settings import require, settings_of

@@ -23,7 +23,7 @@ from typing import Protocol
 
 from .._errors import ConfigError, MessageTooLargeError
 from .._types import MessageExt, MessageQueue, OffsetAndMetadata
-from ._base import (
+from .contract import (
     DLQ_EXCEPTION,
     DLQ_GROUP,
     DLQ_REASON,

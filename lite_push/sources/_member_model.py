@@ -32,9 +32,9 @@ from typing import Any, ClassVar, Generic, Protocol
 
 from .._errors import ConfigError, LitePushError
 from .._types import MessageExt, MessageQueue, OffsetAndMetadata
-from ._base import ConsumeFromWhere, MessageModel
 from ._common import initial_position
 from ._owned import OwnedQueues, S
+from .contract import ConsumeFromWhere, MessageModel
 from .local_offsets import LocalOffsetStore, default_offset_file
 
 __all__ = ["Broadcasting", "MemberModel", "StoredLog", "check_message_model", "open_offset_store"]
@@ -58,7 +58,7 @@ class StoredLog(Protocol):
 
 class MemberModel(abc.ABC):
     """How one member stores its offsets and which queues it owns; the
-    consumer's calls of the same names (see :class:`~._base.PullSource`)
+    consumer's calls of the same names (see :class:`~.contract.PullSource`)
     land here once the consumer has checked it is open and its arguments."""
 
     #: CLUSTERING or BROADCASTING.

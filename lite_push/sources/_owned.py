@@ -19,7 +19,7 @@ from typing import Generic, Protocol, TypeVar
 
 from .._errors import NotSubscribedError, SourceClosedError
 from .._types import MessageQueue
-from ._base import RebalanceListener
+from .contract import RebalanceListener
 
 __all__ = ["OwnedQueues", "QueueControl", "QueueState"]
 

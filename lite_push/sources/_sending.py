@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, overload
 
 from .._errors import MessageTooLargeError
-from .._router import lane_of
+from .._kernels.router import lane_of
 
 __all__ = ["ITEM_FIELDS", "RoundRobin", "checked_items", "unpack_mapping"]
 

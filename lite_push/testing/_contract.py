@@ -22,7 +22,7 @@ class SourceContract(ReadingContract, GroupContract, StartPositionContract, Retr
     source (in memory and on disk, say), or define it as a method of the
     subclass to give one subclass a set-up of its own.
 
-    The suite checks what ``lite_push/sources/_base.py`` promises, loosely
+    The suite checks what ``lite_push/sources/contract.py`` promises, loosely
     timed (upper bounds with a second or more of slack), so it holds for an
     in-process source and for one behind a network.  Delayed retries are
     tested by moving the source's clock

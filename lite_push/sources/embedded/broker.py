@@ -19,11 +19,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
 from ..._errors import ConfigError, SourceClosedError
+from ..._kernels.untrack import untrack_all
 from ..._tracing import check_tracing, send_context
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
-from ..._untrack import untrack_all
 from ...rebalance.allocate import AVERAGELY, AllocateStrategy
-from .._base import (
+from .._common import BrokerClock, check_delay_levels, now_ms, validate_topic
+from .._sending import checked_items
+from ..contract import (
     DEFAULT_DELAY_LEVELS,
     Balance,
     ConsumeFrom,
@@ -32,8 +34,6 @@ from .._base import (
     is_retry_or_dlq_topic,
     reconsume_times_of,
 )
-from .._common import BrokerClock, check_delay_levels, now_ms, validate_topic
-from .._sending import checked_items
 from .consumer import EmbeddedPullConsumer
 from .files import Store, encode_meta
 from .group_admin import EmbeddedGroupAdmin
@@ -309,7 +309,7 @@ class EmbeddedBroker:
                         meta = encode_meta(keys, tags, props)
                     meta_lens[q].append(len(meta))
                     payloads[q].append(meta + body if meta else body)
-            untrack_all(ordered)  # stored for the broker's life: see lite_push._untrack_py
+            untrack_all(ordered)  # stored for the broker's life: see lite_push._kernels.untrack_py
             # Store: one lock per group of queue slices totalling ~_CHUNK messages.
             group: list[tuple[int, int, int]] = []  # (queue, start, stop)
             size = 0

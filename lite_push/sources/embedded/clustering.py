@@ -18,10 +18,10 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata
-from .._base import MessageModel
 from .._common import BrokerClock
 from .._member_model import MemberModel
 from .._owned import OwnedQueues
+from ..contract import MessageModel
 from .groups import Group, GroupCoordinator, Member
 from .reading import QueueReader
 from .schedule import Schedule

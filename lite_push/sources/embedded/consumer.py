@@ -27,16 +27,6 @@ from typing import Protocol
 from ..._errors import ConfigError, UnknownTopicError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
 from ...rebalance.allocate import AVERAGELY, AllocateStrategy
-from .._base import (
-    Balance,
-    ConsumeFrom,
-    ConsumeFromWhere,
-    DeadLetterReader,
-    MessageModel,
-    PullSource,
-    RebalanceListener,
-    is_retry_or_dlq_topic,
-)
 from .._common import (
     BrokerClock,
     check_balance,
@@ -48,6 +38,16 @@ from .._common import (
 )
 from .._member_model import Broadcasting, MemberModel, check_message_model, open_offset_store
 from .._owned import OwnedQueues, QueueControl
+from ..contract import (
+    Balance,
+    ConsumeFrom,
+    ConsumeFromWhere,
+    DeadLetterReader,
+    MessageModel,
+    PullSource,
+    RebalanceListener,
+    is_retry_or_dlq_topic,
+)
 from ..local_offsets import LocalOffsetStore
 from .clustering import Clustering
 from .groups import SCHEDULE_GROUP, Group, GroupCoordinator, Member

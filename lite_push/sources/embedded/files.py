@@ -20,9 +20,9 @@ from typing import Any
 import orjson
 
 from ..._errors import LitePushError
+from ..._kernels.untrack import untrack_all
 from ..._types import MessageExt
-from ..._untrack import untrack_all
-from .._base import DLQ_REASON, reconsume_times_of
+from ..contract import DLQ_REASON, reconsume_times_of
 
 try:  # POSIX advisory lock; elsewhere the directory is simply not locked
     import fcntl
@@ -278,7 +278,7 @@ class QueueLog:
             )
             self._file.truncate(pos)
             self.size = self._file.seek(pos)
-        untrack_all(messages)  # stored for the broker's life: see lite_push._untrack_py
+        untrack_all(messages)  # stored for the broker's life: see lite_push._kernels.untrack_py
         return messages
 
     def append(self, data: bytes) -> None:

@@ -49,8 +49,8 @@ from typing import Protocol
 from ..._errors import ConfigError
 from ..._types import MessageQueue, OffsetAndMetadata
 from ...rebalance.allocate import AllocateStrategy
-from .._base import ConsumeFromWhere
 from .._common import BrokerClock, initial_position, warn_skipped_start
+from ..contract import ConsumeFromWhere
 from .log import LogStore
 
 __all__ = ["SCHEDULE_GROUP", "Group", "GroupCoordinator", "Member", "OffsetsSnapshot"]

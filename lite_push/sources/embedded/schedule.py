@@ -1,7 +1,7 @@
 """The embedded broker's retries, dead letters and delayed delivery.
 
 ``send_back`` and ``send_to_dlq`` (called through a consumer, for its group)
-store copies made by ``_base.origin_properties``.  Dead letters go straight
+store copies made by ``contract.origin_properties``.  Dead letters go straight
 to ``%DLQ%<group>``.  Retries are delayed like RocketMQ's
 SCHEDULE_TOPIC_XXXX: the internal :data:`SCHEDULE_TOPIC` has one queue per
 delay level, and ``send_back`` appends the copy to its level's queue with
@@ -38,13 +38,13 @@ from typing import Any
 
 from ..._errors import SourceClosedError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata
-from .._base import (
+from .._common import BrokerClock, dead_letter_item, retry_item, validate_topic
+from ..contract import (
     REAL_TOPIC,
     TIMER_DELIVER_MS,
     dlq_topic,
     retry_topic,
 )
-from .._common import BrokerClock, dead_letter_item, retry_item, validate_topic
 from .groups import SCHEDULE_GROUP, GroupCoordinator
 from .log import LogStore
 

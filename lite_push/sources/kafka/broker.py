@@ -33,9 +33,9 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from ..._errors import ConfigError, SourceClosedError, UnknownTopicError
 from ..._tracing import check_tracing, send_context
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
-from .._base import DEFAULT_DELAY_LEVELS, Balance, ConsumeFrom, ConsumeFromWhere
 from .._common import check_delay_levels
 from .._sending import checked_items
+from ..contract import DEFAULT_DELAY_LEVELS, Balance, ConsumeFrom, ConsumeFromWhere
 from .client_log import LIBRDKAFKA_LOG
 from .codec import Record, RecordFormat, kafka_topic, key_decoder
 from .consumer import KafkaPullConsumer

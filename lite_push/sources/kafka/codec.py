@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..._types import MessageExt
-from .._base import DLQ_PREFIX, RECONSUME_TIME, RETRY_PREFIX, reconsume_times_of
+from ..contract import DLQ_PREFIX, RECONSUME_TIME, RETRY_PREFIX, reconsume_times_of
 
 __all__ = [
     "DLQ_TOPIC_PREFIX",
@@ -74,7 +74,7 @@ Record = tuple[str, int | None, bytes | None, bytes, list[tuple[str, bytes]]]
 
 
 class ReadRecord:
-    """A record the compiled fetcher read (``lite_push._kafka_fetch_c``), as
+    """A record the compiled fetcher read (``lite_push._kernels.kafka_fetch_c``), as
     the full decoder (:func:`decode`) reads records: the methods of
     confluent-kafka's ``Message`` that it calls."""
 

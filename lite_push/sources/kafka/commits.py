@@ -4,7 +4,7 @@ limit, and the coordinator's refusals.
 The offset map rides in the commit metadata.  Kafka refuses metadata over
 ``offset.metadata.max.bytes`` (4,096 by default) and fails the whole commit,
 so a map over the limit is cut to the longest prefix that fits
-(:func:`lite_push._offset_map.shrink`): the next owner then runs again what
+(:func:`lite_push._state.offset_map.shrink`): the next owner then runs again what
 lies past the prefix, which is at-least-once, never a failed commit.
 
 During a rebalance the coordinator may answer REBALANCE_IN_PROGRESS (a
@@ -26,7 +26,7 @@ import time
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ..._errors import CommitRefusedError
-from ..._offset_map import shrink
+from ..._state.offset_map import shrink
 from ..._types import MessageQueue, OffsetAndMetadata
 
 __all__ = ["COMMIT_PATIENCE", "COMMIT_RETRY", "FENCED", "commit_within", "fit_metadata"]

@@ -65,15 +65,6 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 
 from ..._errors import ConfigError, UnknownTopicError
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
-from .._base import (
-    Balance,
-    ConsumeFrom,
-    ConsumeFromWhere,
-    DeadLetterReader,
-    PullSource,
-    RebalanceListener,
-    is_retry_or_dlq_topic,
-)
 from .._common import (
     check_balance,
     check_lease,
@@ -83,6 +74,15 @@ from .._common import (
     start_position,
 )
 from .._owned import OwnedQueues, QueueControl
+from ..contract import (
+    Balance,
+    ConsumeFrom,
+    ConsumeFromWhere,
+    DeadLetterReader,
+    PullSource,
+    RebalanceListener,
+    is_retry_or_dlq_topic,
+)
 from .client_log import LIBRDKAFKA_LOG
 from .codec import RecordFormat, kafka_topic
 from .commits import COMMIT_PATIENCE, commit_within, fit_metadata

@@ -20,7 +20,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..._types import MessageExt
-from .._base import (
+from .._common import dead_letter_item, retry_item
+from ..contract import (
     DLQ_EXCEPTION,
     DLQ_GROUP,
     DLQ_REASON,
@@ -33,7 +34,6 @@ from .._base import (
     dlq_topic,
     retry_topic,
 )
-from .._common import dead_letter_item, retry_item
 from .codec import Record, RecordFormat, kafka_topic, lite_topic
 from .producer import Sender
 from .topics import TopicCatalog

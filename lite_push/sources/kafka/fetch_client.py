@@ -10,7 +10,7 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..._router import NO_EXTENSIONS
+from ..._kernels.router import NO_EXTENSIONS
 from .client_log import LogSink
 from .codec import ReadRecord
 from .fetch_client_py import FetchClient as PyFetchClient
@@ -27,7 +27,7 @@ if NO_EXTENSIONS:
     FETCH_IMPL = "python"
 else:
     try:
-        from ..._kafka_fetch_c import FetchClient as _CFetchClient  # type: ignore[import-not-found]
+        from ..._kernels.kafka_fetch_c import FetchClient as _CFetchClient  # type: ignore[import-not-found]
 
         new_fetch_client = functools.partial(
             _CFetchClient, library=librdkafka_path(), record_type=ReadRecord, slow=decode_rest

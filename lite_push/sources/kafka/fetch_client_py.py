@@ -1,4 +1,4 @@
-"""Pure-Python twin of ``lite_push._kafka_fetch_c``: the fetcher's client on
+"""Pure-Python twin of ``lite_push._kernels.kafka_fetch_c``: the fetcher's client on
 confluent-kafka's ``Consumer`` (manual assignment, no group callbacks).
 
 Each record ``consume`` returns is a confluent-kafka ``Message``, decoded

@@ -1,7 +1,7 @@
 """Where librdkafka is: the shared library inside the installed
 confluent-kafka wheel (``confluent_kafka.libs/librdkafka-*.so*``), which the
 mock cluster loads with ``ctypes`` and the compiled fetch client
-(``lite_push._kafka_fetch_c``) with ``dlopen``: the copy confluent-kafka
+(``lite_push._kernels.kafka_fetch_c``) with ``dlopen``: the copy confluent-kafka
 itself runs on."""
 
 from __future__ import annotations

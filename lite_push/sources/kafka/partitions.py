@@ -27,8 +27,8 @@ import logging
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
 from ..._types import MessageQueue
-from .._base import ConsumeFromWhere
 from .._owned import OwnedQueues
+from ..contract import ConsumeFromWhere
 from .codec import lite_topic
 from .fetcher import Fetcher
 from .ownership import Ownership

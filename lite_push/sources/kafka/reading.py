@@ -21,11 +21,11 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from ..._kafka_decode import decode_plain
+from ..._kernels.kafka_decode import decode_plain
+from ..._kernels.untrack import untrack_all
 from ..._types import MessageExt, MessageQueue, PollBatch
-from ..._untrack import untrack_all
-from .._base import ConsumeFromWhere
 from .._common import warn_skipped_start
+from ..contract import ConsumeFromWhere
 from .codec import MalformedRecord, RecordFormat, lite_topic
 
 __all__ = ["PartitionState", "decode_rest", "file_records", "start_positions", "tags_for", "take_batches"]
@@ -173,7 +173,7 @@ def take_batches(
                 messages.append(m)
         if pos != st.pos:
             st.pos = pos
-            untrack_all(messages)  # held until finished: see lite_push._untrack_py
+            untrack_all(messages)  # held until finished: see lite_push._kernels.untrack_py
             out.append(PollBatch(st.mq, messages, pos))
     return out
 

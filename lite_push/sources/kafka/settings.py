@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..._errors import ConfigError
-from .._base import ConsumeFromWhere
+from ..contract import ConsumeFromWhere
 from .client_log import LIBRDKAFKA_LOG
 from .ownership import STATS_INTERVAL
 

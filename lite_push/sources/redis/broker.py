@@ -27,7 +27,9 @@ from ..._errors import ConfigError, SourceClosedError, SourceUnavailableError
 from ..._tracing import check_tracing, send_context
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, SendResult
 from ...rebalance.allocate import AVERAGELY, AllocateStrategy
-from .._base import (
+from .._common import BrokerClock, check_delay_levels, now_ms, validate_topic
+from .._sending import checked_items
+from ..contract import (
     DEFAULT_DELAY_LEVELS,
     Balance,
     ConsumeFrom,
@@ -36,8 +38,6 @@ from .._base import (
     is_retry_or_dlq_topic,
     reconsume_times_of,
 )
-from .._common import BrokerClock, check_delay_levels, now_ms, validate_topic
-from .._sending import checked_items
 from .connection import CONN_ERRORS, Connection, chunk_offset, server_address
 from .consumer import RedisPullConsumer
 from .group_admin import RedisGroupAdmin

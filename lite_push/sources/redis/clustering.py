@@ -23,9 +23,9 @@ from typing import Any
 
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata
 from ...rebalance.allocate import AllocateStrategy
-from .._base import Balance, MessageModel, retry_topic
 from .._member_model import MemberModel
 from .._owned import OwnedQueues
+from ..contract import Balance, MessageModel, retry_topic
 from .connection import Connection
 from .lost_data import LostData, went_back
 from .membership import Membership

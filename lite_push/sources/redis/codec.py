@@ -21,10 +21,10 @@ from typing import Any
 
 import orjson
 
-from ..._redis_decode import decode_plain
+from ..._kernels.redis_decode import decode_plain
+from ..._kernels.untrack import untrack_all
 from ..._types import MessageExt, MessageQueue
-from ..._untrack import untrack_all
-from .._base import reconsume_times_of
+from ..contract import reconsume_times_of
 
 __all__ = ["ForeignIdError", "decode", "encode_meta", "malformed_reason", "offset_of"]
 
@@ -151,5 +151,5 @@ def _decode(namespace: str, q: MessageQueue, entries: Sequence[Any]) -> list[Mes
             )  # fmt: skip
         )
         off += 1
-    untrack_all(out)  # held until finished: see lite_push._untrack_py
+    untrack_all(out)  # held until finished: see lite_push._kernels.untrack_py
     return out

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any, cast
 
-from ..._offset_map import FinishedOffsets
+from ..._state.offset_map import FinishedOffsets
 from ..._types import MessageExt, MessageQueue
 from .codec import decode, offset_of
 from .gaps import GAP_LIMIT, take_within

@@ -30,9 +30,9 @@ import orjson
 
 from ..._errors import ConfigError
 from ..._types import MessageQueue, OffsetAndMetadata
-from .._base import Balance, ConsumeFromWhere
 from .._common import initial_position, warn_skipped_start
 from .._member_model import StoredLog
+from ..contract import Balance, ConsumeFromWhere
 from .connection import Connection, qfield
 
 __all__ = ["HEARTBEAT_SHARE", "Membership", "owner_key", "read_committed"]

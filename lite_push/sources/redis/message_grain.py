@@ -45,12 +45,12 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from ..._errors import ConfigError
-from ..._offset_map import OffsetMapError
-from ..._offset_map import decode as decode_map
+from ..._state.offset_map import OffsetMapError
+from ..._state.offset_map import decode as decode_map
 from ..._types import MessageExt, MessageQueue, OffsetAndMetadata, PollBatch
-from .._base import Balance, MessageModel, retry_topic
 from .._member_model import MemberModel
 from .._owned import OwnedQueues
+from ..contract import Balance, MessageModel, retry_topic
 from . import grain_scripts
 from .connection import Connection
 from .grain_ready import ReadyBatches

@@ -15,8 +15,8 @@ from dataclasses import replace
 from typing import Any
 
 from ..._types import MessageExt
-from .._base import dlq_topic, retry_topic
 from .._common import BrokerClock, dead_letter_item, retry_item
+from ..contract import dlq_topic, retry_topic
 from .codec import encode_meta
 from .connection import Connection
 from .topics import TopicCatalog
