@@ -1,7 +1,7 @@
 """Issue 30, point 4: producing to a Redis topic from any language through
 the ``lite_push`` Redis Function library (``FCALL lite_push_send``).
 
-The README's ``redis-cli`` commands run as a shell user would type them
+The ``redis-cli`` commands of docs/sources.md run as a shell user would type them
 (against this test's server), and what they stored is consumed by a real
 lite_push consumer with its body, key, tags and properties; keys of every
 kind go to the queue ``RedisBroker.send`` picks for them, and offsets
@@ -27,14 +27,14 @@ import redis
 from helpers import wait_until
 
 from lite_push import ConsumerConfig, LitePushConsumer, MessageExt
-from lite_push._router import lane_of
+from lite_push._kernels.router import lane_of
 from lite_push.sources import ConsumeFromWhere
 from lite_push.sources.redis import RedisBroker
 from lite_push.sources.redis.functions import LIBRARY, LIBRARY_VERSION
 from lite_push.sources.redis_server import RedisServer
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-SECTION = "### Producing to Redis from any language"
+DOC = Path(__file__).resolve().parent.parent / "docs" / "sources.md"
+SECTION = "## Producing to Redis from any language"
 REDIS_CLI = shutil.which("redis-cli")
 
 pytestmark = pytest.mark.skipif(REDIS_CLI is None, reason="redis-cli is not installed")
@@ -47,16 +47,18 @@ KEYS = [
 ]  # fmt: skip
 
 
-def readme_sh_blocks() -> list[str]:
-    """The ```sh blocks of the README's section on producing to Redis."""
-    text = README.read_text(encoding="utf-8")
+def doc_sh_blocks() -> list[str]:
+    """The ```sh blocks of docs/sources.md's section on producing to Redis
+    (up to the next section of its level)."""
+    text = DOC.read_text(encoding="utf-8")
     start = text.index(SECTION)
-    end = text.index("\n### ", start + len(SECTION))
+    end = text.find("\n## ", start + len(SECTION))
+    end = len(text) if end < 0 else end
     return re.findall(r"^```sh\n(.*?)^```$", text[start:end], re.MULTILINE | re.DOTALL)
 
 
 def run_cli(line: str, port: int) -> str:
-    """One README ``redis-cli`` line against ``127.0.0.1:port``: its output."""
+    """One documented ``redis-cli`` line against ``127.0.0.1:port``: its output."""
     argv = shlex.split(line)
     assert argv[0] == "redis-cli", line
     done = subprocess.run(
@@ -123,11 +125,11 @@ def fresh_server() -> Iterator[RedisServer]:
         yield server
 
 
-def test_the_readme_redis_cli_commands_send_what_a_consumer_reads(redis_server: RedisServer) -> None:
-    block = readme_sh_blocks()[0]
+def test_the_documented_redis_cli_commands_send_what_a_consumer_reads(redis_server: RedisServer) -> None:
+    block = doc_sh_blocks()[0]
     lines = [line for line in block.splitlines() if line.startswith("redis-cli")]
     assert len(lines) == 4
-    broker = RedisBroker(redis_server.url)  # the README's namespace, lite_push
+    broker = RedisBroker(redis_server.url)  # the documented namespace, lite_push
     try:
         broker.create_topic("ORDER", 4)  # loads the library
         out = [run_cli(line, redis_server.port).split() for line in lines]
@@ -270,12 +272,12 @@ def test_a_server_that_refuses_the_library_is_told_once_and_sending_works(
     admin.close()
 
 
-def test_on_a_redis_cluster_the_queue_form_from_the_readme_works(redis_cluster) -> None:  # type: ignore[no-untyped-def]
-    block = readme_sh_blocks()[1]
+def test_on_a_redis_cluster_the_documented_queue_form_works(redis_cluster) -> None:  # type: ignore[no-untyped-def]
+    block = doc_sh_blocks()[1]
     lines = [line for line in block.splitlines() if line.startswith("redis-cli")]
     assert len(lines) == 3
     client = redis.RedisCluster.from_url(redis_cluster.url)
-    broker = RedisBroker(client)  # the README's namespace, lite_push
+    broker = RedisBroker(client)  # the documented namespace, lite_push
     try:
         broker.create_topic("ORDER", 4)  # loads the library on every primary
         port = redis_cluster.ports[-1]  # any node: redis-cli -c follows redirections
