@@ -42,7 +42,7 @@ from lite_push._lanes.parked_keys import ParkedKeys
 from lite_push._lanes.rate_limit import RateLimiter
 from lite_push._lanes.steps import FENCED, PAUSE, Steps
 from lite_push._lanes.worker import LaneWorker
-from lite_push._pull.assignment import Assignment
+from lite_push._pull.assignment import AppHooks, Assignment
 from lite_push._pull.committer import Committer
 from lite_push._pull.dispatch import Dispatcher, placement_limit
 from lite_push._pull.failure_sender import FailureSender
@@ -561,7 +561,9 @@ def test_assignment_drains_commits_and_only_then_gives_a_queue_up(broker: Embedd
     seen: list[tuple[str, list[MessageQueue]]] = []
     assignment = Assignment(
         cfg, source, clock, owned, lanes=2, counters=counters, timer=timer, dispatcher=dispatcher, committer=committer,
-        sender=sender, hooks=(lambda qs: seen.append(("assigned", qs)), lambda qs: seen.append(("revoked", qs))),
+        sender=sender, hooks=AppHooks(
+            on_assigned=lambda qs: seen.append(("assigned", qs)), on_revoked=lambda qs: seen.append(("revoked", qs))
+        ),
     )  # fmt: skip
     source.set_rebalance_listener(assignment)
     source.subscribe("T")

@@ -37,7 +37,7 @@ from .._exec.thread_executor import ThreadExecutor
 from .._kernels.lanemetrics import LANE_METRICS_IMPL, LaneMetrics
 from .._kernels.offsets import OFFSETS_IMPL
 from .._kernels.router import ROUTER_IMPL
-from .._pull.assignment import AppHook
+from .._pull.assignment import AppHook, AppHooks
 from .._pull.runner import PullRunner
 from .._state.shared import ABORT_GRACE, FailureLatch
 from .._tracing import traced
@@ -175,9 +175,17 @@ class ConsumerCore:
         self._stopped = threading.Event()  # the pull thread finished shutdown
         self._run_stop = threading.Event()  # stop(): run() returns
         parts = build_parts(
-            config, source, clock, self._executor, lanes, listener, lane_metrics, FailureLatch(self._on_failure),
-            self._stopping, (on_assigned, on_revoked),
-        )  # fmt: skip
+            config,
+            source=source,
+            clock=clock,
+            executor=self._executor,
+            lanes=lanes,
+            listener=listener,
+            lane_metrics=lane_metrics,
+            latch=FailureLatch(self._on_failure),
+            stopping=self._stopping,
+            hooks=AppHooks(on_assigned=on_assigned, on_revoked=on_revoked),
+        )
         self._latch = parts.latch
         self._owned = parts.owned
         self._app_pauses = parts.app_pauses

@@ -30,7 +30,7 @@ from ..sources.contract import PullSource
 __all__ = ["ConsumerMetrics", "ConsumerStats", "QueueMetrics", "Readings", "metrics_of", "stats_of"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Readings:
     """The parts of one consumer that ``stats()`` and the metrics read
     (only read: each is written by its own owner)."""

@@ -37,7 +37,7 @@ from .._lanes.lanes import Lane
 from .._lanes.parked_keys import ParkedKeys
 from .._lanes.rate_limit import KeyPacer, RateLimiter
 from .._lanes.worker import LaneWorker
-from .._pull.assignment import AppHook, Assignment
+from .._pull.assignment import AppHooks, Assignment
 from .._pull.committer import Committer
 from .._pull.dispatch import Dispatcher
 from .._pull.failure_sender import FailureSender
@@ -65,7 +65,7 @@ MESSAGE_BUFFER_PER_LANE = 4
 MESSAGE_ACK_INTERVAL = 0.05
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Parts:
     """What :func:`build_parts` made, for the consumer's life cycle."""
 
@@ -95,6 +95,7 @@ class Parts:
 
 def build_parts(
     config: ConsumerConfig,
+    *,
     source: PullSource,
     clock: Clock,
     executor: ThreadExecutor | AsyncExecutor,
@@ -103,7 +104,7 @@ def build_parts(
     lane_metrics: list[LaneMetrics] | None,
     latch: FailureLatch,
     stopping: threading.Event,
-    hooks: tuple[AppHook | None, AppHook | None],
+    hooks: AppHooks,
 ) -> Parts:
     """Build the parts of one consumer (see the module docstring)."""
     by_message = source.balance is Balance.MESSAGE
@@ -130,9 +131,11 @@ def build_parts(
     by_key = config.dead_letter_order == "key"
     held = HeldKeys(config.group, key_of, source.dead_letter_reader() if by_key else None)
     policy = FailurePolicy(
-        config.mode is not ConsumeMode.CONCURRENTLY, config.max_reconsume_times, config.retry_start_level,
+        config.mode is not ConsumeMode.CONCURRENTLY,
+        config.max_reconsume_times,
+        config.retry_start_level,
         held if by_key else None,
-    )  # fmt: skip
+    )
     router: KeyRouter | None = None
     released: deque[tuple[int, list[MessageExt]]] | None = None
     if config.mode is ConsumeMode.KEY_ORDERLY:
@@ -151,63 +154,163 @@ def build_parts(
         []
         if orderly is not None
         else [
-            (lane, _lane_worker(lane, config, clock, abort, limiter, pacer, timer, counters, key_of, policy, outbox,
-                                latch, lane_metrics, released, generations, held))
+            (
+                lane,
+                _lane_worker(
+                    lane,
+                    config,
+                    clock=clock,
+                    abort=abort,
+                    limiter=limiter,
+                    pacer=pacer,
+                    timer=timer,
+                    counters=counters,
+                    key_of=key_of,
+                    policy=policy,
+                    outbox=outbox,
+                    latch=latch,
+                    lane_metrics=lane_metrics,
+                    released=released,
+                    generations=generations,
+                    held=held,
+                ),
+            )
             for lane in lanes
         ]
-    )  # fmt: skip
+    )
     stealer: LaneStealer | None = None
     if router is not None and released is not None and config.steals:
         stealer = LaneStealer(
-            lanes, router, released, [w.parked for _, w in workers], counters, group=config.group,
-            capacity=config.lane_capacity, flush=executor.flush, wake=source.wakeup, key_of=key_of,
-        )  # fmt: skip
+            lanes,
+            router,
+            released,
+            [w.parked for _, w in workers],
+            counters,
+            group=config.group,
+            capacity=config.lane_capacity,
+            flush=executor.flush,
+            wake=source.wakeup,
+            key_of=key_of,
+        )
     watch = (
         None
         if orderly is not None
         else CallWatch(
-            config.group, lanes, clock.monotonic, steal_after=config.steal_after if stealer is not None else None,
-            slow_call_warning=config.slow_call_warning, request=None if stealer is None else stealer.request,
+            config.group,
+            lanes,
+            clock.monotonic,
+            steal_after=config.steal_after if stealer is not None else None,
+            slow_call_warning=config.slow_call_warning,
+            request=None if stealer is None else stealer.request,
             key_of=key_of,
         )
-    )  # fmt: skip
+    )
     committer = Committer(source, owned, config.group)
     sender = FailureSender(
-        source, outbox, timer, counters, group=config.group, suspend_ms=config.suspend_ms,
+        source,
+        outbox,
+        timer,
+        counters,
+        group=config.group,
+        suspend_ms=config.suspend_ms,
         broadcasting=source.message_model is MessageModel.BROADCASTING or by_message,
-    )  # fmt: skip
+    )
     dispatcher = Dispatcher(
-        lanes, owned, lane_capacity=config.lane_capacity, flush=executor.flush, router=router, released=released,
-        lane_limit=lane_limit, orderly=orderly,
-    )  # fmt: skip
+        lanes,
+        owned,
+        lane_capacity=config.lane_capacity,
+        flush=executor.flush,
+        router=router,
+        released=released,
+        lane_limit=lane_limit,
+        orderly=orderly,
+    )
     assignment = Assignment(
-        config, source, clock, owned, lanes=len(lanes), counters=counters, timer=timer, dispatcher=dispatcher,
-        committer=committer, sender=sender, orderly=orderly, hooks=hooks, held=held if by_key else None,
-    )  # fmt: skip
+        config,
+        source,
+        clock,
+        owned,
+        lanes=len(lanes),
+        counters=counters,
+        timer=timer,
+        dispatcher=dispatcher,
+        committer=committer,
+        sender=sender,
+        orderly=orderly,
+        hooks=hooks,
+        held=held if by_key else None,
+    )
     flow = FlowControl(config, source, owned, lanes, counters.queues, app_pauses)
     pull = PullLoop(
-        config, source, clock, owned, assignment=assignment, dispatcher=dispatcher, flow=flow, committer=committer,
-        sender=sender, timer=timer, queue_counters=counters.queues, latch=latch, stopping=stopping, pacer=pacer,
-        renews_locks=orderly is not None, stealer=stealer,
+        config,
+        source,
+        clock,
+        owned,
+        assignment=assignment,
+        dispatcher=dispatcher,
+        flow=flow,
+        committer=committer,
+        sender=sender,
+        timer=timer,
+        queue_counters=counters.queues,
+        latch=latch,
+        stopping=stopping,
+        pacer=pacer,
+        renews_locks=orderly is not None,
+        stealer=stealer,
         key_pauses=None if orderly is not None else KeyPauseSync(key_pauses, dispatcher, len(lanes)),
-    )  # fmt: skip
+    )
     readings = Readings(
-        config, source, counters, owned, lanes, timer, latch, limiter, lane_metrics, lane_limit, key_pauses, watch,
-        clock.monotonic, key_of, held,
-    )  # fmt: skip
+        config=config,
+        source=source,
+        counters=counters,
+        owned=owned,
+        lanes=lanes,
+        timer=timer,
+        latch=latch,
+        limiter=limiter,
+        lane_metrics=lane_metrics,
+        lane_limit=lane_limit,
+        key_pauses=key_pauses,
+        watch=watch,
+        monotonic=clock.monotonic,
+        key_of=key_of,
+        held=held,
+    )
     stopper = Stopper(
-        group=config.group, drain=config.drain_on_shutdown, clock=clock, lanes=lanes, executor=executor,
-        orderly=orderly, abort=abort, owned=owned, sender=sender, committer=committer, source=source,
-    )  # fmt: skip
+        group=config.group,
+        drain=config.drain_on_shutdown,
+        clock=clock,
+        lanes=lanes,
+        executor=executor,
+        orderly=orderly,
+        abort=abort,
+        owned=owned,
+        sender=sender,
+        committer=committer,
+        source=source,
+    )
     return Parts(
-        latch, owned, app_pauses, key_pauses, orderly, workers, committer, sender, assignment, pull, readings, watch,
-        stopper,
-    )  # fmt: skip
+        latch=latch,
+        owned=owned,
+        app_pauses=app_pauses,
+        key_pauses=key_pauses,
+        orderly=orderly,
+        workers=workers,
+        committer=committer,
+        sender=sender,
+        assignment=assignment,
+        pull=pull,
+        readings=readings,
+        watch=watch,
+        stopper=stopper,
+    )
 
 
 def _lane_worker(
     lane: Lane,
     config: ConsumerConfig,
+    *,
     clock: Clock,
     abort: threading.Event,
     limiter: RateLimiter | None,
@@ -230,7 +333,19 @@ def _lane_worker(
         i, timer, generations, counters, monotonic=clock.monotonic, suspend=config.suspend_ms / 1000.0, key_of=key_of
     )
     return LaneWorker(
-        i, group=config.group, gate=gate, parked=parked, policy=policy, outbox=outbox, counters=counters, latch=latch,
-        batch_size=config.batch_size, metrics=None if lane_metrics is None else lane_metrics[i],
-        release=None if released is None else released.append, pacer=pacer, key_of=key_of, lane=lane, held=held,
-    )  # fmt: skip
+        i,
+        group=config.group,
+        gate=gate,
+        parked=parked,
+        policy=policy,
+        outbox=outbox,
+        counters=counters,
+        latch=latch,
+        batch_size=config.batch_size,
+        metrics=None if lane_metrics is None else lane_metrics[i],
+        release=None if released is None else released.append,
+        pacer=pacer,
+        key_of=key_of,
+        lane=lane,
+        held=held,
+    )

@@ -75,10 +75,10 @@ def _nothing() -> None:
     """A lane's wake-up that wakes nobody."""
 
 
-class _LaneBase:
-    """What a lane worker holds, its bookkeeping (complete, skip, hand
-    off) and its side of taking work; :class:`LaneWorker` adds what it does
-    with the work."""
+class LaneWorker:
+    """The lane logic of lane ``index`` (see the module docstring): what it
+    holds, what it does with the work it takes, and its bookkeeping
+    (complete, skip, hand off)."""
 
     __slots__ = (
         "_counters", "_group", "_held_out", "_key_of", "_keys", "_latch", "_outbox", "_pacer", "_policy", "_release",
@@ -222,13 +222,6 @@ class _LaneBase:
         handled): logged; its messages stay unfinished."""
         logger.error("consumer %r: lane %d failed; the consumer stops", self._group, self.index, exc_info=exc)
         self._latch.fail(exc)
-
-
-
-class LaneWorker(_LaneBase):
-    """The lane logic of lane ``index`` (see the module docstring)."""
-
-    __slots__ = ()
 
     # -- segments --------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 
 from .._clock import Clock
 from .._config import ConsumeMode, ConsumerConfig
@@ -48,6 +49,15 @@ REVOKE_SLICE = 0.05
 
 #: An application's rebalance hook: called with the queues, sorted.
 AppHook = Callable[[list[MessageQueue]], object]
+
+
+@dataclass(frozen=True)
+class AppHooks:
+    """The application's rebalance hooks (the consumer's ``on_assigned`` and
+    ``on_revoked``), each called after lite_push's own work."""
+
+    on_assigned: AppHook | None = None
+    on_revoked: AppHook | None = None
 
 __all__ = ["Assignment"]
 
@@ -80,7 +90,7 @@ class Assignment(RebalanceListener):
         committer: Committer,
         sender: FailureSender,
         orderly: QueueOrderlyService | None = None,
-        hooks: tuple[AppHook | None, AppHook | None] = (None, None),
+        hooks: AppHooks = AppHooks(),
         held: HeldKeys | None = None,
     ) -> None:
         self._config = config
@@ -134,7 +144,7 @@ class Assignment(RebalanceListener):
         if cfg.mode is ConsumeMode.KEY_ORDERLY and cfg.key_extractor is None and cfg.lane_placement == "java":
             self._check_lane_reach({q.topic for q in queues})
         if queues:
-            self._call_hook(0, queues)
+            self._call_hook("on_assigned", queues)
 
     def on_revoked(self, queues: Collection[MessageQueue]) -> None:
         # Stop routing the queues, let their in-flight work finish (bounded),
@@ -185,7 +195,7 @@ class Assignment(RebalanceListener):
                 )  # fmt: skip
         logger.info("consumer %r revoked %s", cfg.group, [str(q) for q in queues])
         if queues:
-            self._call_hook(1, queues)
+            self._call_hook("on_revoked", queues)
 
     def _release_held(self, revoked: set[ProcessQueue]) -> None:
         """What only this (pull) thread could release -- failures handed
@@ -198,16 +208,15 @@ class Assignment(RebalanceListener):
         for pq, ms in per_queue(self._timer.take_held(revoked)).items():
             pq.skip(ms)
 
-    def _call_hook(self, which: int, queues: list[MessageQueue]) -> None:
-        """The application's hook, after lite_push's own work (for a revoke:
-        drained and committed); what it raises is logged, never fatal."""
-        hook = self._hooks[which]
+    def _call_hook(self, name: str, queues: list[MessageQueue]) -> None:
+        """The application's hook ``name``, after lite_push's own work (for a
+        revoke: drained and committed); what it raises is logged, never fatal."""
+        hook: AppHook | None = getattr(self._hooks, name)
         if hook is None:
             return
         try:
             hook(sorted(queues))
         except Exception:
-            name = ("on_assigned", "on_revoked")[which]
             logger.exception("consumer %r: the application's %s hook raised", self._config.group, name)
 
     # -- QUEUE_ORDERLY's broker locks ------------------------------------------------
