@@ -109,9 +109,7 @@ def by_executor(config: ConsumerConfig, executor: str) -> dict[str, object]:
     if config.lanes is None:
         out["lanes"] = default_lanes(executor)
     if config.pull_threshold_for_queue is None:
-        out["pull_threshold_for_queue"] = (
-            DEFAULT_ASYNC_THRESHOLD if executor == "asyncio" else DEFAULT_THREAD_THRESHOLD
-        )
+        out["pull_threshold_for_queue"] = DEFAULT_ASYNC_THRESHOLD if executor == "asyncio" else DEFAULT_THREAD_THRESHOLD
     if config.pull_batch_size is None:
         out["pull_batch_size"] = DEFAULT_ASYNC_PULL_BATCH if executor == "asyncio" else DEFAULT_THREAD_PULL_BATCH
     return out
@@ -460,6 +458,4 @@ class ConsumerConfig:
     @property
     def steals(self) -> bool:
         """Whether keys move off a lane stuck in a call (``steal_after``)."""
-        return (
-            self.steal_after is not None and self.mode is ConsumeMode.KEY_ORDERLY and self.lane_placement == "load"
-        )
+        return self.steal_after is not None and self.mode is ConsumeMode.KEY_ORDERLY and self.lane_placement == "load"

@@ -46,9 +46,17 @@ from ._types import ConsumeResult, MessageExt
 from ._version import __version__
 
 __all__ = [
-    "SendSpan", "check_tracing", "no_span", "send_context", "send_span", "settle", "stolen", "system_of", "traced",
+    "SendSpan",
+    "check_tracing",
+    "no_span",
+    "send_context",
+    "send_span",
+    "settle",
+    "stolen",
+    "system_of",
+    "traced",
     "verdict_event",
-]  # fmt: skip
+]
 
 logger = logging.getLogger(__name__)
 

@@ -208,6 +208,7 @@ def run_once(
     elif work is None:
         listener = _noop
     else:
+
         def listener(msgs: list[MessageExt], _work: Callable[[], None] = work) -> None:
             for _ in msgs:
                 _work()

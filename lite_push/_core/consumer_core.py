@@ -370,9 +370,14 @@ class ConsumerCore:
             self._watch.start()
         logger.info(
             "lite_push consumer %r started: mode=%s executor=%s lanes=%d router=%s offsets=%s lane_metrics=%s",
-            group, self.config.consume_mode.name, self.config.executor, self.config.lanes, ROUTER_IMPL, OFFSETS_IMPL,
+            group,
+            self.config.consume_mode.name,
+            self.config.executor,
+            self.config.lanes,
+            ROUTER_IMPL,
+            OFFSETS_IMPL,
             LANE_METRICS_IMPL,
-        )  # fmt: skip
+        )
 
     def _stop(self, timeout: float) -> bool:
         """Stop polling; let the listener calls in flight finish (or, with
@@ -466,9 +471,10 @@ class ConsumerCore:
                 self._stopped.set()
                 report = self._stopper.report
                 logger.info(
-                    "lite_push consumer %r stopped: %s", self.config.group,
+                    "lite_push consumer %r stopped: %s",
+                    self.config.group,
                     report.summary() if report is not None else "the stop did not finish",
-                )  # fmt: skip
+                )
 
     def _baseline_counts(self) -> tuple[int, int]:
         return self._orderly.counts() if self._orderly is not None else (0, 0)

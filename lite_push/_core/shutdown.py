@@ -237,8 +237,10 @@ class Stopper:
             if abandoned:
                 logger.warning(
                     "consumer %r: %d listener call(s) still running when the stop gave up; their messages stay "
-                    "uncommitted and are delivered again", self._group, abandoned,
-                )  # fmt: skip
+                    "uncommitted and are delivered again",
+                    self._group,
+                    abandoned,
+                )
         if self._sender.pending:
             self._sender.send(self._clock.monotonic(), final=True)  # the outbox's times are the consumer's
         self._committer.commit_all()

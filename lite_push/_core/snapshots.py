@@ -58,6 +58,7 @@ class Readings:
     #: The keys held behind their dead letters (``dead_letter_order="key"``).
     held: HeldKeys | None = None
 
+
 _DEPTH = operator.attrgetter("depth")
 
 
@@ -281,9 +282,7 @@ def metrics_of(rt: Readings, extra: tuple[int, int]) -> ConsumerMetrics:
     queues = []
     for q, pq in pqs:
         count, size, _span, _map = pq.snapshot()
-        queues.append(
-            QueueMetrics(q, count, size, pq.paused, pq.last_committed, pq.last_commit_time, ends.get(q))
-        )
+        queues.append(QueueMetrics(q, count, size, pq.paused, pq.last_committed, pq.last_commit_time, ends.get(q)))
     lms = rt.lane_metrics or []
     snaps = [lm.snapshot() for lm in lms]
     busy = c.busy

@@ -28,9 +28,14 @@ import time
 from collections.abc import Callable
 
 __all__ = [
-    "ADMISSION_HOLD", "ADMISSION_MIN", "ADMISSION_PROBE", "HEAD_START_PER_MESSAGE", "LATENCY_SHARE", "TURN_PER_CALL",
+    "ADMISSION_HOLD",
+    "ADMISSION_MIN",
+    "ADMISSION_PROBE",
+    "HEAD_START_PER_MESSAGE",
+    "LATENCY_SHARE",
+    "TURN_PER_CALL",
     "Admission",
-]  # fmt: skip
+]
 
 #: Seconds between two measurements of a turn of the loop (admission).
 ADMISSION_PROBE = 0.005
@@ -88,9 +93,25 @@ class Admission:
     """
 
     __slots__ = (
-        "_calls_seen", "_closed", "_cpu", "_handle", "_loop", "_monotonic", "_probe_at", "_probe_cpu", "_seen_at",
-        "_seq", "_thread_time", "_waiters", "active", "calls", "limit", "most", "target", "turn",
-    )  # fmt: skip
+        "_calls_seen",
+        "_closed",
+        "_cpu",
+        "_handle",
+        "_loop",
+        "_monotonic",
+        "_probe_at",
+        "_probe_cpu",
+        "_seen_at",
+        "_seq",
+        "_thread_time",
+        "_waiters",
+        "active",
+        "calls",
+        "limit",
+        "most",
+        "target",
+        "turn",
+    )
 
     def __init__(
         self,

@@ -32,8 +32,14 @@ from .._state.shared import KeyOf
 from .._types import MessageQueue
 
 __all__ = [
-    "SAMPLES", "STEAL_FLOOR", "STEAL_MULTIPLE", "WATCH_INTERVAL", "CallInProgress", "CallWatch", "longest_call",
-]  # fmt: skip
+    "SAMPLES",
+    "STEAL_FLOOR",
+    "STEAL_MULTIPLE",
+    "WATCH_INTERVAL",
+    "CallInProgress",
+    "CallWatch",
+    "longest_call",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -168,8 +174,10 @@ class CallWatch:
                 self.warnings += 1
                 logger.warning(
                     "consumer %r: a listener call has run longer than slow_call_warning (%.0f s): %s",
-                    self._group, warning, _named(i, call, now, self._key_of).describe(),
-                )  # fmt: skip
+                    self._group,
+                    warning,
+                    _named(i, call, now, self._key_of).describe(),
+                )
             if threshold is not None and request is not None and age >= threshold:
                 asked = self._asked[i]
                 # Once per call for what it holds, then again whenever more queues up.

@@ -281,8 +281,13 @@ class QueueOrderlyService:
                     continue
                 logger.warning(
                     "consumer %r: %s for %s offset %d (attempt %d); suspending the queue %d ms",
-                    cfg.group, failure.reason, pq.queue, msgs[0].queue_offset, msgs[0].reconsume_times + 1,
-                    cfg.suspend_ms, exc_info=exc if msgs[0].reconsume_times == 0 else None,
+                    cfg.group,
+                    failure.reason,
+                    pq.queue,
+                    msgs[0].queue_offset,
+                    msgs[0].reconsume_times + 1,
+                    cfg.suspend_ms,
+                    exc_info=exc if msgs[0].reconsume_times == 0 else None,
                 )
                 # SUSPEND_CURRENT_QUEUE_A_MOMENT: the batch goes back to the
                 # head and the whole queue waits.

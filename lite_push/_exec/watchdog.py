@@ -229,8 +229,12 @@ class LoopWatchdog:
             self.blocks += 1
             logger.warning(
                 "consumer %r: a listener blocked the event loop for %.0f ms (threshold %.0f ms)%s%s",
-                self.group, blocked * 1000, self.threshold * 1000, ep.where, note,
-            )  # fmt: skip
+                self.group,
+                blocked * 1000,
+                self.threshold * 1000,
+                ep.where,
+                note,
+            )
         else:  # not in a listener (GIL contention, another callback, start-up)
             logger.debug(
                 "consumer %r: the event loop did not turn for %.0f ms, not in a listener", self.group, blocked * 1000

@@ -40,6 +40,16 @@ def decode_plain(record: Any, topic: str, decode_key: Callable[[bytes], str], br
     partition = record.partition()
     offset = record.offset()
     return MessageExt(
-        topic, partition, offset, b"" if value is None else value, keys, None, {}, ts, ts, 0,
-        f"{record.topic()}-{partition}-{offset}", broker_name,
-    )  # fmt: skip
+        topic,
+        partition,
+        offset,
+        b"" if value is None else value,
+        keys,
+        None,
+        {},
+        ts,
+        ts,
+        0,
+        f"{record.topic()}-{partition}-{offset}",
+        broker_name,
+    )

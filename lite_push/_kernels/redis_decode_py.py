@@ -55,9 +55,19 @@ def decode_plain(
             return None
         out.append(
             MessageExt(
-                topic, qid, off, body, meta.get("k"), meta.get("t"), {}, meta.get("bt", 0), store, 0,
-                prefix + str(off), namespace,
-            )  # fmt: skip
+                topic,
+                qid,
+                off,
+                body,
+                meta.get("k"),
+                meta.get("t"),
+                {},
+                meta.get("bt", 0),
+                store,
+                0,
+                prefix + str(off),
+                namespace,
+            )
         )
         off += 1
     return out

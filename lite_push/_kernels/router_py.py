@@ -68,8 +68,15 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
 __all__ = [
-    "HEAP_SLACK", "PLACEMENTS", "ROUTE_CACHE_LIMIT", "SWEEP_SLACK", "KeyRouter", "java_hash", "lane_of", "mixed_hash",
-]  # fmt: skip
+    "HEAP_SLACK",
+    "PLACEMENTS",
+    "ROUTE_CACHE_LIMIT",
+    "SWEEP_SLACK",
+    "KeyRouter",
+    "java_hash",
+    "lane_of",
+    "mixed_hash",
+]
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -135,9 +142,19 @@ class KeyRouter:
     """
 
     __slots__ = (
-        "_cache", "_fixed", "_heap", "_key_of", "_limit", "_live", "_loads", "_stalled", "_table", "lanes",
-        "max_segment", "placement",
-    )  # fmt: skip
+        "_cache",
+        "_fixed",
+        "_heap",
+        "_key_of",
+        "_limit",
+        "_live",
+        "_loads",
+        "_stalled",
+        "_table",
+        "lanes",
+        "max_segment",
+        "placement",
+    )
 
     def __init__(
         self, lanes: int, placement: str = "load", key_of: Callable[[Any], Any] | None = None, max_segment: int = 0

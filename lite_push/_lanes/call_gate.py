@@ -98,8 +98,10 @@ class CallGate:
                 logger.warning(
                     "consumer %r: lane %d stops at %s: its ownership is not certain (no heartbeat for too long); "
                     "it waits until the source renews or revokes it",
-                    self._group, self._index, pq.queue,
-                )  # fmt: skip
+                    self._group,
+                    self._index,
+                    pq.queue,
+                )
             yield FENCED
 
     def wait_fenced(self) -> None:

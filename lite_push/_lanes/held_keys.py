@@ -220,14 +220,18 @@ class HeldKeys:
             logger.exception(
                 "consumer %r: reading its dead-letter topic failed; keys it holds from before may run out of "
                 "order in %s",
-                self._group, sorted(map(str, positions)),
-            )  # fmt: skip
+                self._group,
+                sorted(map(str, positions)),
+            )
         else:
             if n:
                 logger.info(
                     "consumer %r: read %d dead-letter record(s) in %.3f s; %d key(s) hold letters",
-                    self._group, n, time.monotonic() - t0, len(log.open),
-                )  # fmt: skip
+                    self._group,
+                    n,
+                    time.monotonic() - t0,
+                    len(log.open),
+                )
         at = {(q.topic, q.queue_id): p for q, p in positions.items()}
         with self._lock:
             keys = dict(self.keys)

@@ -59,9 +59,26 @@ class Lane:
     """
 
     __slots__ = (
-        "index", "depth", "blocked", "taken", "_lock", "_signal", "_waiting", "_segments", "_due", "_closed", "_wake",
-        "_stamps", "call", "seg", "done", "hand", "moving", "cut", "stolen_for",
-    )  # fmt: skip
+        "index",
+        "depth",
+        "blocked",
+        "taken",
+        "_lock",
+        "_signal",
+        "_waiting",
+        "_segments",
+        "_due",
+        "_closed",
+        "_wake",
+        "_stamps",
+        "call",
+        "seg",
+        "done",
+        "hand",
+        "moving",
+        "cut",
+        "stolen_for",
+    )
 
     def __init__(self, index: int, wake: Callable[[], None]) -> None:
         self.index = index

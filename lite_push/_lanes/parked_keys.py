@@ -72,8 +72,16 @@ class ParkedKeys:
     """The parked keys of lane ``index`` (see the module docstring)."""
 
     __slots__ = (
-        "_counters", "_generations", "_index", "_key_of", "_monotonic", "_paused", "_suspend", "_timer", "keys",
-    )  # fmt: skip
+        "_counters",
+        "_generations",
+        "_index",
+        "_key_of",
+        "_monotonic",
+        "_paused",
+        "_suspend",
+        "_timer",
+        "keys",
+    )
 
     def __init__(
         self,

@@ -58,6 +58,7 @@ from .._tracing import settle
 from .._types import ConsumeResult, MessageExt
 from .call_gate import CallGate
 from .failures import Failure, FailurePolicy, Outbox, SendItem, Verdict
+from .handback import Handback
 from .held_keys import NOTHING_HELD, HeldKeys
 from .lanes import Lane, Segment
 from .parked_keys import ParkedKeys
@@ -81,9 +82,25 @@ class LaneWorker:
     (complete, skip, hand off)."""
 
     __slots__ = (
-        "_counters", "_group", "_held_out", "_key_of", "_keys", "_latch", "_outbox", "_pacer", "_policy", "_release",
-        "_size", "aborted", "gate", "held", "hot", "index", "lane", "metrics", "monotonic", "parked",
-    )  # fmt: skip
+        "_back",
+        "_counters",
+        "_group",
+        "_key_of",
+        "_keys",
+        "_latch",
+        "_pacer",
+        "_policy",
+        "_size",
+        "aborted",
+        "gate",
+        "held",
+        "hot",
+        "index",
+        "lane",
+        "metrics",
+        "monotonic",
+        "parked",
+    )
 
     def __init__(
         self,
@@ -118,8 +135,8 @@ class LaneWorker:
         #: empty, no segment waits behind one).
         self.parked = parked.keys
         self._policy = policy
-        #: Dead letters and send-backs, to the pull thread.
-        self._outbox = outbox
+        #: What the lane gives back: completions, skips, hand-offs.
+        self._back = Handback(index, counters=counters, outbox=outbox, policy=policy, release=release)
         #: ``consumed``, ``retried``, ``busy`` of this lane are written here.
         self._counters = counters
         #: A bug of the lane itself stops the consumer.
@@ -128,10 +145,6 @@ class LaneWorker:
         self._size = batch_size
         #: The lane's histogram recorder (``None``: metrics off).
         self.metrics = metrics
-        # Load placement: hands the router what this lane is done with, so
-        # a key with nothing left here may go to another lane (``None``:
-        # a fixed placement, or not KEY_ORDERLY).
-        self._release = release
         #: ``key_min_interval``: when each key last started (``None``: off).
         self._pacer = pacer
         self._key_of = key_of
@@ -145,47 +158,12 @@ class LaneWorker:
         #: The consumer's held keys (``dead_letter_order="key"``): while
         #: ``held.keys`` is empty, nothing here looks further.
         self.held = NOTHING_HELD if held is None else held
-        # Dead letters of held keys' messages, handed off in a batch.
-        self._held_out: list[SendItem] = []
-
-    def _done_with(self, msgs: list[MessageExt]) -> None:
-        """This lane will not touch ``msgs`` again (completed, handed off
-        to be stored elsewhere, or skipped): tell the router, per batch."""
-        if self._release is not None and msgs:
-            self._release((self.index, msgs))
-
-    def _skip(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        """Leave ``msgs`` unfinished (uncommitted: they run again)."""
-        pq.skip(msgs)
-        self._done_with(msgs)
-
-    def _complete(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        pq.complete(msgs)
-        self._counters.consumed[self.index] += len(msgs)
-        self._done_with(msgs)
-
-    def _hand_off(self, out: list[SendItem]) -> None:
-        if self._held_out:  # held keys' dead letters of this lane go with it
-            out = self._held_out + out
-            self._held_out = []
-        self._outbox.put(out)
-        self._done_with([item.message for item in out])
-
-    def _hold_behind(self, pq: ProcessQueue, m: MessageExt, out: list[SendItem] | None = None) -> bool:
-        """If ``m``'s key is held in its queue, ``m`` goes to the dead-letter
-        queue behind it (into ``out``, else the lane's batch): say so."""
-        item = self._policy.behind(pq, m)
-        if item is None:
-            return False
-        (self._held_out if out is None else out).append(item)
-        return True
 
     # -- taking work -----------------------------------------------------------------
 
     def idle(self) -> None:
         """The task is about to wait for work."""
-        if self._held_out:
-            self._hand_off([])
+        self._back.flush()
         self._counters.busy[self.index] = False
 
     def busy(self) -> None:
@@ -197,8 +175,7 @@ class LaneWorker:
     ) -> tuple[list[Segment], list[LaneWork]]:
         """The task took ``taken`` from the lane (``stamps``: when it was
         put, for the lane-wait metric)."""
-        if self._held_out:
-            self._hand_off([])
+        self._back.flush()
         self._counters.busy[self.index] = True
         if self.metrics is not None and stamps:
             self.metrics.waited(stamps)
@@ -211,11 +188,10 @@ class LaneWorker:
         """The task stops: parked messages stay unfinished (uncommitted;
         the offset map keeps what finished above them)."""
         self._counters.busy[self.index] = False
-        items = self._keys.clear() + [(it.pq, it.message) for it in self._held_out]
-        self._held_out = []
+        items = self._keys.clear() + self._back.take_gathered()
         for pq, ms in per_queue(items).items():
             pq.skip(ms)
-        self._done_with([m for _, m in items])
+        self._back.done_with([m for _, m in items])
 
     def crashed(self, exc: BaseException) -> None:
         """A bug in the lane itself (not the listener's failure, which is
@@ -231,7 +207,7 @@ class LaneWorker:
         instead: the slow path, or nothing (a revoked queue's messages, or
         after the shutdown deadline, are skipped)."""
         if pq.dropped or self.aborted():
-            self._skip(pq, msgs)
+            self._back.skip(pq, msgs)
             return no_steps()
         if self.parked or not self.hot or self.held.keys:
             return self._slow_steps(pq, msgs)
@@ -240,10 +216,7 @@ class LaneWorker:
     def completed(self, pq: ProcessQueue, msgs: list[MessageExt], t0: float) -> None:
         """The hot path processed a whole segment (listener calls from
         ``t0`` on, the recorder's clock)."""
-        pq.complete(msgs)
-        self._counters.consumed[self.index] += len(msgs)
-        if self._release is not None:
-            self._release((self.index, msgs))
+        self._back.complete(pq, msgs)
         if self.metrics is not None:
             self.metrics.segment(t0, msgs)
 
@@ -256,7 +229,7 @@ class LaneWorker:
         (it was not called).  The rest goes the slow way (the steps
         returned), which waits at the fence."""
         if j:
-            self._complete(pq, msgs[:j])
+            self._back.complete(pq, msgs[:j])
         if exc is None and (result is None or result is _SUCCESS):
             return self._slow_steps(pq, msgs, j)  # fenced before msgs[j]
         self.fail(pq, [msgs[j]], exc, result)
@@ -294,7 +267,7 @@ class LaneWorker:
             m = msgs[i]
             if waiting and parked.queue_behind(pq, m):
                 pass
-            elif held.keys and self._hold_behind(pq, m):
+            elif held.keys and self._back.hold_behind(pq, m):
                 pass
             elif pacer is None:
                 chunk.append(m)
@@ -313,7 +286,7 @@ class LaneWorker:
             if not chunk or (len(chunk) < size and i < last):
                 continue
             if not (yield from gate.may_call(pq, len(chunk))):
-                self._skip(pq, chunk)
+                self._back.skip(pq, chunk)
                 chunk = []
                 keys = []
                 continue
@@ -327,7 +300,7 @@ class LaneWorker:
                 self.fail(pq, chunk, exc, result)
             chunk = []
         if done:
-            self._complete(pq, done)
+            self._back.complete(pq, done)
             if self.metrics is not None:
                 self.metrics.completed(done[0], done[-1], len(done))
 
@@ -344,7 +317,7 @@ class LaneWorker:
 
     def _fail(self, pq: ProcessQueue, chunk: list[MessageExt], exc: BaseException | None, result: object) -> None:
         if pq.dropped:
-            self._skip(pq, chunk)
+            self._back.skip(pq, chunk)
             return
         policy = self._policy
         failure = policy.classify(exc, result)
@@ -352,16 +325,21 @@ class LaneWorker:
         first = chunk[0]
         logger.warning(
             "consumer %r: %s for %d message(s) from %s offset %d (attempt %d)",
-            self._group, failure.reason, len(chunk), pq.queue, first.queue_offset, first.reconsume_times + 1,
+            self._group,
+            failure.reason,
+            len(chunk),
+            pq.queue,
+            first.queue_offset,
+            first.reconsume_times + 1,
             exc_info=exc if exc is not None and first.reconsume_times == 0 else None,
-        )  # fmt: skip
+        )
         parked = self._keys
         out: list[SendItem] = []
         for m in chunk:
             # An earlier message of its key (same chunk) parked it: wait behind.
             if policy.keyed and self.parked and parked.queue_behind(pq, m):
                 continue
-            if self.held.keys and self._hold_behind(pq, m, out):
+            if self.held.keys and self._back.hold_behind(pq, m, out):
                 continue  # its key is held (an earlier message of the chunk was dead-lettered)
             verdict = policy.verdict(m, failure)
             if verdict is Verdict.DEAD_LETTER:
@@ -371,7 +349,7 @@ class LaneWorker:
             else:
                 out.append(policy.send_back(pq, m, failure))
         if out:
-            self._hand_off(out)
+            self._back.hand_off(out)
 
     # -- work handed to the lane -----------------------------------------------------
 
@@ -405,7 +383,7 @@ class LaneWorker:
         while left < len(items):
             pq, m = items[left]
             live = not (pq.dropped or gate.aborted())
-            if live and self.held.keys and self._hold_behind(pq, m, out):
+            if live and self.held.keys and self._back.hold_behind(pq, m, out):
                 left += 1  # an earlier message of the key was dead-lettered: the rest follows it
                 continue
             pace = self._pace_key(m) if pacer is not None and live else None
@@ -415,7 +393,7 @@ class LaneWorker:
                     break
             if not live or not (yield from gate.may_call(pq, 1)):
                 left += 1
-                self._skip(pq, [m])
+                self._back.skip(pq, [m])
                 continue
             if pace is not None and pacer is not None:
                 pacer.started(pace, self.monotonic())
@@ -428,8 +406,12 @@ class LaneWorker:
             self._counters.retried[self.index] += 1
             logger.warning(
                 "consumer %r: %s for %s offset %d (attempt %d)",
-                self._group, failure.reason, pq.queue, m.queue_offset, m.reconsume_times + 1,
-            )  # fmt: skip
+                self._group,
+                failure.reason,
+                pq.queue,
+                m.queue_offset,
+                m.reconsume_times + 1,
+            )
             verdict = policy.verdict(m, failure)
             settle()  # the call's span, when traced
             if verdict is not Verdict.PARK:  # the key moves on
@@ -441,11 +423,11 @@ class LaneWorker:
         parked.unparked(left)
         rest = items[left:]
         for pq, ms in per_queue(done).items():
-            self._complete(pq, ms)
+            self._back.complete(pq, ms)
         if done and self.metrics is not None:
             self.metrics.completed(done[0][1], done[-1][1], len(done))
         if out:
-            self._hand_off(out)
+            self._back.hand_off(out)
         if again is not None:  # parked again, with what still waits behind it
             pq, retry, failure = again
             parked.park(pq, retry, failure, rest)
@@ -467,4 +449,4 @@ class LaneWorker:
         dropped = self._keys.purge()
         for pq, ms in per_queue(dropped).items():
             pq.skip(ms)
-        self._done_with([m for _, m in dropped])
+        self._back.done_with([m for _, m in dropped])

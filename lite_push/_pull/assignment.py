@@ -59,6 +59,7 @@ class AppHooks:
     on_assigned: AppHook | None = None
     on_revoked: AppHook | None = None
 
+
 __all__ = ["Assignment"]
 
 logger = logging.getLogger(__name__)
@@ -172,8 +173,11 @@ class Assignment(RebalanceListener):
                 if time.monotonic() >= deadline:
                     logger.warning(
                         "consumer %r: %s revoked with work still running after %.1fs; committing below it and "
-                        "releasing", cfg.group, pq.queue, cfg.revoke_timeout,
-                    )  # fmt: skip
+                        "releasing",
+                        cfg.group,
+                        pq.queue,
+                        cfg.revoke_timeout,
+                    )
                     break
                 if self._sender.pending:  # a listener call failed meanwhile: its hand-off is ours to release
                     self._release_held(revoked)
@@ -191,8 +195,10 @@ class Assignment(RebalanceListener):
             except Exception:  # the lease then runs out on its own
                 logger.warning(
                     "consumer %r: unlocking %d revoked queue(s) failed; their locks expire with the lease",
-                    cfg.group, len(pqs), exc_info=True,
-                )  # fmt: skip
+                    cfg.group,
+                    len(pqs),
+                    exc_info=True,
+                )
         logger.info("consumer %r revoked %s", cfg.group, [str(q) for q in queues])
         if queues:
             self._call_hook("on_revoked", queues)
@@ -291,9 +297,18 @@ class Assignment(RebalanceListener):
                     "consumer %r: the keys of its %d queue(s) of %r (of %d) can reach only %d of its %d lanes: "
                     "the producers' hash selector and the lane hash are the same Java hash and %d lanes share "
                     "the factor %d with %d queues; a lane count coprime with %d (e.g. %d) uses every lane",
-                    self._config.group, sum(1 for q in owned if q.topic == topic), topic, total, reach, lanes,
-                    lanes, g, total, total, coprime_near(lanes, total),
-                )  # fmt: skip
+                    self._config.group,
+                    sum(1 for q in owned if q.topic == topic),
+                    topic,
+                    total,
+                    reach,
+                    lanes,
+                    lanes,
+                    g,
+                    total,
+                    total,
+                    coprime_near(lanes, total),
+                )
 
     def _finished_map(self, q: MessageQueue, position: int) -> FinishedOffsets | None:
         """The offset map committed with ``q``'s offset, when polling starts
@@ -313,12 +328,19 @@ class Assignment(RebalanceListener):
             logger.warning(
                 "consumer %r: ignoring the offset map committed for %s (%s); messages above offset %d "
                 "will be processed again",
-                group, q, exc, committed.offset,
-            )  # fmt: skip
+                group,
+                q,
+                exc,
+                committed.offset,
+            )
             return None
         if finished is not None:
             logger.info(
                 "consumer %r: %s resumes at %d; %d finished offsets below %d will be skipped (offset map)",
-                group, q, position, finished.finished_count(), finished.end,
-            )  # fmt: skip
+                group,
+                q,
+                position,
+                finished.finished_count(),
+                finished.end,
+            )
         return finished

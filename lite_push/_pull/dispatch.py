@@ -64,9 +64,18 @@ class Dispatcher:
     """Routing for the pull thread (see the module docstring)."""
 
     __slots__ = (
-        "_capacity", "_flush", "_index", "_lane_limit", "_lanes", "_orderly", "_owned", "_pending", "_released",
-        "_router", "_rr",
-    )  # fmt: skip
+        "_capacity",
+        "_flush",
+        "_index",
+        "_lane_limit",
+        "_lanes",
+        "_orderly",
+        "_owned",
+        "_pending",
+        "_released",
+        "_router",
+        "_rr",
+    )
 
     def __init__(
         self,

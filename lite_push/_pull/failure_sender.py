@@ -48,8 +48,16 @@ class FailureSender:
     """Dead letters and send-backs, stored by the pull thread."""
 
     __slots__ = (
-        "_broadcasting", "_counters", "_group", "_outbox", "_source", "_suspend", "_timer", "_unsent", "_unsent_at",
-    )  # fmt: skip
+        "_broadcasting",
+        "_counters",
+        "_group",
+        "_outbox",
+        "_source",
+        "_suspend",
+        "_timer",
+        "_unsent",
+        "_unsent_at",
+    )
 
     def __init__(
         self,
@@ -149,21 +157,32 @@ class FailureSender:
                 self._counters.dead_lettered += 1
                 if it.behind:  # not a failure: its key is held (one line per held message would flood)
                     self._counters.held_behind += 1
-                    logger.debug("consumer %r: %s offset %d held in the dead-letter queue: %s",
-                                 group, it.pq.queue, it.message.queue_offset, it.reason)  # fmt: skip
+                    logger.debug(
+                        "consumer %r: %s offset %d held in the dead-letter queue: %s",
+                        group,
+                        it.pq.queue,
+                        it.message.queue_offset,
+                        it.reason,
+                    )
                     continue
                 logger.warning(
                     "consumer %r: %s offset %d sent to the dead-letter queue after %d attempt(s): %s",
-                    group, it.pq.queue, it.message.queue_offset, it.message.reconsume_times + 1, it.reason,
-                )  # fmt: skip
+                    group,
+                    it.pq.queue,
+                    it.message.queue_offset,
+                    it.message.reconsume_times + 1,
+                    it.reason,
+                )
             else:
                 self._unsent.append(it)
         if self._unsent:
             self._unsent_at = now + SEND_RETRY_INTERVAL
             logger.error(
                 "consumer %r: %d dead letter(s) not stored (%s); their offsets stay uncommitted, retrying",
-                group, len(self._unsent), next(e for e in errors if e is not None),
-            )  # fmt: skip
+                group,
+                len(self._unsent),
+                next(e for e in errors if e is not None),
+            )
         return stored
 
     def _send_back(self, back: list[SendItem], now: float, final: bool) -> list[tuple[ProcessQueue, MessageExt]]:
@@ -180,8 +199,12 @@ class FailureSender:
             else:
                 logger.warning(
                     "consumer %r: send-back of %s offset %d failed (%s); retrying it here in %d ms",
-                    self._group, it.pq.queue, it.message.queue_offset, err, round(delay * 1000),
-                )  # fmt: skip
+                    self._group,
+                    it.pq.queue,
+                    it.message.queue_offset,
+                    err,
+                    round(delay * 1000),
+                )
                 self._timer.add(now + delay, LocalRetry(it.pq, it.message))
         return stored
 

@@ -64,9 +64,19 @@ class LaneStealer:
     """Moves the keys queued behind a stuck call (see the module docstring)."""
 
     __slots__ = (
-        "_capacity", "_counters", "_flush", "_group", "_key_of", "_lanes", "_parked", "_released", "_requests",
-        "_router", "_stalled", "_wake",
-    )  # fmt: skip
+        "_capacity",
+        "_counters",
+        "_flush",
+        "_group",
+        "_key_of",
+        "_lanes",
+        "_parked",
+        "_released",
+        "_requests",
+        "_router",
+        "_stalled",
+        "_wake",
+    )
 
     def __init__(
         self,
@@ -167,8 +177,12 @@ class LaneStealer:
             self._counters.stolen += len(moved)
             logger.info(
                 "consumer %r: lane %d is stuck in a listener call (key %r); %d message(s) of other keys moved "
-                "to other lanes", self._group, index, self._key(call[0][0]), len(moved),
-            )  # fmt: skip
+                "to other lanes",
+                self._group,
+                index,
+                self._key(call[0][0]),
+                len(moved),
+            )
         return len(moved)
 
     def _key(self, msg: MessageExt) -> Hashable:
@@ -199,9 +213,14 @@ class LaneStealer:
                 kept.append((pq, keep))
 
     def _from_hand(
-        self, lane: Lane, call: Call, stay: set[Hashable], front: list[Segment], moved: list[Item],
+        self,
+        lane: Lane,
+        call: Call,
+        stay: set[Hashable],
+        front: list[Segment],
+        moved: list[Item],
         finished: list[Segment],
-    ) -> None:  # fmt: skip
+    ) -> None:
         """(the task held) Take what the task holds and has not started:
         the rest of its segment and the segments after it.  What stays
         goes to ``front`` (it runs before what is queued); what the task

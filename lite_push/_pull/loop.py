@@ -88,8 +88,14 @@ from .key_pauses import KeyPauseSync
 from .lane_steal import LaneStealer
 
 __all__ = [
-    "DISPATCH_BUDGET", "LOCK_RETRY_INTERVAL", "POLL_ERROR_BACKOFF", "Blocking", "PullLoop", "RunBlocking", "Turn",
-]  # fmt: skip
+    "DISPATCH_BUDGET",
+    "LOCK_RETRY_INTERVAL",
+    "POLL_ERROR_BACKOFF",
+    "Blocking",
+    "PullLoop",
+    "RunBlocking",
+    "Turn",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +131,6 @@ class RunBlocking(Protocol):
     """The task's way to run a call that may block on its helper thread."""
 
     def __call__(self, call: Callable[[], T], /) -> Awaitable[T]: ...
-
 
 
 class PullLoop:

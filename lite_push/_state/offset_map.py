@@ -343,9 +343,7 @@ def decode(metadata: str, committed: int) -> FinishedOffsets | None:
         raise OffsetMapError(f"offset map version {version!r} is not {VERSION}")
     keys = doc.keys()
     if keys != _KEYS_RUNS and keys != _KEYS_BITMAP:
-        raise OffsetMapError(
-            f"offset map fields {sorted(keys)} are not {sorted(_KEYS_RUNS)} or {sorted(_KEYS_BITMAP)}"
-        )
+        raise OffsetMapError(f"offset map fields {sorted(keys)} are not {sorted(_KEYS_RUNS)} or {sorted(_KEYS_BITMAP)}")
     base = _offset_field(doc, "b", "base")
     end = _offset_field(doc, "e", "end")
     if base != committed:

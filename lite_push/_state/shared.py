@@ -28,9 +28,18 @@ from .._types import MessageExt, MessageQueue
 from .process_queue import ProcessQueue
 
 __all__ = [
-    "ABORT_GRACE", "MAX_SEGMENT", "AppPauses", "Counters", "Episode", "FailureLatch", "KeyOf", "QueueCounters",
-    "error_line", "per_queue", "safe_key_of",
-]  # fmt: skip
+    "ABORT_GRACE",
+    "MAX_SEGMENT",
+    "AppPauses",
+    "Counters",
+    "Episode",
+    "FailureLatch",
+    "KeyOf",
+    "QueueCounters",
+    "error_line",
+    "per_queue",
+    "safe_key_of",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -68,9 +77,22 @@ class Counters:
     ``stats()`` and the metrics collector without a lock."""
 
     __slots__ = (
-        "busy", "consumed", "dead_lettered", "held_behind", "key_paused", "lock_failed", "lock_ok", "paced",
-        "parked", "queues", "rebalances", "retried", "sent_back", "steals", "stolen",
-    )  # fmt: skip
+        "busy",
+        "consumed",
+        "dead_lettered",
+        "held_behind",
+        "key_paused",
+        "lock_failed",
+        "lock_ok",
+        "paced",
+        "parked",
+        "queues",
+        "rebalances",
+        "retried",
+        "sent_back",
+        "steals",
+        "stolen",
+    )
 
     def __init__(self, lanes: int) -> None:
         # Per lane, each written by its lane's task.

@@ -39,9 +39,17 @@ from .._types import MessageExt
 from .process_queue import ProcessQueue
 
 __all__ = [
-    "PURGE", "DueKey", "Fired", "HeldSendBack", "KeyRetrier", "LaneWork", "LocalRetry", "Purge", "RetryTimer",
+    "PURGE",
+    "DueKey",
+    "Fired",
+    "HeldSendBack",
+    "KeyRetrier",
+    "LaneWork",
+    "LocalRetry",
+    "Purge",
+    "RetryTimer",
     "TimedWork",
-]  # fmt: skip
+]
 
 
 class KeyRetrier(Protocol):

@@ -106,8 +106,11 @@ def consume_processes(plan: ConsumePlan, listener: Callable[..., Any], processes
     what = "everything polled" if config.drain_on_shutdown else "the listener calls running"
 
     def on_signal(name: str) -> None:
-        print(f"{name}: stopping {processes} members (waiting up to {shutdown_timeout:g}s for {what})", file=out,
-              flush=True)  # fmt: skip
+        print(
+            f"{name}: stopping {processes} members (waiting up to {shutdown_timeout:g}s for {what})",
+            file=out,
+            flush=True,
+        )
         supervisor.stop()
 
     def on_again(name: str) -> None:

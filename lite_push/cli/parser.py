@@ -197,9 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="lite_push: key-ordered parallel consumption of partitioned logs.",
     )
-    parser.add_argument(
-        "--version", action="version", version=f"{PROG} {__version__}"
-    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser(
@@ -234,9 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the listener, imported with the current directory on sys.path; an async def one "
         "runs on the asyncio executor unless --executor says otherwise",
     )
-    p.add_argument(
-        "--tags", metavar="EXPR", help="tag filter, e.g. 'TagA || TagB' (default *)"
-    )
+    p.add_argument("--tags", metavar="EXPR", help="tag filter, e.g. 'TagA || TagB' (default *)")
     p.add_argument(
         "--mode",
         choices=["KEY_ORDERLY", "CONCURRENTLY", "QUEUE_ORDERLY"],
@@ -340,8 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--progress",
         default="auto",
         choices=["auto", "on", "off"],
-        help="a status line every 5 s: rate, lag, in flight, paused queues (auto: on a terminal; "
-        "not with --processes)",
+        help="a status line every 5 s: rate, lag, in flight, paused queues (auto: on a terminal; not with --processes)",
     )
     p.add_argument(
         "--log-level",
@@ -381,9 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="OFFSET",
         help="first DLQ offset (default 0)",
     )
-    p.add_argument(
-        "--limit", type=_nonneg, metavar="N", help="read at most N offsets from --start"
-    )
+    p.add_argument("--limit", type=_nonneg, metavar="N", help="read at most N offsets from --start")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.add_argument(
         "--held",
@@ -416,9 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="DLQ offsets to resend",
     )
-    which.add_argument(
-        "--all", action="store_true", help="resend every dead letter of the group"
-    )
+    which.add_argument("--all", action="store_true", help="resend every dead letter of the group")
     which.add_argument(
         "--key",
         metavar="K",

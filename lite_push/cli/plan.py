@@ -36,10 +36,26 @@ FROM = {"first": "FIRST_OFFSET", "last": "LAST_OFFSET"}
 
 #: The settings ``consume`` reads from its flags.
 CONFIG_FLAGS = (
-    "source", "group", "topic", "listener", "tags", "from", "mode", "lanes", "lane_placement", "executor",
-    "metrics_port", "metrics_addr", "processes", "max_rate", "key_min_interval", "balance", "dead_letter_order",
-    "drain_on_shutdown", "tracing",
-)  # fmt: skip
+    "source",
+    "group",
+    "topic",
+    "listener",
+    "tags",
+    "from",
+    "mode",
+    "lanes",
+    "lane_placement",
+    "executor",
+    "metrics_port",
+    "metrics_addr",
+    "processes",
+    "max_rate",
+    "key_min_interval",
+    "balance",
+    "dead_letter_order",
+    "drain_on_shutdown",
+    "tracing",
+)
 
 
 def load_listener(spec: str) -> Callable[..., Any]:
@@ -194,4 +210,3 @@ def opened(
             yield Opened(broker, source, consumer)
     finally:
         broker.close()
-

@@ -189,9 +189,7 @@ class _Batches:
     """The batch being gathered and how many messages were sent (one per
     input line: the first :attr:`sent` lines)."""
 
-    def __init__(
-        self, broker: Broker, topic: str, signals: _Signals, bar: tqdm[Any], span: SendSpan = no_span
-    ) -> None:
+    def __init__(self, broker: Broker, topic: str, signals: _Signals, bar: tqdm[Any], span: SendSpan = no_span) -> None:
         self.broker = broker
         #: Around each batch sent: its span, with ``--tracing``.
         self.span = span

@@ -159,9 +159,7 @@ def consumer_fields() -> dict[str, _FieldType | None]:
     type (``None`` for a field that cannot be set from text, such as
     ``key_extractor``)."""
     hints = typing.get_type_hints(ConsumerConfig)
-    return {
-        f.name: _settable(hints[f.name]) for f in dataclasses.fields(ConsumerConfig)
-    }
+    return {f.name: _settable(hints[f.name]) for f in dataclasses.fields(ConsumerConfig)}
 
 
 def env_name(name: str) -> str:
@@ -181,9 +179,7 @@ def _convert(name: str, ft: _FieldType, value: object, origin: str) -> object:
     typed flag) as field ``name``'s type; ``ConfigError`` naming ``name``
     when it is not one."""
     base = ft.base
-    if ft.optional and (
-        value is None or (isinstance(value, str) and value.strip().lower() in _NONE)
-    ):
+    if ft.optional and (value is None or (isinstance(value, str) and value.strip().lower() in _NONE)):
         return None
     if value is None:
         raise ConfigError(name, f"{_at(name, origin)}must be a {base.__name__}, got nothing")
@@ -202,9 +198,7 @@ def _convert(name: str, ft: _FieldType, value: object, origin: str) -> object:
             for m in base:
                 if m.name.upper() == text.upper():
                     return m
-        raise ConfigError(
-            name, f"{_at(name, origin)}must be one of {', '.join(names)}, got {value!r}"
-        )
+        raise ConfigError(name, f"{_at(name, origin)}must be one of {', '.join(names)}, got {value!r}")
     if base is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -305,9 +299,7 @@ def _kafka_table(path: Path, body: object) -> dict[str, KafkaValue]:
     """The ``[source.kafka]`` table of ``path``, checked: a table of
     strings, numbers and booleans."""
     if not isinstance(body, dict):
-        raise ConfigError(
-            "source.kafka", f"must be a table ([source.kafka]) in {path}, got {body!r}"
-        )
+        raise ConfigError("source.kafka", f"must be a table ([source.kafka]) in {path}, got {body!r}")
     for key, value in body.items():
         if not isinstance(value, (str, int, float, bool)):
             raise ConfigError(
@@ -334,9 +326,7 @@ def _toml_layer(
                 f"unknown table or key in {path} (known tables: {', '.join(sorted(tables))})",
             )
         if not isinstance(body, dict):
-            raise ConfigError(
-                table, f"must be a table ([{table}]) in {path}, got {body!r}"
-            )
+            raise ConfigError(table, f"must be a table ([{table}]) in {path}, got {body!r}")
         for key, value in body.items():
             origin = f"{path} [{table}] {key}"
             if table == "consumer":
@@ -346,18 +336,14 @@ def _toml_layer(
                         f"unknown key in {path} [consumer]: ConsumerConfig has no such field",
                     )
                 if fields[key] is None:
-                    raise ConfigError(
-                        key, f"cannot be set from a config file ({path} [consumer])"
-                    )
+                    raise ConfigError(key, f"cannot be set from a config file ({path} [consumer])")
                 out[key] = (value, origin)
             elif table == "source" and key == "kafka":
                 kafka = _kafka_table(path, value)
             else:
                 name = by_table.get((table, key))
                 if name is None:
-                    known = ", ".join(
-                        k for t, k in SERVICE_SETTINGS.values() if t == table
-                    )
+                    known = ", ".join(k for t, k in SERVICE_SETTINGS.values() if t == table)
                     if table == "source":
                         known += ", and the [source.kafka] table"
                     raise ConfigError(
@@ -368,9 +354,7 @@ def _toml_layer(
     return out, kafka
 
 
-def _env_layer(
-    environ: Mapping[str, str], fields: Mapping[str, _FieldType | None]
-) -> dict[str, tuple[object, str]]:
+def _env_layer(environ: Mapping[str, str], fields: Mapping[str, _FieldType | None]) -> dict[str, tuple[object, str]]:
     """Setting name -> (raw value, origin) from ``LITE_PUSH_*`` variables."""
     names = {env_name(n): n for n in (*fields, *SERVICE_SETTINGS)}
     out: dict[str, tuple[object, str]] = {}
@@ -379,8 +363,12 @@ def _env_layer(
             continue
         name = names.get(var)
         if name is None:
-            raise ConfigError(var, "names no lite-push setting (settings: LITE_PUSH_<ConsumerConfig field>, "
-                              + ", ".join(env_name(n) for n in SERVICE_SETTINGS) + ")")  # fmt: skip
+            raise ConfigError(
+                var,
+                "names no lite-push setting (settings: LITE_PUSH_<ConsumerConfig field>, "
+                + ", ".join(env_name(n) for n in SERVICE_SETTINGS)
+                + ")",
+            )
         if name in fields and fields[name] is None:
             raise ConfigError(var, f"{name} cannot be set from the environment")
         out[name] = (environ[var], var)
@@ -438,9 +426,7 @@ def load_settings(
         else:
             ft = fields[name]
             if ft is None:
-                raise ConfigError(
-                    name, f"{_at(name, origin)}cannot be set from the command line"
-                )
+                raise ConfigError(name, f"{_at(name, origin)}cannot be set from the command line")
             consumer[name] = _convert(name, ft, raw, origin)
     return Settings(consumer=consumer, service=service, origins=origins, kafka=kafka)
 
@@ -465,12 +451,8 @@ def require(settings: Settings, name: str, flag: str) -> str:
     """The setting ``name``, which the command cannot do without: a
     :class:`~lite_push.cli.errors.CliError` saying where to give it when it
     is missing or blank."""
-    value = (
-        settings.get(name) if name in SERVICE_SETTINGS else settings.consumer.get(name)
-    )
+    value = settings.get(name) if name in SERVICE_SETTINGS else settings.consumer.get(name)
     if value is None or (isinstance(value, str) and not value.strip()):
         table, key = SERVICE_SETTINGS.get(name, ("consumer", name))
-        raise CliError(
-            f"{flag} is required (or {env_name(name)}, or {key} in the config file's [{table}] table)"
-        )
+        raise CliError(f"{flag} is required (or {env_name(name)}, or {key} in the config file's [{table}] table)")
     return str(value)

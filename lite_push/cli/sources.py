@@ -115,9 +115,7 @@ def open_source(url: str, kafka: Mapping[str, Any] | None = None, *, create: boo
     if url.startswith("kafka:"):
         return _open_kafka(url, kafka or {})
     if kafka:
-        raise CliError(
-            f"source {redact(url)!r}: [source.kafka] settings are for a kafka:// source"
-        )
+        raise CliError(f"source {redact(url)!r}: [source.kafka] settings are for a kafka:// source")
     if url.startswith("embedded:"):
         raw = url[len("embedded:") :].removeprefix("//")
         if not raw:
@@ -145,9 +143,7 @@ def open_source(url: str, kafka: Mapping[str, Any] | None = None, *, create: boo
         try:
             from ..sources.redis import RedisBroker
         except ImportError:
-            raise CliError(
-                "redis:// sources need the redis extra: pip install 'lite-push[redis]'"
-            ) from None
+            raise CliError("redis:// sources need the redis extra: pip install 'lite-push[redis]'") from None
         db = parts.path.strip("/")
         if db and not db.isdigit():
             raise CliError(f"source {redact(url)!r}: the database must be a number (redis://host:port/0), got {db!r}")
@@ -232,14 +228,10 @@ def _open_kafka(url: str, settings: Mapping[str, Any]) -> KafkaBroker:
     except ImportError as e:
         if e.name is not None and e.name.partition(".")[0] != "confluent_kafka":
             raise
-        raise CliError(
-            "kafka:// sources need the kafka extra: pip install 'lite-push[kafka]'"
-        ) from None
+        raise CliError("kafka:// sources need the kafka extra: pip install 'lite-push[kafka]'") from None
     query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
     merged: dict[str, Any] = {**settings, **dict(query)}  # the URL wins
-    kwargs: dict[str, Any] = {
-        k: _broker_arg(url, k, v) for k, v in merged.items() if k in KAFKA_BROKER_ARGS
-    }
+    kwargs: dict[str, Any] = {k: _broker_arg(url, k, v) for k, v in merged.items() if k in KAFKA_BROKER_ARGS}
     config = {k: v for k, v in merged.items() if k not in KAFKA_BROKER_ARGS}
     try:
         return KafkaBroker(",".join(servers), config=config, **kwargs)

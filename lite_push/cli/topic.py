@@ -45,9 +45,7 @@ __all__ = [
 ]
 
 
-def source_and_topic(
-    args: argparse.Namespace, *, topic: bool = True, create: bool = False
-) -> tuple[Broker, str, str]:
+def source_and_topic(args: argparse.Namespace, *, topic: bool = True, create: bool = False) -> tuple[Broker, str, str]:
     """The broker of ``--source`` (or ``LITE_PUSH_SOURCE``, or the config
     file's ``[source] url``), its URL, and the checked ``--topic`` (or
     ``LITE_PUSH_TOPIC``, or ``[subscription] topic``; ``""`` when ``topic``
@@ -103,8 +101,13 @@ class TopicRow:
 
     def doc(self) -> dict[str, object]:
         """The JSON object of ``topic list --json``."""
-        return {"topic": self.topic, "queues": self.queues, "messages": self.messages, "kind": self.kind,
-                "group": self.group}  # fmt: skip
+        return {
+            "topic": self.topic,
+            "queues": self.queues,
+            "messages": self.messages,
+            "kind": self.kind,
+            "group": self.group,
+        }
 
 
 def _ranges(broker: Broker, topic: str, url: str) -> list[QueueRange]:
@@ -183,8 +186,9 @@ def cmd_topic_describe(args: argparse.Namespace) -> int:
     total = _stored(ranges)
     out = sys.stdout
     if args.json:
-        queues = [{"queue": r.queue.queue_id, "first": r.first, "end": r.end, "messages": r.end - r.first}
-                  for r in ranges]  # fmt: skip
+        queues = [
+            {"queue": r.queue.queue_id, "first": r.first, "end": r.end, "messages": r.end - r.first} for r in ranges
+        ]
         out.write(orjson.dumps({"topic": topic, "queues": queues, "messages": total}).decode() + "\n")
     else:
         for r in ranges:

@@ -405,6 +405,10 @@ def resend_key(broker: DeadLetterBroker, group: str, key: str) -> list[SendResul
     broker.send(dlq_topic(group), b"", properties=release)
     logger.info(
         "group %r: key %r released: %d dead letter(s) resent, up to %s offset %d",
-        group, key, len(letters), dlq_topic(group), max(x.dlq_offset for x in letters),
-    )  # fmt: skip
+        group,
+        key,
+        len(letters),
+        dlq_topic(group),
+        max(x.dlq_offset for x in letters),
+    )
     return results

@@ -57,8 +57,16 @@ from ..sources.contract import (
 )
 
 __all__ = [
-    "READ_PAGE", "Folding", "HeldLetter", "HeldLog", "Place", "QueueId", "logical_origin", "place_text", "read_folded",
-]  # fmt: skip
+    "READ_PAGE",
+    "Folding",
+    "HeldLetter",
+    "HeldLog",
+    "Place",
+    "QueueId",
+    "logical_origin",
+    "place_text",
+    "read_folded",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +97,7 @@ def read_folded(fold: Folding, reader: DeadLetterReader, group: str, page: int =
         fold.feed(batch)
         n += len(batch)
     return n
+
 
 #: A queue as the held keys name it: ``(topic, queue_id)``.
 QueueId = tuple[str, int]

@@ -70,7 +70,6 @@ __all__ = [
 ]
 
 
-
 def allocate_averagely(
     consumer_group: str,
     current_cid: str,
@@ -294,5 +293,3 @@ class AllocateByConfig:
 
     def __repr__(self) -> str:
         return f"AllocateByConfig([{', '.join(str(q) for q in self._queues)}])"
-
-

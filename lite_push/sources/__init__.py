@@ -36,6 +36,7 @@ def __getattr__(name: str) -> Any:
         return getattr(embedded, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
     "DEFAULT_DELAY_LEVELS",
     "Balance",

@@ -95,13 +95,51 @@ def make_tls_files(directory: str | os.PathLike[str], *, days: int = 2) -> TlsFi
     files = TlsFiles(d / "server.crt", d / "server.key", d / "ca.crt")
     (d / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     steps = [
-        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", d / "ca.key", "-out", files.ca,
-         "-days", str(days), "-subj", "/CN=lite_push test CA"],
-        ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", files.key, "-out", d / "server.csr",
-         "-subj", "/CN=127.0.0.1"],
-        ["x509", "-req", "-in", d / "server.csr", "-CA", files.ca, "-CAkey", d / "ca.key", "-CAcreateserial",
-         "-out", files.cert, "-days", str(days), "-extfile", d / "san.cnf"],
-    ]  # fmt: skip
+        [
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            d / "ca.key",
+            "-out",
+            files.ca,
+            "-days",
+            str(days),
+            "-subj",
+            "/CN=lite_push test CA",
+        ],
+        [
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            files.key,
+            "-out",
+            d / "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+        [
+            "x509",
+            "-req",
+            "-in",
+            d / "server.csr",
+            "-CA",
+            files.ca,
+            "-CAkey",
+            d / "ca.key",
+            "-CAcreateserial",
+            "-out",
+            files.cert,
+            "-days",
+            str(days),
+            "-extfile",
+            d / "san.cnf",
+        ],
+    ]
     for step in steps:
         done = subprocess.run([openssl, *map(str, step)], capture_output=True, text=True, timeout=60)
         if done.returncode != 0:
@@ -195,23 +233,45 @@ class RedisServer:
             return self
         self.data_dir.mkdir(parents=True, exist_ok=True)
         tls = self.tls
-        listen = ["--port", str(self.port)] if tls is None else [
-            "--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(tls.cert),
-            "--tls-key-file", str(tls.key), "--tls-ca-cert-file", str(tls.ca), "--tls-auth-clients", "no",
-        ]  # fmt: skip
+        listen = (
+            ["--port", str(self.port)]
+            if tls is None
+            else [
+                "--port",
+                "0",
+                "--tls-port",
+                str(self.port),
+                "--tls-cert-file",
+                str(tls.cert),
+                "--tls-key-file",
+                str(tls.key),
+                "--tls-ca-cert-file",
+                str(tls.ca),
+                "--tls-auth-clients",
+                "no",
+            ]
+        )
         cmd = [
             self.executable,
             *listen,
-            "--bind", LOOPBACK,
-            "--protected-mode", "yes",
-            "--dir", str(self.data_dir),
-            "--logfile", str(self.log_path),
-            "--save", "",
-            "--daemonize", "no",
-            "--appendonly", "yes" if self.appendonly else "no",
-            "--appendfsync", "always",
+            "--bind",
+            LOOPBACK,
+            "--protected-mode",
+            "yes",
+            "--dir",
+            str(self.data_dir),
+            "--logfile",
+            str(self.log_path),
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--appendonly",
+            "yes" if self.appendonly else "no",
+            "--appendfsync",
+            "always",
             *self.extra_args,
-        ]  # fmt: skip
+        ]
         self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:

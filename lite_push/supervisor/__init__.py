@@ -112,8 +112,16 @@ class _Slot:
     (the monitor thread's alone)."""
 
     __slots__ = (
-        "commits", "consumed_before", "exact", "index", "last_exit", "proc", "restart_at", "restarts", "tracker",
-    )  # fmt: skip
+        "commits",
+        "consumed_before",
+        "exact",
+        "index",
+        "last_exit",
+        "proc",
+        "restart_at",
+        "restarts",
+        "tracker",
+    )
 
     def __init__(self, index: int, policy: RestartPolicy) -> None:
         self.index = index
@@ -455,8 +463,11 @@ class ProcessSupervisor:
         slot.restart_at = now + delay
         logger.warning(
             "member %d (pid %d) ended while not asked to stop: %s; restarting it in %gs",
-            slot.index, proc.pid, slot.last_exit, delay,
-        )  # fmt: skip
+            slot.index,
+            proc.pid,
+            slot.last_exit,
+            delay,
+        )
 
     def _shutdown(self, slots: list[_Slot]) -> int:
         """SIGTERM every running member, wait for each (up to the shutdown
@@ -492,8 +503,10 @@ class ProcessSupervisor:
             assert proc is not None
             logger.error(
                 "member %d (pid %d) did not stop within %gs; killing it (SIGKILL)",
-                s.index, proc.pid, self._shutdown_timeout + STOP_MARGIN,
-            )  # fmt: skip
+                s.index,
+                proc.pid,
+                self._shutdown_timeout + STOP_MARGIN,
+            )
             proc.kill()
             proc.close()
             s.ended(proc)

@@ -51,8 +51,7 @@ try:
     import pytest
 except ImportError as e:  # pragma: no cover - tested in a subprocess without pytest
     raise ImportError(
-        "lite_push.testing is a pytest suite and needs pytest: pip install 'lite-push[testing]' "
-        "(or pip install pytest)"
+        "lite_push.testing is a pytest suite and needs pytest: pip install 'lite-push[testing]' (or pip install pytest)"
     ) from e
 
 # The suite's plain asserts report the values they compared, as in a test

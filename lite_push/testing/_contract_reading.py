@@ -145,11 +145,20 @@ class ReadingContract:
 
         # Each case once, then a random run.
         plan = [
-            ("prefetch", 0), ("pause", 0), ("nowait", 0), ("resume", 0),
-            ("prefetch", 0), ("seek", 1), ("nowait", 0),
-            ("prefetch", 0), ("poll", 0), ("nowait", 0),
-            ("prefetch", 0), ("send", 1), ("nowait", 0),
-        ]  # fmt: skip
+            ("prefetch", 0),
+            ("pause", 0),
+            ("nowait", 0),
+            ("resume", 0),
+            ("prefetch", 0),
+            ("seek", 1),
+            ("nowait", 0),
+            ("prefetch", 0),
+            ("poll", 0),
+            ("nowait", 0),
+            ("prefetch", 0),
+            ("send", 1),
+            ("nowait", 0),
+        ]
         ops = ["prefetch", "prefetch", "nowait", "nowait", "poll", "pause", "resume", "seek", "send"]
         plan += [(rng.choice(ops), rng.randrange(2)) for _ in range(60)]
         step = -1
@@ -341,7 +350,6 @@ class ReadingContract:
         assert_contiguous(got, {q0: 0, q1: 0})
         assert max(b.next_offset for b in got if b.queue == q0) == 6
         assert max(b.next_offset for b in got if b.queue == q1) == 5
-
 
     # close
 

@@ -147,9 +147,7 @@ class TcpProxy:
             raise RuntimeError("the proxy is closed")
         if self._thread is not None:
             raise RuntimeError("the proxy is already started")
-        family, _, _, _, sockaddr = socket.getaddrinfo(
-            self.target_host, self.target_port, type=socket.SOCK_STREAM
-        )[0]
+        family, _, _, _, sockaddr = socket.getaddrinfo(self.target_host, self.target_port, type=socket.SOCK_STREAM)[0]
         self._target = (family, sockaddr)
         self._listener = socket.create_server((self.listen_host, self._listen_port), backlog=128)
         self._listener.setblocking(False)
@@ -161,9 +159,7 @@ class TcpProxy:
         self._sel.register(self._wake_r, selectors.EVENT_READ)
         self._thread = threading.Thread(target=self._run, name=f"tcp-proxy-{self.port}", daemon=True)
         self._thread.start()
-        logger.info(
-            "tcp proxy %s:%d -> %s:%d started", self.listen_host, self.port, self.target_host, self.target_port
-        )
+        logger.info("tcp proxy %s:%d -> %s:%d started", self.listen_host, self.port, self.target_host, self.target_port)
         return self
 
     def partition(self) -> None:

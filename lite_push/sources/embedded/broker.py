@@ -342,7 +342,6 @@ class EmbeddedBroker:
             self.check_open()
             self.log.append_locked(t, slices, per_q, meta_lens, payloads)
 
-
     def deliver_due(self) -> int:
         """Move every delayed retry that is due (by the clock's ``.time()``)
         to its retry topic; return how many were moved.  Polls do this on

@@ -250,17 +250,33 @@ class QueueLog:
                 logger.error(
                     "%s: %s at byte %d; %d byte(s) up to the next valid record (offset %d) skipped: "
                     "the message(s) at offset(s) %d..%d are lost",
-                    self.path, problem, pos, nxt_pos - pos, nxt_off, expected, nxt_off - 1,
-                )  # fmt: skip
+                    self.path,
+                    problem,
+                    pos,
+                    nxt_pos - pos,
+                    nxt_off,
+                    expected,
+                    nxt_off - 1,
+                )
                 stored_before = messages[-1].store_timestamp if messages else 0
                 reason = {DLQ_REASON: f"unreadable record: {problem}"}
                 for off in range(expected, nxt_off):
                     self.unreadable.append(off)
                     append(
                         MessageExt(
-                            topic, queue_id, off, b"", None, None, dict(reason), 0, stored_before, 0,
-                            prefix + str(off), broker_name,
-                        )  # fmt: skip
+                            topic,
+                            queue_id,
+                            off,
+                            b"",
+                            None,
+                            None,
+                            dict(reason),
+                            0,
+                            stored_before,
+                            0,
+                            prefix + str(off),
+                            broker_name,
+                        )
                     )
                 pos, expected, problem = nxt_pos, nxt_off, ""
         finally:
@@ -268,8 +284,7 @@ class QueueLog:
                 gc.enable()
         if pos < total:
             logger.warning(
-                "%s: %s at byte %d; truncating %d trailing byte(s) (a write torn by a crash); "
-                "%d message(s) kept",
+                "%s: %s at byte %d; truncating %d trailing byte(s) (a write torn by a crash); %d message(s) kept",
                 self.path,
                 problem,
                 pos,

@@ -111,8 +111,17 @@ class Group:
     """A consumer group's shared state (guarded by the broker lock)."""
 
     __slots__ = (
-        "name", "clients", "members", "owner", "committed", "initial", "version", "next_check", "locks", "started",
-    )  # fmt: skip
+        "name",
+        "clients",
+        "members",
+        "owner",
+        "committed",
+        "initial",
+        "version",
+        "next_check",
+        "locks",
+        "started",
+    )
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -50,6 +50,7 @@ __all__ = ["RESERVED", "KafkaBroker", "Record"]
 
 logger = logging.getLogger(__name__)
 
+
 class KafkaBroker:
     """A Kafka cluster: its bootstrap servers and shared settings.
 
@@ -79,8 +80,10 @@ class KafkaBroker:
         self.tracing = check_tracing(tracing)
         if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
             raise ConfigError("bootstrap_servers", f"must be 'host:port[,host:port]', got {bootstrap_servers!r}")
-        if isinstance(session_timeout, bool) or not isinstance(session_timeout, (int, float)) or not (
-            1.0 <= session_timeout <= 3600.0
+        if (
+            isinstance(session_timeout, bool)
+            or not isinstance(session_timeout, (int, float))
+            or not (1.0 <= session_timeout <= 3600.0)
         ):
             raise ConfigError("session_timeout", f"must be seconds in [1, 3600], got {session_timeout!r}")
         if type(metadata_max_bytes) is not int or metadata_max_bytes < 64:
@@ -263,8 +266,7 @@ class KafkaBroker:
         """``group``'s committed position of ``queue`` (tools, tests), read
         without joining the group."""
         self.check_open()
-        c = Consumer(self.client_settings({"group.id": group, "enable.auto.commit": "false",
-                                           "logger": LIBRDKAFKA_LOG}))  # fmt: skip
+        c = Consumer(self.client_settings({"group.id": group, "enable.auto.commit": "false", "logger": LIBRDKAFKA_LOG}))
         try:
             (tp,) = c.committed([TopicPartition(kafka_topic(queue.topic), queue.queue_id)], timeout=10.0)
         finally:

@@ -215,9 +215,15 @@ class KafkaPullConsumer(QueueControl[PartitionState], PullSource):
         #: The fetcher: reads the owned partitions.
         self._fetcher = Fetcher(fetching, self._owned, by_name, fmt, self._store_malformed)
         self._partitions = Partitions(
-            self._owned, by_name, self._fetcher, self._filters, fmt.broker_name, self._ownership, consume_from,
+            self._owned,
+            by_name,
+            self._fetcher,
+            self._filters,
+            fmt.broker_name,
+            self._ownership,
+            consume_from,
             consume_timestamp,
-        )  # fmt: skip
+        )
 
     # -- identity -------------------------------------------------------------
 
@@ -377,8 +383,9 @@ class KafkaPullConsumer(QueueControl[PartitionState], PullSource):
         for rec in self._kc.consume(64, wait):
             err = rec.error()
             if err is None:
-                logger.debug("%r: the group client returned a record of %s [%d]; dropped", self, rec.topic(),
-                             rec.partition())  # fmt: skip
+                logger.debug(
+                    "%r: the group client returned a record of %s [%d]; dropped", self, rec.topic(), rec.partition()
+                )
             elif err.fatal():
                 raise KafkaException(err)
             elif err.code() != KafkaError._PARTITION_EOF:

@@ -32,9 +32,13 @@ class FetchClient:
         self._kc = Consumer({**settings, "logger": logger})
 
     def read(
-        self, by_name: dict[tuple[str, int], PartitionState], count: int, timeout: float, fmt: RecordFormat,
+        self,
+        by_name: dict[tuple[str, int], PartitionState],
+        count: int,
+        timeout: float,
+        fmt: RecordFormat,
         owner: object,
-    ) -> int:  # fmt: skip
+    ) -> int:
         """Fetch up to ``count`` records (waiting up to ``timeout`` seconds
         for the first) and file each in its partition's state of
         ``by_name``, decoded in ``fmt`` (``reading.file_records``); return

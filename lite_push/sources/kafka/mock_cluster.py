@@ -105,8 +105,16 @@ class MockKafkaCluster:
     def start(self) -> MockKafkaCluster:
         if self._proc is not None:
             return self
-        cmd = [sys.executable, "-m", __name__, "--commands", "--brokers", str(self.brokers),
-               "--rebalance-delay-ms", str(self.rebalance_delay_ms)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            __name__,
+            "--commands",
+            "--brokers",
+            str(self.brokers),
+            "--rebalance-delay-ms",
+            str(self.rebalance_delay_ms),
+        ]
         self._proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1
         )
@@ -235,24 +243,34 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--brokers", type=_int_from(1), default=1, metavar="N", help="how many brokers (default: 1)")
     p.add_argument(
-        "--port", type=_int_from(1), default=None,
+        "--port",
+        type=_int_from(1),
+        default=None,
         help="broker 1 listens on PORT, broker 2 on PORT+1, ... (default: free ports the kernel picks)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--topic", type=_topic, action="append", default=[], metavar="NAME[:PARTITIONS]",
+        "--topic",
+        type=_topic,
+        action="append",
+        default=[],
+        metavar="NAME[:PARTITIONS]",
         help="make this topic at the start (1 partition by default); may be given again",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--rebalance-delay-ms", type=_int_from(0), default=KAFKA_REBALANCE_DELAY_MS, metavar="MS",
+        "--rebalance-delay-ms",
+        type=_int_from(0),
+        default=KAFKA_REBALANCE_DELAY_MS,
+        metavar="MS",
         help="the group coordinator's initial rebalance delay (Kafka's group.initial.rebalance.delay.ms; "
         f"default: {KAFKA_REBALANCE_DELAY_MS}, Kafka's own: the members that join a new group within it form its "
         "first generation together)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--commands", action="store_true",
+        "--commands",
+        action="store_true",
         help="for MockKafkaCluster: print 'bootstrap HOST:PORT,...', then serve the commands 'topic NAME "
         "PARTITIONS', 'down ID' and 'up ID' on standard input until it closes",
-    )  # fmt: skip
+    )
     return p
 
 
@@ -261,8 +279,10 @@ def _announce(server: MockServer, topics: list[tuple[str, int]]) -> None:
     n = len(server.brokers)
     made = ", ".join(f"{t} ({k} partition{'' if k == 1 else 's'})" for t, k in topics)
     print(f"kafka://{server.bootstrap}")
-    print(f"librdkafka's mock Kafka cluster: {n} broker{'' if n == 1 else 's'} in memory, bootstrap.servers="
-          f"{server.bootstrap}; topics: {made or 'none (make them with --topic NAME:PARTITIONS)'}")  # fmt: skip
+    print(
+        f"librdkafka's mock Kafka cluster: {n} broker{'' if n == 1 else 's'} in memory, bootstrap.servers="
+        f"{server.bootstrap}; topics: {made or 'none (make them with --topic NAME:PARTITIONS)'}"
+    )
     print("give lite-push the URL above as --source; Ctrl-C or SIGTERM stops it", flush=True)
 
 

@@ -55,10 +55,13 @@ class Ownership:
             if stats.get("cgrp", {}).get("state") != "up":
                 return
             coord = next(
-                (b for b in stats.get("brokers", {}).values()
-                 if b.get("nodeid") == -1 and b.get("state") == "UP" and b.get("rxidle", -1) >= 0),
+                (
+                    b
+                    for b in stats.get("brokers", {}).values()
+                    if b.get("nodeid") == -1 and b.get("state") == "UP" and b.get("rxidle", -1) >= 0
+                ),
                 None,
-            )  # fmt: skip
+            )
         except (orjson.JSONDecodeError, AttributeError, TypeError):
             return
         if coord is None:

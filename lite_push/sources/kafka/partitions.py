@@ -48,9 +48,17 @@ class Partitions:
     ``ownership``."""
 
     __slots__ = (
-        "_owned", "_fetcher", "_filters", "_broker_name", "_ownership", "_consume_from", "_consume_timestamp",
-        "by_name", "revoking", "closing",
-    )  # fmt: skip
+        "_owned",
+        "_fetcher",
+        "_filters",
+        "_broker_name",
+        "_ownership",
+        "_consume_from",
+        "_consume_timestamp",
+        "by_name",
+        "revoking",
+        "closing",
+    )
 
     def __init__(
         self,
@@ -126,6 +134,7 @@ class Partitions:
         gone = self._drop(partitions)  # first: their commits are now ignored
         if gone and not self.closing:
             owned = self._owned
-            logger.warning("group %r: %r lost %s (its session expired)", owned.group, owned.client_id,
-                           [str(q) for q in gone])  # fmt: skip
+            logger.warning(
+                "group %r: %r lost %s (its session expired)", owned.group, owned.client_id, [str(q) for q in gone]
+            )
             owned.notify("on_revoked", gone)

@@ -120,11 +120,16 @@ def _dead_letter(
     """Dead-letter a malformed record (logged); whether it was stored."""
     err = store_malformed(rec, str(e))
     if err is not None:
-        logger.error("%r: malformed record %s-%d@%d not dead-lettered (%s); retrying",
-                     owner, rec.topic(), rec.partition(), rec.offset(), err)  # fmt: skip
+        logger.error(
+            "%r: malformed record %s-%d@%d not dead-lettered (%s); retrying",
+            owner,
+            rec.topic(),
+            rec.partition(),
+            rec.offset(),
+            err,
+        )
         return False
-    logger.warning("%r: record %s-%d@%d dead-lettered: %s",
-                   owner, rec.topic(), rec.partition(), rec.offset(), e)  # fmt: skip
+    logger.warning("%r: record %s-%d@%d dead-lettered: %s", owner, rec.topic(), rec.partition(), rec.offset(), e)
     return True
 
 

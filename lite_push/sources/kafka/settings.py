@@ -13,8 +13,13 @@ from .client_log import LIBRDKAFKA_LOG
 from .ownership import STATS_INTERVAL
 
 __all__ = [
-    "FETCH_WAIT_MAX_MS", "RECONNECT_BACKOFF_MS", "RESERVED", "checked_settings", "fetcher_settings", "member_settings",
-]  # fmt: skip
+    "FETCH_WAIT_MAX_MS",
+    "RECONNECT_BACKOFF_MS",
+    "RESERVED",
+    "checked_settings",
+    "fetcher_settings",
+    "member_settings",
+]
 
 #: librdkafka properties lite_push sets itself.
 RESERVED = frozenset(

@@ -46,9 +46,9 @@ def encode_meta(message: MessageExt, props: dict[str, str]) -> bytes:
     return orjson.dumps(meta)
 
 
-def decode(namespace: str, q: MessageQueue, entries: Sequence[Any], bad: list[tuple[MessageExt, str]]) -> list[
-    MessageExt
-]:
+def decode(
+    namespace: str, q: MessageQueue, entries: Sequence[Any], bad: list[tuple[MessageExt, str]]
+) -> list[MessageExt]:
     """Stream entries of ``q`` as messages.  An entry's fields come as the
     flat list ``[b"b", body, b"m", meta, b"s", stored]`` (the reader's raw
     XRANGE) or as a dict (a cluster client's parsed reply).  Offsets are
@@ -98,9 +98,19 @@ def _stand_in(namespace: str, q: MessageQueue, eid: Any, f: Any) -> MessageExt:
     body = fields.get(b"b", b"")
     off = offset_of(eid)
     return MessageExt(
-        q.topic, q.queue_id, off, body if isinstance(body, bytes) else b"", None, None, {}, 0, 0, 0,
-        f"{namespace}-{q.topic}-{q.queue_id}-{off}", namespace,
-    )  # fmt: skip
+        q.topic,
+        q.queue_id,
+        off,
+        body if isinstance(body, bytes) else b"",
+        None,
+        None,
+        {},
+        0,
+        0,
+        0,
+        f"{namespace}-{q.topic}-{q.queue_id}-{off}",
+        namespace,
+    )
 
 
 def _decode(namespace: str, q: MessageQueue, entries: Sequence[Any]) -> list[MessageExt]:
@@ -146,9 +156,19 @@ def _decode(namespace: str, q: MessageQueue, entries: Sequence[Any]) -> list[Mes
             props = {}
         out.append(
             MessageExt(
-                topic, qid, off, body, meta.get("k"), meta.get("t"), props, meta.get("bt", 0), int(stored), rt,
-                prefix + str(off), namespace,
-            )  # fmt: skip
+                topic,
+                qid,
+                off,
+                body,
+                meta.get("k"),
+                meta.get("t"),
+                props,
+                meta.get("bt", 0),
+                int(stored),
+                rt,
+                prefix + str(off),
+                namespace,
+            )
         )
         off += 1
     untrack_all(out)  # held until finished: see lite_push._kernels.untrack_py

@@ -73,6 +73,7 @@ __all__ = ["BrokerParts", "RedisPullConsumer"]
 
 logger = logging.getLogger(__name__)
 
+
 class BrokerParts(Protocol):
     """What a consumer takes from its broker at construction (a
     :class:`RedisBroker` has it all); it keeps the parts, not the broker."""
@@ -166,9 +167,15 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
             consumers.discard(self)
             raise
         self._read = PollRead(
-            self._conn, retries, self._owned, self._model, self._grain, group=group,
-            store_malformed=self._store_malformed, check_open=self._check_open,
-        )  # fmt: skip
+            self._conn,
+            retries,
+            self._owned,
+            self._model,
+            self._grain,
+            group=group,
+            store_malformed=self._store_malformed,
+            check_open=self._check_open,
+        )
 
     def _clustering(
         self,
@@ -181,17 +188,30 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
         membership = self._membership(broker, consume_from, consume_timestamp)
         reader = readers(conn.queue_key, self._filters)
         return Clustering(
-            self._owned, membership, conn, self._topics, self._retries, allocate, reader,
-            timeout, broker.rebalance_interval,
-        )  # fmt: skip
+            self._owned,
+            membership,
+            conn,
+            self._topics,
+            self._retries,
+            allocate,
+            reader,
+            timeout,
+            broker.rebalance_interval,
+        )
 
     def _membership(
         self, broker: BrokerParts, consume_from: ConsumeFromWhere, consume_timestamp: int | None
     ) -> Membership:
         return Membership(
-            self._conn, self._group, self._owned.client_id, broker.session_timeout, consume_from, consume_timestamp,
-            heartbeat_interval=broker.heartbeat_interval, monotonic=broker.clock.monotonic,
-        )  # fmt: skip
+            self._conn,
+            self._group,
+            self._owned.client_id,
+            broker.session_timeout,
+            consume_from,
+            consume_timestamp,
+            heartbeat_interval=broker.heartbeat_interval,
+            monotonic=broker.clock.monotonic,
+        )
 
     def _message_grain(
         self, broker: BrokerParts, consume_from: ConsumeFromWhere, consume_timestamp: int | None
@@ -200,9 +220,16 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
         membership = self._membership(broker, consume_from, consume_timestamp)
         reader = readers(conn.queue_key, self._filters)
         return MessageGrain(
-            self._owned, membership, conn, self._topics, self._retries, reader, timeout, broker.heartbeat_interval,
+            self._owned,
+            membership,
+            conn,
+            self._topics,
+            self._retries,
+            reader,
+            timeout,
+            broker.heartbeat_interval,
             self._filters.get,
-        )  # fmt: skip
+        )
 
     def _broadcasting(
         self, offset_file: str | os.PathLike[str] | None, consume_from: ConsumeFromWhere, consume_timestamp: int | None

@@ -256,8 +256,9 @@ class FunctionLoader:
                 logger.warning(
                     "the Redis function library %r could not be loaded (%s): FCALL lite_push_send is not "
                     "available (it needs Redis 7.0 and the right to FUNCTION LOAD); lite_push itself works",
-                    LIBRARY_NAME, e,
-                )  # fmt: skip
+                    LIBRARY_NAME,
+                    e,
+                )
             self._done = True
 
     def _ensure_on(self, node: Any) -> None:

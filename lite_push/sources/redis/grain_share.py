@@ -50,8 +50,19 @@ class Share:
     """This member's part in one queue (see the module docstring)."""
 
     __slots__ = (
-        "token", "keys", "renewed", "base", "ahead", "extra", "proposed", "records", "rid_of", "top", "bad", "unstored",
-    )  # fmt: skip
+        "token",
+        "keys",
+        "renewed",
+        "base",
+        "ahead",
+        "extra",
+        "proposed",
+        "records",
+        "rid_of",
+        "top",
+        "bad",
+        "unstored",
+    )
 
     def __init__(self, token: str, keys: list[str], renewed: float, base: int, cursor: str) -> None:
         self.token = token
@@ -162,9 +173,7 @@ class Share:
             if next(reversed(rec)) < top and (not excluded or excluded.isdisjoint(rec)):
                 mine = list(rec)  # the whole record (its offsets increase: the last is the highest)
             else:
-                mine = [
-                    o for o in rec if (o < top or (finished is not None and o in finished)) and o not in excluded
-                ]  # fmt: skip
+                mine = [o for o in rec if (o < top or (finished is not None and o in finished)) and o not in excluded]
                 if not mine:
                     continue
             args.append(str(rid))

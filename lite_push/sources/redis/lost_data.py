@@ -81,7 +81,10 @@ class LostData:
         logger.warning(
             "redis-server %s lost lite_push's data in namespace %r (a FLUSHALL, or a restart without its saved "
             "data): %s; this member of group %r goes on, taking its queues again where consume_from says%s",
-            server_address(conn.client), conn.namespace, " and ".join(said), self._group,
+            server_address(conn.client),
+            conn.namespace,
+            " and ".join(said),
+            self._group,
             "; create the topic again (lite-push topic create) for producers to find it" if gone else "",
-        )  # fmt: skip
+        )
         return True

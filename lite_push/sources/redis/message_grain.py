@@ -192,8 +192,10 @@ class MessageGrain(MemberModel):
                 if not self._lost_data.check(self._subscribed):  # the server lost the group's data: said
                     logger.warning(
                         "group %r: %r's session lapsed on %s; its messages there went to others, it joins again",
-                        owned.group, owned.client_id, [str(q) for q in lost],
-                    )  # fmt: skip
+                        owned.group,
+                        owned.client_id,
+                        [str(q) for q in lost],
+                    )
                 owned.notify("on_revoked", lost)
                 owned.drop(lost)
                 for q in lost:
@@ -424,4 +426,3 @@ class MessageGrain(MemberModel):
         self._members.store_positions({q: s.base for q, s in self._shares.items()})
         self._shares.clear()
         self._members.leave((), member=bool(self._subscribed))
-

@@ -44,8 +44,17 @@ class PollRead:
     queues take turns being read first (round robin across polls)."""
 
     __slots__ = (
-        "_ahead", "_check_open", "_conn", "_grain", "_group", "_model", "_owned", "_retries", "_rr", "_store_malformed",
-    )  # fmt: skip
+        "_ahead",
+        "_check_open",
+        "_conn",
+        "_grain",
+        "_group",
+        "_model",
+        "_owned",
+        "_retries",
+        "_rr",
+        "_store_malformed",
+    )
 
     def __init__(
         self,
@@ -149,9 +158,10 @@ class PollRead:
         # the next read gets it again).
         states, watched = self._owned.states, sent.watched
         fit = [
-            i for i, (st, pos) in enumerate(zip(sent.order, sent.starts, strict=True))
+            i
+            for i, (st, pos) in enumerate(zip(sent.order, sent.starts, strict=True))
             if states.get(st.mq) is st and not st.paused and not st.waiting() and st.start() == pos
-        ]  # fmt: skip
+        ]
         if not fit:
             return None
         order = sent.order
@@ -217,9 +227,14 @@ class PollRead:
             return None, 0.0
         with gc_paused(pause):
             read_into(
-                out, order, res[watched + 1 :], max_per_queue, self._conn.namespace, self._owned.states,
+                out,
+                order,
+                res[watched + 1 :],
+                max_per_queue,
+                self._conn.namespace,
+                self._owned.states,
                 self._store_malformed,
-            )  # fmt: skip
+            )
         return out, self._wait_hint(due)
 
     def _wait_hint(self, due: float | None) -> float:

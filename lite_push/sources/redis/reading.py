@@ -80,9 +80,12 @@ class QueueReader:
         self.held = True
         logger.info(
             "queue %s: the offsets jump from %d to %d (an entry lite_push did not write?); those from %d on "
-            "wait until the runtime has finished the ones below", self.mq, offsets[n - 1] if n else self.pos - 1,
-            offsets[n], offsets[n],
-        )  # fmt: skip
+            "wait until the runtime has finished the ones below",
+            self.mq,
+            offsets[n - 1] if n else self.pos - 1,
+            offsets[n],
+            offsets[n],
+        )
         return n
 
 

@@ -122,10 +122,11 @@ class Retries:
         again; they are logged once they are stored)."""
         limit = self._max_size
         bad = [
-            (m, reason) if len(m.body) <= limit else
-            (replace(m, body=b""), f"{reason} (its body of {len(m.body)} bytes, over max_message_size, left out)")
+            (m, reason)
+            if len(m.body) <= limit
+            else (replace(m, body=b""), f"{reason} (its body of {len(m.body)} bytes, over max_message_size, left out)")
             for m, reason in bad
-        ]  # fmt: skip
+        ]
         results = self.store_dead_letters(group, [(m, reason, "") for m, reason in bad])
         for (m, reason), err in zip(bad, results, strict=True):
             if err is None:
