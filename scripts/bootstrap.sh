@@ -6,7 +6,7 @@
 #                                  `java` is missing, a Java runtime for PySpark (openjdk-17-jre-headless)
 #
 # The package is installed editable, so the compiled kernels (_ext/*.pyx) are
-# built in place into lite_push/.  A compile error fails the script; so does a
+# built in place into lite_push/_kernels/.  A compile error fails the script; so does a
 # compiled module that does not import afterwards.  LITE_PUSH_NO_EXTENSIONS=1
 # builds none (and removes stale ones) for a pure-Python run.
 #
@@ -93,7 +93,7 @@ done
 check_imports() {
     local stem
     for stem in "${stems[@]}"; do
-        .venv/bin/python -c "import lite_push.$stem" || return 1
+        .venv/bin/python -c "import lite_push._kernels.$stem" || return 1
     done
 }
 
@@ -120,7 +120,7 @@ else
     say "installing lite-push[$extras] (editable; log: $log)"
     if [[ -n $no_ext ]]; then
         # A pure-Python build: drop compiled modules left by an earlier build.
-        for stem in "${stems[@]}"; do rm -f lite_push/"$stem".*.so; done
+        for stem in "${stems[@]}"; do rm -f lite_push/_kernels/"$stem".*.so; done
     fi
     rm -f "$stamp"
     if ! { .venv/bin/python -m pip install --upgrade pip &&
@@ -130,7 +130,7 @@ else
     fi
     if [[ -z $no_ext ]]; then
         [[ ${#stems[@]} -gt 0 ]] || die "no _ext/*.pyx to build"
-        check_imports || die "a compiled module (lite_push.{$(IFS=,; echo "${stems[*]}")}) does not import; see the error above"
+        check_imports || die "a compiled module (lite_push._kernels.{$(IFS=,; echo "${stems[*]}")}) does not import; see the error above"
     fi
     printf '%s\n%s\n' "$want" "$extras" >"$stamp"
 fi

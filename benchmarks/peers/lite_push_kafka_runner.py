@@ -60,7 +60,7 @@ followed from profiling this runner (py-spy, every thread; in-process runs
 of 150,000 messages): (1) the cyclic GC walked every message in flight --
 40,000 with this threshold -- and took about a fifth of the CPU (0.85 s of
 3.4); the sources now hand messages out untracked and the router its
-segments (``lite_push._untrack_py``), 0.3 s left; (2) admission held lanes
+segments (``lite_push._kernels.untrack_py``), 0.3 s left; (2) admission held lanes
 back on ``kpipe-10ms`` (30,000-39,000 msg/s against 47,000 with it off):
 it now weighs a turn by the loop thread's CPU and aims at no less than
 half a listener's latency; (3) a queue resumed after a flow-control pause
