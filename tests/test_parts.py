@@ -52,7 +52,7 @@ from lite_push._pull.loop import PullLoop
 from lite_push._state.offset_map import decode
 from lite_push._state.process_queue import ProcessQueue
 from lite_push._state.shared import MAX_SEGMENT, AppPauses, Counters, FailureLatch
-from lite_push._state.timer import PURGE, DueKey, HeldSendBack, LocalRetry, RetryTimer
+from lite_push._state.timer import PURGE, DelayedSendBack, DueKey, LocalRetry, RetryTimer
 from lite_push.sources import EmbeddedPullConsumer, PullSource, RebalanceListener, dlq_topic
 
 MQ = MessageQueue("T", "embedded", 0)
@@ -133,13 +133,13 @@ def test_the_timer_sorts_due_work_by_kind_and_wakes_only_for_a_new_earliest() ->
     item = SendItem(pq, _msg(3), False, "r", "", 1)
     timer.add(10.0, DueKey(2, "a", 1))
     timer.add(5.0, LocalRetry(other, _msg(1, queue=MQ1)))
-    timer.add(7.0, HeldSendBack(item))
+    timer.add(7.0, DelayedSendBack(item))
     timer.add(20.0, DueKey(0, "b", 2))
     assert len(wakes) == 2  # 10.0, then 5.0 became the earliest; 7.0 and 20.0 did not
     fired = timer.fire(10.0)
     assert list(fired.per_lane) == [2] and [w.key for w in fired.per_lane[2] if isinstance(w, DueKey)] == ["a"]
     assert [(r.pq, r.message.queue_offset) for r in fired.local] == [(other, 1)]
-    assert fired.held == [item]
+    assert fired.delayed == [item]
     assert timer.next_due() == 20.0 and len(timer) == 1
 
 
@@ -147,10 +147,10 @@ def test_a_revoke_takes_only_the_pull_threads_work_of_its_queues() -> None:
     timer = RetryTimer(lambda: None)
     pq, other = _pq(), _pq(MQ1)
     timer.add(1.0, LocalRetry(pq, _msg(1)))
-    timer.add(2.0, HeldSendBack(SendItem(pq, _msg(2), False, "r")))
+    timer.add(2.0, DelayedSendBack(SendItem(pq, _msg(2), False, "r")))
     timer.add(3.0, LocalRetry(other, _msg(5, queue=MQ1)))
     timer.add(4.0, DueKey(0, "k", 1))  # a lane's: its lane purges it
-    taken = timer.take_held({pq})
+    taken = timer.take_waiting({pq})
     assert sorted(m.queue_offset for _, m in taken) == [1, 2]
     assert len(timer) == 2 and timer.next_due() == 3.0
 

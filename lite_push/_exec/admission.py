@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 
 __all__ = [
-    "ADMISSION_HOLD",
+    "ADMISSION_SLOT_TIME",
     "ADMISSION_MIN",
     "ADMISSION_PROBE",
     "HEAD_START_PER_MESSAGE",
@@ -54,7 +54,7 @@ TURN_PER_CALL = 4.0
 LATENCY_SHARE = 0.5
 #: Seconds a lane keeps its slot while it has work and other lanes wait
 #: for one (so none waits forever).
-ADMISSION_HOLD = 1.0
+ADMISSION_SLOT_TIME = 1.0
 #: Fewest lanes admission lets into listener calls at once (so a consumer
 #: with this many lanes or fewer is never limited).  Listeners that spend
 #: long on the loop's CPU bunch up in turns of any length; with fewer lanes
@@ -78,7 +78,7 @@ class Admission:
     and the busiest keys -- whose lanes get one step per turn like all the
     others -- finish last.  So lanes queue for ``limit`` slots (the ones
     with the most work first, see :data:`HEAD_START_PER_MESSAGE`); a
-    lane keeps its slot while it has work (up to :data:`ADMISSION_HOLD`
+    lane keeps its slot while it has work (up to :data:`ADMISSION_SLOT_TIME`
     while others wait), and ``limit`` follows the length of a turn,
     measured every :data:`ADMISSION_PROBE` in the loop thread's CPU (a
     turn spent waiting for the GIL is not the lanes' doing): down while a
@@ -199,12 +199,12 @@ class Admission:
         heapq.heappush(self._waiters, (self._monotonic() - backlog * HEAD_START_PER_MESSAGE, self._seq, fut))
         return fut
 
-    def must_yield(self, held: float) -> bool:
-        """Whether a lane that has held its slot for ``held`` seconds (and
+    def must_yield(self, occupied: float) -> bool:
+        """Whether a lane that has had its slot for ``occupied`` seconds (and
         still has work) should give it back and queue again: the limit went
         down under the slots in use, or others have waited while it held
-        one longer than :data:`ADMISSION_HOLD`."""
-        return self.active > self.limit or (bool(self._waiters) and held > ADMISSION_HOLD)
+        one longer than :data:`ADMISSION_SLOT_TIME`."""
+        return self.active > self.limit or (bool(self._waiters) and occupied > ADMISSION_SLOT_TIME)
 
     async def admitted(self, backlog: int) -> None:
         """Wait for a slot for a lane holding ``backlog`` messages; a lane

@@ -182,20 +182,20 @@ async def run_async_lane(
     held_keys = worker.held  # dead_letter_order="key": its keys are replaced whole, read per segment
     hot = worker.hot
     aborted = worker.aborted
-    held = -1.0  # since when this lane holds an admission slot (-1: none)
+    slot_since = -1.0  # since when this lane holds an admission slot (-1: none)
     try:
         while True:
             taken = take()
             if taken is None:  # idle: the next put starts another task
                 return
             if admission is not None:
-                if held >= 0 and admission.must_yield(mono() - held):
-                    held = -1.0
-                    admission.leave()  # over the limit, or held long: queue again
-                if held < 0 and (taken[1] or (not aborted() and _live(taken[0]))):
+                if slot_since >= 0 and admission.must_yield(mono() - slot_since):
+                    slot_since = -1.0
+                    admission.leave()  # over the limit, or had it long: queue again
+                if slot_since < 0 and (taken[1] or (not aborted() and _live(taken[0]))):
                     worker.busy()
                     await admission.admitted(_count(taken[0]) + lane.depth)
-                    held = mono()
+                    slot_since = mono()
                     more = lane.take_queued()  # what came meanwhile: one pass over all of it
                     if more is not None:
                         taken = (taken[0] + more[0], taken[1] + more[1])
@@ -245,7 +245,7 @@ async def run_async_lane(
     except Exception as e:
         worker.crashed(e)
     finally:
-        if held >= 0:
+        if slot_since >= 0:
             admission.leave()  # type: ignore[union-attr]
         worker.idle()
 

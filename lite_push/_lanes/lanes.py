@@ -120,7 +120,7 @@ class Lane:
         #: Messages a stealer took off the front of ``seg`` (finished on the
         #: hot path, so it completed them), for :meth:`settle`.
         self.cut = 0
-        #: The call whose held work was already moved (``_lane_steal``).
+        #: The call whose waiting work was already moved (``_lane_steal``).
         self.stolen_for: Call | None = None
 
     def stamp(self) -> None:
@@ -151,18 +151,18 @@ class Lane:
             self.stolen_for = None
         return cut
 
-    def while_held(self, call: Call, change: Callable[[list[Segment]], list[Segment]]) -> bool:
-        """(a stealer) If the task is still in ``call``, hold it there (it
+    def while_in_call(self, call: Call, change: Callable[[list[Segment]], list[Segment]]) -> bool:
+        """(a stealer) If the task is still in ``call``, keep it there (it
         waits in :meth:`settle` when the call returns) and, under the lane's
         lock, replace what is queued with ``change(queued)``; ``change`` may
         also change ``hand``, ``seg``, ``done`` and ``cut``.  Return whether
-        the task was held."""
+        the task was kept."""
         with self._lock:
             if self.call is not call:
                 return False
             if not self.moving:
                 self.moving = True
-                if self.call is not call:  # it returned meanwhile: it settles, or goes on unheld
+                if self.call is not call:  # it returned meanwhile: it settles, or goes on
                     self.moving = False
                     return False
             segments = self._segments = change(self._segments)

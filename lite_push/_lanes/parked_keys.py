@@ -39,7 +39,7 @@ from .failures import Failure, Parked
 
 __all__ = ["PACED", "PAUSED", "PAUSE_MARK", "ParkedKeys"]
 
-#: The reason of a key held for its minimum interval (not a failure).
+#: The reason of a key paced to its minimum interval (not a failure).
 PACED = "key interval"
 #: The reason of a key the application paused.
 PAUSED = "paused by the application"
@@ -142,8 +142,8 @@ class ParkedKeys:
         self._counters.parked[self._index] += 1
         self._timer.add(self._monotonic() + self._suspend, DueKey(self._index, key, p.gen))
 
-    def hold(self, items: list[Item], key: Hashable, at: float, new: int) -> None:
-        """Hold ``key`` until ``at`` for its minimum interval (not a failed
+    def pace(self, items: list[Item], key: Hashable, at: float, new: int) -> None:
+        """Pace ``key``: it waits until ``at`` for its minimum interval (not a failed
         attempt: its messages run as they are), with ``items`` waiting (the
         last ``new`` of them were not parked before)."""
         p = self.keys[key] = Parked(next(self._generations), PACED, "")
@@ -170,7 +170,7 @@ class ParkedKeys:
     ) -> list[tuple[Hashable, int]]:
         """The application's paused keys are now ``paused``: ``added`` were
         paused, ``removed`` resumed since the lane last heard.  Existing
-        parks of ``added`` keys are held too; ``removed`` keys' parks are let
+        parks of ``added`` keys are paused too; ``removed`` keys' parks are let
         go.  Return ``(key, gen)`` of each resumed key to run now (its park
         has no timer entry to come), for :meth:`take`.  It costs the smaller
         of the change and the lane's parks."""

@@ -278,7 +278,7 @@ class LaneWorker:
                     now = self.monotonic()
                     at = now + pacer.interval if key in keys else pacer.due(key, now)
                 if at:
-                    parked.hold([(pq, m)], key, at, 1)
+                    parked.pace([(pq, m)], key, at, 1)
                 else:
                     chunk.append(m)
                     if key is not None:
@@ -378,7 +378,7 @@ class LaneWorker:
         done: list[tuple[ProcessQueue, MessageExt]] = []
         out: list[SendItem] = []
         again: tuple[ProcessQueue, MessageExt, Failure] | None = None
-        held = 0.0  # pacing: the rest waits until then
+        paced_until = 0.0  # pacing: the rest waits until then
         left = 0  # messages that left the park: items[left] is the next (no pop per message)
         while left < len(items):
             pq, m = items[left]
@@ -388,8 +388,8 @@ class LaneWorker:
                 continue
             pace = self._pace_key(m) if pacer is not None and live else None
             if pace is not None and pacer is not None:
-                held = pacer.due(pace, self.monotonic())
-                if held:
+                paced_until = pacer.due(pace, self.monotonic())
+                if paced_until:
                     break
             if not live or not (yield from gate.may_call(pq, 1)):
                 left += 1
@@ -431,8 +431,8 @@ class LaneWorker:
         if again is not None:  # parked again, with what still waits behind it
             pq, retry, failure = again
             parked.park(pq, retry, failure, rest)
-        elif held:  # held for the key's interval, with what waits behind
-            parked.hold(rest, key, held, 0)
+        elif paced_until:  # paced to the key's interval, with what waits behind
+            parked.pace(rest, key, paced_until, 0)
 
     def apply_pauses(
         self, paused: frozenset[Hashable], added: frozenset[Hashable], removed: frozenset[Hashable]

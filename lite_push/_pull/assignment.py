@@ -211,7 +211,7 @@ class Assignment(RebalanceListener):
         if self._sender.pending:
             self._sender.send(self._clock.monotonic())
         self._sender.release(revoked)
-        for pq, ms in per_queue(self._timer.take_held(revoked)).items():
+        for pq, ms in per_queue(self._timer.take_waiting(revoked)).items():
             pq.skip(ms)
 
     def _call_hook(self, name: str, queues: list[MessageQueue]) -> None:

@@ -16,7 +16,7 @@ neither processed nor stored elsewhere:
   the delay level's time on the timer and runs the message again itself;
 * a source without delayed delivery (Kafka: ``delayed_delivery`` is False)
   stores a send-back at once, so the sender holds it on the timer for its
-  delay level first (:meth:`FailureSender.send_held` stores it when due);
+  delay level first (:meth:`FailureSender.send_delayed` stores it when due);
   its offset stays unfinished, so uncommitted, until the copy is stored;
 * the messages of a revoked queue are skipped: left unfinished and
   uncommitted, so the next owner runs them.
@@ -31,7 +31,7 @@ from .._errors import LitePushError
 from .._lanes.failures import Outbox, SendItem
 from .._state.process_queue import ProcessQueue
 from .._state.shared import Counters, per_queue
-from .._state.timer import HeldSendBack, LocalRetry, RetryTimer
+from .._state.timer import DelayedSendBack, LocalRetry, RetryTimer
 from .._types import MessageExt
 from ..sources.contract import PullSource
 
@@ -73,7 +73,7 @@ class FailureSender:
         self._source = source
         #: What the lanes handed off.
         self._outbox = outbox
-        #: Send-backs held for their delay, and local retries.
+        #: Send-backs delayed to their level, and local retries.
         self._timer = timer
         #: ``dead_lettered`` and ``sent_back`` are written here.
         self._counters = counters
@@ -109,11 +109,11 @@ class FailureSender:
             # Wait the delay level's time on the timer, the offsets unfinished
             # meanwhile: BROADCASTING has no retry topic (the message runs
             # again here), a source without delayed delivery would store the
-            # copy at once (it is stored when due, send_held).
+            # copy at once (it is stored when due, send_delayed).
             levels = self._source.delay_levels
             for it in back:
                 due = now + levels[min(max(it.delay_level, 1), len(levels)) - 1]
-                self._timer.add(due, LocalRetry(it.pq, it.message) if self._broadcasting else HeldSendBack(it))
+                self._timer.add(due, LocalRetry(it.pq, it.message) if self._broadcasting else DelayedSendBack(it))
             back = []
         if dead:
             stored += self._dead_letters(dead, now)
@@ -126,8 +126,8 @@ class FailureSender:
                 pq.skip(ms)
             self._unsent = []
 
-    def send_held(self, items: list[SendItem], now: float) -> None:
-        """Send-backs held for their delay (a source without delayed
+    def send_delayed(self, items: list[SendItem], now: float) -> None:
+        """Send-backs delayed to their level (a source without delayed
         delivery), due now: store them in the retry topic and complete
         their offsets; a revoked queue's are skipped (the next owner runs
         them)."""

@@ -162,7 +162,7 @@ class LaneStealer:
                 self._counters.consumed[index] += len(ms)  # the lane's counter: its task is held
             return front + kept
 
-        if not lane.while_held(call, change):
+        if not lane.while_in_call(call, change):
             return 0
         for pq, ms in finished:
             pq.complete(ms)

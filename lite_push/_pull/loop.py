@@ -461,5 +461,5 @@ class PullLoop:
         if fired.local:
             dispatcher.retry_locally(fired.local)
         dispatcher.flush()
-        if fired.held:
-            yield partial(self._sender.send_held, fired.held, now)
+        if fired.delayed:
+            yield partial(self._sender.send_delayed, fired.delayed, now)

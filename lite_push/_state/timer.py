@@ -8,12 +8,12 @@ itself where it goes when it is due (:meth:`TimedWork.sort_into`), so the
 pull thread dispatches without asking what a token is:
 
 * :class:`DueKey`: a key parked in a lane (a failed call waiting
-  ``suspend_ms``, or a key held for ``key_min_interval``) whose time came;
+  ``suspend_ms``, or a key paced to ``key_min_interval``) whose time came;
   it goes back to its lane.
 * :class:`LocalRetry`: a message the pull thread runs again itself (a
   send-back the source refused, or a BROADCASTING member's failure, which
   has no retry topic).
-* :class:`HeldSendBack`: a send-back held for its delay level because the
+* :class:`DelayedSendBack`: a send-back delayed for its level because the
   source stores copies at once (Kafka); it is stored when due.
 
 A lane receives :class:`LaneWork`: a due key, or :data:`PURGE` (skip the
@@ -42,7 +42,7 @@ __all__ = [
     "PURGE",
     "DueKey",
     "Fired",
-    "HeldSendBack",
+    "DelayedSendBack",
     "KeyRetrier",
     "LaneWork",
     "LocalRetry",
@@ -81,7 +81,7 @@ class LaneWork(ABC):
 class Fired:
     """What one firing of the timer hands on, sorted by who does it."""
 
-    __slots__ = ("held", "local", "per_lane")
+    __slots__ = ("delayed", "local", "per_lane")
 
     def __init__(self) -> None:
         #: Lane index -> its due keys (one put per lane).
@@ -89,7 +89,7 @@ class Fired:
         #: Messages the pull thread runs again (local retries).
         self.local: list[LocalRetry] = []
         #: Send-backs to store now.
-        self.held: list[SendItem] = []
+        self.delayed: list[SendItem] = []
 
 
 class TimedWork(ABC):
@@ -101,7 +101,7 @@ class TimedWork(ABC):
     def sort_into(self, fired: Fired) -> None:
         """Hand this due work to whoever does it."""
 
-    def held_message(self) -> tuple[ProcessQueue, MessageExt] | None:
+    def waiting_message(self) -> tuple[ProcessQueue, MessageExt] | None:
         """The pull thread's work for one queue's message: that queue and
         message (a revoke skips it, uncommitted); ``None`` for a lane's."""
         return None
@@ -152,11 +152,11 @@ class LocalRetry(TimedWork):
     def sort_into(self, fired: Fired) -> None:
         fired.local.append(self)
 
-    def held_message(self) -> tuple[ProcessQueue, MessageExt]:
+    def waiting_message(self) -> tuple[ProcessQueue, MessageExt]:
         return self.pq, self.message
 
 
-class HeldSendBack(TimedWork):
+class DelayedSendBack(TimedWork):
     """Store ``item`` in the retry topic when due (a source without delayed
     delivery); its offset stays unfinished meanwhile."""
 
@@ -166,9 +166,9 @@ class HeldSendBack(TimedWork):
         self.item = item
 
     def sort_into(self, fired: Fired) -> None:
-        fired.held.append(self.item)
+        fired.delayed.append(self.item)
 
-    def held_message(self) -> tuple[ProcessQueue, MessageExt]:
+    def waiting_message(self) -> tuple[ProcessQueue, MessageExt]:
         return self.item.pq, self.item.message
 
 
@@ -204,16 +204,16 @@ class RetryTimer:
                 heapq.heappop(heap)[2].sort_into(fired)
         return fired
 
-    def take_held(self, pqs: Collection[ProcessQueue]) -> list[tuple[ProcessQueue, MessageExt]]:
+    def take_waiting(self, pqs: Collection[ProcessQueue]) -> list[tuple[ProcessQueue, MessageExt]]:
         """Remove the pull thread's work for messages of ``pqs``, due or not
         (queues being revoked), and return those messages."""
         taken: list[tuple[ProcessQueue, MessageExt]] = []
         keep: list[tuple[float, int, TimedWork]] = []
         with self._lock:
             for entry in self._heap:
-                held = entry[2].held_message()
-                if held is not None and held[0] in pqs:
-                    taken.append(held)
+                waiting = entry[2].waiting_message()
+                if waiting is not None and waiting[0] in pqs:
+                    taken.append(waiting)
                 else:
                     keep.append(entry)
             if taken:

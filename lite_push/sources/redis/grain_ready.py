@@ -27,14 +27,14 @@ class ReadyBatches:
     """The member's batches collected and not handed over (``who``: the
     member, for the log)."""
 
-    __slots__ = ("_ready", "_unstored", "held", "_who")
+    __slots__ = ("_ready", "_unstored", "stalled", "_who")
 
     def __init__(self, who: object) -> None:
         self._who = who
         self._ready: dict[MessageQueue, PollBatch] = {}
         #: Queues whose ready messages wait past a jump of offsets (not
         #: dispatched meanwhile, their sessions renewed as paused ones).
-        self.held: set[MessageQueue] = set()
+        self.stalled: set[MessageQueue] = set()
         #: Malformed entries delivered whose dead letter could not be stored
         #: yet (tried again at the next poll).
         self._unstored: list[Bad] = []
@@ -91,7 +91,7 @@ class ReadyBatches:
         """The batches ready, but a queue's messages past a jump of offsets,
         which stay until the runtime acknowledged those it has below it."""
         ready, self._ready = self._ready, {}
-        self.held.clear()
+        self.stalled.clear()
         out = []
         for q, batch in ready.items():
             share = shares.get(q)
@@ -101,7 +101,7 @@ class ReadyBatches:
                 out.append(batch)
                 continue
             self._ready[q] = PollBatch(q, msgs[n:], batch.next_offset)
-            self.held.add(q)
+            self.stalled.add(q)
             if n:
                 out.append(PollBatch(q, msgs[:n], msgs[n].queue_offset))
         return out

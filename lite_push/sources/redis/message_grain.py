@@ -275,7 +275,7 @@ class MessageGrain(MemberModel):
         now = time.monotonic()
         for q, st in self._owned.states.items():
             s = shares[q]
-            if (st.paused or q in self.held) and now - s.renewed >= self._heartbeat_interval / 2:
+            if (st.paused or q in self.stalled) and now - s.renewed >= self._heartbeat_interval / 2:
                 conn.run(conn.grain_renew, s.keys, [s.token, ttl], pipe, loaded=loaded)
                 self._renewing.append(q)
         size = ahead_size(want)
@@ -357,10 +357,10 @@ class MessageGrain(MemberModel):
         return self._batches.take(self._shares)
 
     @property
-    def held(self) -> set[MessageQueue]:
+    def stalled(self) -> set[MessageQueue]:
         """Queues whose ready messages wait past a jump of offsets (not
         dispatched meanwhile, their sessions renewed as paused ones)."""
-        return self._batches.held
+        return self._batches.stalled
 
     # -- acknowledging -------------------------------------------------------------------
 

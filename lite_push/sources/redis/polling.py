@@ -185,7 +185,7 @@ class PollRead:
             order = []
         grain = self._grain
         if grain is not None:
-            order = [st for st in order if st.mq not in grain.held]
+            order = [st for st in order if st.mq not in grain.stalled]
             grain.queue_reads(pipe, order, max_per_queue, loaded=loaded)
         else:
             order = [st for st in order if not st.waiting()]
