@@ -172,7 +172,9 @@ async def run_async_lane(
     here, and so is the choice of it: with a thousand lanes most segments
     hold one or two messages, so every call per segment shows in the cost
     per message.  A segment of one message is itself the call's list.  With
-    ``admission``, the lane holds a slot while it has work.
+    ``admission``, the lane holds a slot while it has work.  Why the hot
+    loop is written twice (here and in ``thread_executor.run_lane``), with
+    its cost measured: ``run_lane``'s docstring.
     """
     lm = worker.metrics
     mono = worker.monotonic

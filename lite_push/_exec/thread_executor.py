@@ -67,10 +67,28 @@ def _drive(steps: Steps, listener: SyncListener, worker: LaneWorker) -> None:
 
 
 def run_lane(lane: Lane, worker: LaneWorker, listener: SyncListener) -> None:
-    """A lane thread's body: take, consume, until the lane is closed."""
+    """A lane thread's body: take, consume, until the lane is closed.
+
+    The hot path (a segment with no key parked in the lane nor held,
+    ``batch_size`` 1, its queue neither dropped nor the shutdown deadline
+    passed) is inlined here, and so is the choice of it.  It is written
+    twice, here and in ``async_executor.run_async_lane``, alike but for what
+    the executors do differently (the ``await``, cancellation, admission,
+    and asyncio passing a one-message segment as the call's list).  Python
+    cannot share one loop body between a call and an ``await``: written
+    once, the loop would be a generator driven per call, as the slow path
+    is, which costs 144-168 ns more CPU a message in segments of four and
+    564-575 ns in segments of one (``benchmarks/hot_loop_shape.py``; the
+    numbers are in ``benchmarks/history/issue-44-layout.md``), up to a
+    sixth of a no-op message's 3.1-3.5 us on threads.
+    """
     lm = worker.metrics
     mono = worker.monotonic
     success = _SUCCESS
+    parked = worker.parked
+    held_keys = worker.held  # dead_letter_order="key": its keys are replaced whole, read per segment
+    hot = worker.hot
+    aborted = worker.aborted
     try:
         while True:
             worker.idle()
@@ -81,10 +99,11 @@ def run_lane(lane: Lane, worker: LaneWorker, listener: SyncListener) -> None:
             if due:
                 _drive(worker.due_steps(due), listener, worker)
             for pq, msgs in segments:
-                steps = worker.segment_steps(pq, msgs)
-                if steps is not None:
-                    _drive(steps, listener, worker)
-                    continue
+                if parked or not hot or held_keys.keys or pq.dropped or aborted():
+                    steps = worker.segment_steps(pq, msgs)
+                    if steps is not None:
+                        _drive(steps, listener, worker)
+                        continue
                 # The hot path: one listener call per message, inline,
                 # each shown in lane.call while it runs.
                 t0 = clock() if lm is not None else 0.0
@@ -97,7 +116,7 @@ def run_lane(lane: Lane, worker: LaneWorker, listener: SyncListener) -> None:
                     now = mono()
                     if now >= pq.owned_until:  # fenced: not certain the queue is ours
                         break
-                    call = [msg]
+                    call = [msg]  # its own list: a listener may change what it is given
                     lane.call = (call, now)
                     try:
                         result = listener(call)
