@@ -389,7 +389,7 @@ def _skew_table(workload: Workload, results: list[dict[str, object]], checks: di
     if hot is not None:
         bound_text += (
             f" On the generated data the hot-key bound is {hot:,.0f} msg/s (N / the hottest key's total cost: no"
-            " key-ordered run beats it with any number of lanes); \"of hot-key bound\" is each run's rate over it"
+            ' key-ordered run beats it with any number of lanes); "of hot-key bound" is each run\'s rate over it'
             " (not for CONCURRENTLY, which may run a key's messages at once)."
         )
     placements = sorted({str(r["placement"]) for r in results if r.get("placement")}, key=PLACEMENTS.index)
@@ -408,7 +408,7 @@ def _skew_table(workload: Workload, results: list[dict[str, object]], checks: di
     }
     key_text = f" for KEY_ORDERLY and LOOP {'; '.join(keyed[p] for p in placements)};" if placements else ""
     bound_text += (
-        " \"bound\" is the best rate the run's own partitioning allows on this data (`partition.partition_bound`):"
+        ' "bound" is the best rate the run\'s own partitioning allows on this data (`partition.partition_bound`):'
         f"{key_text} the busiest queue's for QUEUE_ORDERLY; the total over the lanes for CONCURRENTLY."
     )
     return table(workload.name, results, checks, bound_text)

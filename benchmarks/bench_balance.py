@@ -258,10 +258,21 @@ def run(server: RedisServer, spec: Spec, rep: int, timeout: float) -> Result:
         procs = []
         for i, sleep in enumerate(spec.sleeps):
             script = _MEMBER.format(
-                root=str(ROOT), url=server.url, ns=ns, session=SESSION_TIMEOUT, heartbeat=HEARTBEAT, sleep=sleep,
-                log=str(log.path) if spec.log else "", expected=total, done=str(done), group=group,
-                lanes=spec.lanes, cid=f"m{i}", balance=spec.balance, topic=TOPIC,
-            )  # fmt: skip
+                root=str(ROOT),
+                url=server.url,
+                ns=ns,
+                session=SESSION_TIMEOUT,
+                heartbeat=HEARTBEAT,
+                sleep=sleep,
+                log=str(log.path) if spec.log else "",
+                expected=total,
+                done=str(done),
+                group=group,
+                lanes=spec.lanes,
+                cid=f"m{i}",
+                balance=spec.balance,
+                topic=TOPIC,
+            )
             with outs[i].open("wb") as out, errs[i].open("wb") as err:
                 procs.append(subprocess.Popen([sys.executable, "-c", script], stdout=out, stderr=err))
         try:
@@ -313,9 +324,10 @@ def run(server: RedisServer, spec: Spec, rep: int, timeout: float) -> Result:
                 end = time.monotonic() + 4 * HEARTBEAT + 2
                 while True:
                     short = [
-                        q.queue_id for q in broker.queues(TOPIC)
+                        q.queue_id
+                        for q in broker.queues(TOPIC)
                         if (c := broker.committed(group, q)) is None or c.offset != broker.max_offset(q)
-                    ]  # fmt: skip
+                    ]
                     if not short or time.monotonic() > end:
                         break
                     time.sleep(0.2)
@@ -402,40 +414,48 @@ def cores(r: Result) -> str:
 
 
 def scale_table(results: list[Result], repeat: int) -> str:
-    lines = ["| balance | members | " + " | ".join(f"rep {i + 1} msg/s" for i in range(repeat))
-             + " | median msg/s | ratio to 1 member (per rep) | median ratio | deliveries per member (last rep) "
-             "| cores members / redis / other (last rep) |",
-             "|---|---:|" + "---:|" * repeat + "---:|---|---:|---|---|"]  # fmt: skip
+    lines = [
+        "| balance | members | "
+        + " | ".join(f"rep {i + 1} msg/s" for i in range(repeat))
+        + " | median msg/s | ratio to 1 member (per rep) | median ratio | deliveries per member (last rep) "
+        "| cores members / redis / other (last rep) |",
+        "|---|---:|" + "---:|" * repeat + "---:|---|---:|---|---|",
+    ]
     for bal in ("QUEUE", "MESSAGE"):
         for m in (1, 2, 4):
             rs = sorted((r for r in results if r.spec.balance == bal and len(r.spec.sleeps) == m), key=lambda r: r.rep)
             base = {r.rep: r.rate for r in results if r.spec.balance == bal and len(r.spec.sleeps) == 1}
             ratios = [r.rate / base[r.rep] for r in rs if base.get(r.rep)]
             lines.append(
-                f"| {bal.lower()} | {m} | " + " | ".join(f"{r.rate:,.0f}" for r in rs)
-                + f" | {statistics.median(r.rate for r in rs):,.0f} | " + ", ".join(f"{x:.2f}" for x in ratios)
+                f"| {bal.lower()} | {m} | "
+                + " | ".join(f"{r.rate:,.0f}" for r in rs)
+                + f" | {statistics.median(r.rate for r in rs):,.0f} | "
+                + ", ".join(f"{x:.2f}" for x in ratios)
                 + f" | {statistics.median(ratios):.2f} | {rs[-1].per_member} | {cores(rs[-1])} |"
-            )  # fmt: skip
+            )
     return "\n".join(lines)
 
 
 def pair_table(results: list[Result], repeat: int) -> str:
-    lines = ["| balance | " + " | ".join(f"rep {i + 1} msg/s" for i in range(repeat))
-             + " | median msg/s | deliveries per member (last rep) | cores members / redis / other (last rep) |",
-             "|---|" + "---:|" * repeat + "---:|---|---|"]  # fmt: skip
+    lines = [
+        "| balance | "
+        + " | ".join(f"rep {i + 1} msg/s" for i in range(repeat))
+        + " | median msg/s | deliveries per member (last rep) | cores members / redis / other (last rep) |",
+        "|---|" + "---:|" * repeat + "---:|---|---|",
+    ]
     by = {}
     for bal in ("QUEUE", "MESSAGE"):
         rs = sorted((r for r in results if r.spec.balance == bal), key=lambda r: r.rep)
         by[bal] = {r.rep: r.rate for r in rs}
         lines.append(
-            f"| {bal.lower()} | " + " | ".join(f"{r.rate:,.0f}" for r in rs)
+            f"| {bal.lower()} | "
+            + " | ".join(f"{r.rate:,.0f}" for r in rs)
             + f" | {statistics.median(r.rate for r in rs):,.0f} | {rs[-1].per_member} | {cores(rs[-1])} |"
-        )  # fmt: skip
+        )
     ratios = [by["MESSAGE"][i] / by["QUEUE"][i] for i in sorted(by["QUEUE"]) if by["QUEUE"][i] and i in by["MESSAGE"]]
     lines.append(
-        "| message / queue | " + " | ".join(f"{x:.2f}" for x in ratios)
-        + f" | {statistics.median(ratios):.2f} | | |"
-    )  # fmt: skip
+        "| message / queue | " + " | ".join(f"{x:.2f}" for x in ratios) + f" | {statistics.median(ratios):.2f} | | |"
+    )
     return "\n".join(lines)
 
 

@@ -84,12 +84,15 @@ COUNTS = ("lost", "duplicates", "order_violations", "overlaps")
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--shapes", default=",".join(DEFAULT_SHAPES), help=f"comma-separated, of {', '.join(SHAPES)} "
-        f"(default {','.join(DEFAULT_SHAPES)})",
+        "--shapes",
+        default=",".join(DEFAULT_SHAPES),
+        help=f"comma-separated, of {', '.join(SHAPES)} (default {','.join(DEFAULT_SHAPES)})",
     )
     parser.add_argument("--repeat", type=int, default=5, help="rounds; the tables give medians (default 5)")
     parser.add_argument(
-        "--messages", type=bench_peers._messages, default={},
+        "--messages",
+        type=bench_peers._messages,
+        default={},
         help="N for every shape, or SHAPE=N[,SHAPE=N...] (default: kpipe-1ms 150,000, shapes.py's otherwise)",
     )
     parser.add_argument("--cap", type=float, default=20.0, help="seconds after which a run stops (default 20)")
@@ -182,9 +185,18 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 HEADER = (
-    "contender", "msg/s", "CPU us/msg", "% of bound", "x loop", "CPU x floor",
-    "lost", "duplicates", "order violations", "overlaps", "capped",
-)  # fmt: skip
+    "contender",
+    "msg/s",
+    "CPU us/msg",
+    "% of bound",
+    "x loop",
+    "CPU x floor",
+    "lost",
+    "duplicates",
+    "order violations",
+    "overlaps",
+    "capped",
+)
 
 NOTES = """\
 msg/s: median over the rounds of distinct messages over first call start to last call end. CPU us/msg: median \
@@ -208,12 +220,18 @@ def render(shape_tables: dict[str, dict[str, Any]], markdown: bool, repeat: int)
             if "not_run" in row:
                 lines.append([row["contender"], f"not run: {row['not_run']}"] + [""] * (len(HEADER) - 2))
                 continue
-            lines.append([
-                row["contender"], _fmt(row["rate"], ",.0f"), _fmt(row["cpu_us"], ".2f"),
-                _fmt(row["of_bound"] and 100 * row["of_bound"], ".1f"), _fmt(row["x_loop"], ".2f"),
-                _fmt(row["cpu_x_floor"], ".2f"), *(_fmt(row[k], "d") for k in COUNTS),
-                f"{row['capped']}/{row['rounds']}",
-            ])
+            lines.append(
+                [
+                    row["contender"],
+                    _fmt(row["rate"], ",.0f"),
+                    _fmt(row["cpu_us"], ".2f"),
+                    _fmt(row["of_bound"] and 100 * row["of_bound"], ".1f"),
+                    _fmt(row["x_loop"], ".2f"),
+                    _fmt(row["cpu_x_floor"], ".2f"),
+                    *(_fmt(row[k], "d") for k in COUNTS),
+                    f"{row['capped']}/{row['rounds']}",
+                ]
+            )
         if markdown:
             out.append("")
             out.append("| " + " | ".join(HEADER) + " |")
@@ -224,8 +242,7 @@ def render(shape_tables: dict[str, dict[str, Any]], markdown: bool, repeat: int)
             out.append("  ".join(h.ljust(w) for h, w in zip(HEADER, widths, strict=True)))
             out += ["  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip() for cells in lines]
         ratios = ", ".join(
-            f"{redis.replace('lite_push_cli_redis', 'defaults').replace('defaults@', '--lanes ')} "
-            f"{_fmt(value, '.2f')}"
+            f"{redis.replace('lite_push_cli_redis', 'defaults').replace('defaults@', '--lanes ')} {_fmt(value, '.2f')}"
             for redis, value in t["redis_over_kafka"].items()
         )
         out += ["", f"lite_push Redis/Kafka (median per-round ratio of msg/s): {ratios or '-'}", ""]
@@ -243,9 +260,19 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--shapes: unknown {unknown}; known: {', '.join(SHAPES)}")
     path = args.json or bench_peers.WORK / f"bench_hotpath-{time.strftime('%Y%m%d-%H%M%S')}.json"
     peers_argv = [
-        "--peers", ",".join(CONTENDERS), "--shapes", ",".join(shapes), "--repeat", str(args.repeat),
-        "--cap", f"{args.cap:g}", "--timeout", f"{args.timeout:g}", "--json", str(path),
-    ]  # fmt: skip
+        "--peers",
+        ",".join(CONTENDERS),
+        "--shapes",
+        ",".join(shapes),
+        "--repeat",
+        str(args.repeat),
+        "--cap",
+        f"{args.cap:g}",
+        "--timeout",
+        f"{args.timeout:g}",
+        "--json",
+        str(path),
+    ]
     messages = _messages(shapes, args.messages)
     if messages:
         peers_argv += ["--messages", messages]
@@ -259,7 +286,10 @@ def main(argv: list[str] | None = None) -> int:
     data = json.loads(path.read_text())
     shape_tables = tables(data)
     data["hotpath"] = {
-        "argv": peers_argv, "loadavg_before": load_before, "loadavg_after": load_after, "tables": shape_tables,
+        "argv": peers_argv,
+        "loadavg_before": load_before,
+        "loadavg_after": load_after,
+        "tables": shape_tables,
     }
     path.write_text(json.dumps(data, indent=1, default=str))
     load = "load average (1, 5, 15 min): {:.2f} {:.2f} {:.2f} before, {:.2f} {:.2f} {:.2f} after".format(

@@ -176,9 +176,14 @@ def run_once(spec: dict[str, Any]) -> dict[str, Any]:
     broker = EmbeddedBroker()
     broker.create_topic(TOPIC, queue_count=QUEUES)
     config = ConsumerConfig(
-        group=GROUP, mode=ConsumeMode.KEY_ORDERLY, lanes=spec["lanes"], executor=spec["executor"],
-        steal_after=spec["steal_after"], batch_size=spec.get("batch_size", 1), commit_interval=0.2,
-    )  # fmt: skip
+        group=GROUP,
+        mode=ConsumeMode.KEY_ORDERLY,
+        lanes=spec["lanes"],
+        executor=spec["executor"],
+        steal_after=spec["steal_after"],
+        batch_size=spec.get("batch_size", 1),
+        commit_interval=0.2,
+    )
     consumer = LitePushConsumer(
         config,
         broker.pull_consumer(GROUP, consume_from=ConsumeFromWhere.FIRST_OFFSET),
@@ -251,8 +256,10 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
     warning or an error it logged is a problem of the run."""
     done = subprocess.run(
         [sys.executable, __file__, "--one", json.dumps(spec)],
-        capture_output=True, text=True, timeout=spec["cap"] + 180,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=spec["cap"] + 180,
+    )
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         return {**spec, "problems": [f"the run's process exited {done.returncode}: {done.stderr.strip()[-1500:]}"]}
@@ -313,12 +320,16 @@ def table(results: list[dict[str, Any]], lanes: list[int], settings: list[str], 
             for name in settings:
                 if name == "before" or name not in medians:
                     continue
-                by_rep = {r["rep"]: r["seconds"] for r in results if r["lanes"] == n and r["setting"] == "before"
-                          and "seconds" in r}  # fmt: skip
+                by_rep = {
+                    r["rep"]: r["seconds"]
+                    for r in results
+                    if r["lanes"] == n and r["setting"] == "before" and "seconds" in r
+                }
                 pairs = [
-                    r["seconds"] / by_rep[r["rep"]] for r in results
+                    r["seconds"] / by_rep[r["rep"]]
+                    for r in results
                     if r["lanes"] == n and r["setting"] == name and "seconds" in r and by_rep.get(r["rep"])
-                ]  # fmt: skip
+                ]
                 lines.append(
                     f"| {n} | {name} / before | | pairs {', '.join(f'{x:.3f}' for x in pairs)} "
                     f"| {medians[name] / medians['before']:.3f} (pairs median {statistics.median(pairs):.3f}) "
@@ -378,10 +389,17 @@ def main(argv: list[str] | None = None) -> int:
         for n in lanes:
             for name in settings if rep % 2 == 0 else settings[::-1]:  # A B, B A, ...
                 spec = {
-                    "rep": rep, "lanes": n, "setting": name, "steal_after": values[name], "executor": args.executor,
-                    "messages": args.messages, "keys": args.keys, "sleep": args.sleep, "cap": args.cap,
+                    "rep": rep,
+                    "lanes": n,
+                    "setting": name,
+                    "steal_after": values[name],
+                    "executor": args.executor,
+                    "messages": args.messages,
+                    "keys": args.keys,
+                    "sleep": args.sleep,
+                    "cap": args.cap,
                     "batch_size": args.batch_size,
-                }  # fmt: skip
+                }
                 r = run_child(spec)
                 results.append(r)
                 print(
@@ -413,8 +431,13 @@ def main(argv: list[str] | None = None) -> int:
     paths = sorted({str(r["lite_push"]) for r in results if "lite_push" in r})
     print(f"lite_push imported from {', '.join(paths) or '?'}; all runs {time.monotonic() - t_start:.0f} s")
     if args.json is not None:
-        args.json.write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k not in ("json", "one")},
-                                         "runs": results}, indent=1, default=str))  # fmt: skip
+        args.json.write_text(
+            json.dumps(
+                {"args": {k: v for k, v in vars(args).items() if k not in ("json", "one")}, "runs": results},
+                indent=1,
+                default=str,
+            )
+        )
     return 1 if failed else 0
 
 

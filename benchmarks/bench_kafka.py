@@ -235,8 +235,10 @@ def main() -> int:
         "lite_push_kafka_source_sha256": source_digest(),
         "workloads": {},
     }
-    print(f"load average {os.getloadavg()[0]:.2f}; lite_push Kafka source {out['lite_push_kafka_source_sha256']}",
-          file=sys.stderr)
+    print(
+        f"load average {os.getloadavg()[0]:.2f}; lite_push Kafka source {out['lite_push_kafka_source_sha256']}",
+        file=sys.stderr,
+    )
     with MockKafkaCluster(brokers=1) as cluster:
         print(f"mock cluster pid {cluster.pid} on {cluster.bootstrap}", file=sys.stderr)
         for name in [w.strip() for w in args.workloads.split(",") if w.strip()]:
@@ -246,8 +248,11 @@ def main() -> int:
             topic = f"bench-{name}-{stamp}"
             cluster.create_topic(topic, workload.queues)
             secs = produce(cluster.bootstrap, topic, keys, workload.queues, workload.body_size)
-            print(f"{name}: {len(keys):,} messages to {topic} ({workload.queues} partitions) in {secs:.2f}s; "
-                  f"hot-key bound {hot_rate:,.0f} msg/s", file=sys.stderr)
+            print(
+                f"{name}: {len(keys):,} messages to {topic} ({workload.queues} partitions) in {secs:.2f}s; "
+                f"hot-key bound {hot_rate:,.0f} msg/s",
+                file=sys.stderr,
+            )
             runs: dict[str, list[dict[str, object]]] = {c: [] for c in consumers}
             for rnd in range(args.repeat):
                 for consumer in rounds_order(consumers, rnd):
@@ -256,19 +261,38 @@ def main() -> int:
                     if consumer == "serial":
                         run = run_serial(cluster.bootstrap, topic, group, costs, args.timeout)
                     elif consumer == "lite_push":
-                        run = run_lite_push(cluster.bootstrap, topic, group, costs, args.timeout, args.lanes,
-                                            args.executor, cluster.create_topic)
+                        run = run_lite_push(
+                            cluster.bootstrap,
+                            topic,
+                            group,
+                            costs,
+                            args.timeout,
+                            args.lanes,
+                            args.executor,
+                            cluster.create_topic,
+                        )
                     else:
                         assert pyrallel_exe is not None
-                        run = run_pyrallel(pyrallel_exe, cluster.bootstrap, topic, group, costs, args.timeout,
-                                           work_dir, args.pyrallel_max_in_flight)
+                        run = run_pyrallel(
+                            pyrallel_exe,
+                            cluster.bootstrap,
+                            topic,
+                            group,
+                            costs,
+                            args.timeout,
+                            work_dir,
+                            args.pyrallel_max_in_flight,
+                        )
                     row = measure(run, keys, hot_rate)
                     row["round"] = rnd
                     runs[consumer].append(row)
                     print(f"  round {rnd + 1} {progress_line(row)}", file=sys.stderr)
             out["workloads"][name] = {  # type: ignore[index]
-                "messages": len(keys), "partitions": workload.queues, "hot_key_rate": hot_rate,
-                "summary": {c: summarize(rows, hot_rate) for c, rows in runs.items()}, "runs": runs,
+                "messages": len(keys),
+                "partitions": workload.queues,
+                "hot_key_rate": hot_rate,
+                "summary": {c: summarize(rows, hot_rate) for c, rows in runs.items()},
+                "runs": runs,
             }
     path = args.json or work_dir / f"bench_kafka-{stamp}.json"
     path.write_text(json.dumps(out, indent=1, default=str))
@@ -315,8 +339,14 @@ def report(workloads: dict[str, dict[str, object]], repeat: int) -> str:
                 lines.append(f"| {consumer} | {name} | errors: {s['errors']} |")
                 continue
             cells = [
-                consumer, name, f"{s['rate']:,.0f}", rates, f"{s['of_hot_key_bound']:.0%}", f"{first:,.0f}",
-                f"{s['rate_after_first']:,.0f}", f"{s['cpu_s']:.1f}",
+                consumer,
+                name,
+                f"{s['rate']:,.0f}",
+                rates,
+                f"{s['of_hot_key_bound']:.0%}",
+                f"{first:,.0f}",
+                f"{s['rate_after_first']:,.0f}",
+                f"{s['cpu_s']:.1f}",
                 *(str(s[k]) for k in ("lost", "order_violations", "overlaps", "duplicates")),
             ]
             lines.append("| " + " | ".join(cells) + " |")

@@ -108,7 +108,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--timeout", type=float, default=120.0, help="seconds before a run is an error (default 120; killed 60 s later)"
     )
     parser.add_argument(
-        "--messages", type=_messages, default={},
+        "--messages",
+        type=_messages,
+        default={},
         help="messages per shape instead of its default: N for every shape, or SHAPE=N[,SHAPE=N...]",
     )
     parser.add_argument("--set", action="append", default=[], metavar="PEER:KEY=VALUE", help="a peer's setting")
@@ -211,8 +213,7 @@ class Brokers:
         for slot, (topic, placed) in out.items():
             if slot == "none":
                 continue
-            print(f"{w.name}: {len(msgs.keys):,} messages to {slot} {topic} in {placed.seconds:.1f}s",
-                  file=sys.stderr)
+            print(f"{w.name}: {len(msgs.keys):,} messages to {slot} {topic} in {placed.seconds:.1f}s", file=sys.stderr)
         return out
 
     def broker_args(self, peer: Peer) -> list[str]:
@@ -299,9 +300,17 @@ def main(argv: list[str] | None = None) -> int:
                     group = f"{name}-{shape}-{stamp}-{rnd}"
                     gc.collect()
                     result = launch(
-                        pythons[name], peer.runner, brokers.broker_args(peer), topic=topic, group=group,
-                        costs_us=msgs.costs_us, work_dir=WORK / "runs", timeout=args.timeout, cap=args.cap,
-                        settings=[*peer.settings, *settings.get(name, [])], project_python=peer.requirements is None,
+                        pythons[name],
+                        peer.runner,
+                        brokers.broker_args(peer),
+                        topic=topic,
+                        group=group,
+                        costs_us=msgs.costs_us,
+                        work_dir=WORK / "runs",
+                        timeout=args.timeout,
+                        cap=args.cap,
+                        settings=[*peer.settings, *settings.get(name, [])],
+                        project_python=peer.requirements is None,
                         keys=msgs.keys if peer.broker == "none" else None,
                     )
                     acked = brokers.acked(peer, topic, group, placed)
@@ -314,7 +323,9 @@ def main(argv: list[str] | None = None) -> int:
                     runs[name].append(row)
                     print(progress_line(rnd, row), file=sys.stderr)
             out["shapes"][shape] = {
-                "messages": len(msgs.keys), "partitions": msgs.workload.queues, "workload": msgs.workload.to_dict(),
+                "messages": len(msgs.keys),
+                "partitions": msgs.workload.queues,
+                "workload": msgs.workload.to_dict(),
                 "hot_key_rate": msgs.hot_key_rate,
                 "summary": {name: summarize(rows, msgs.hot_key_rate) for name, rows in runs.items()},
                 "runs": runs,

@@ -188,8 +188,17 @@ def _metrics_url(stdout: Path, proc: subprocess.Popen[bytes], timeout: float = 1
     raise RuntimeError("lite-push consume did not print its metrics URL")
 
 
-def run_once(url: str, broker: RedisBroker, procs: int, rep: int, lanes: int, args: argparse.Namespace,
-             total: int, stored: dict[tuple[int, int], str], redis_pid: int | None = None) -> Run:  # fmt: skip
+def run_once(
+    url: str,
+    broker: RedisBroker,
+    procs: int,
+    rep: int,
+    lanes: int,
+    args: argparse.Namespace,
+    total: int,
+    stored: dict[tuple[int, int], str],
+    redis_pid: int | None = None,
+) -> Run:
     run = Run(procs, rep, lanes)
     group = f"bench-{procs}p-r{rep}-{uuid.uuid4().hex[:6]}"
     work = Path(tempfile.mkdtemp(prefix=f"lite-push-procs-{procs}p-"))
@@ -201,10 +210,33 @@ def run_once(url: str, broker: RedisBroker, procs: int, rep: int, lanes: int, ar
         env["BENCH_PROCESSES_LOG"] = str(work / "log")
         listener += "_logged"
     cmd = [
-        sys.executable, "-m", "lite_push", "consume", "--processes", str(procs), "--source", url, "--group", group,
-        "--topic", TOPIC, "--from", "first", "--lanes", str(lanes), "--listener", listener,
-        "--metrics-port", "0", "--log-level", "WARNING", "--progress", "off", "--balance", args.balance,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "lite_push",
+        "consume",
+        "--processes",
+        str(procs),
+        "--source",
+        url,
+        "--group",
+        group,
+        "--topic",
+        TOPIC,
+        "--from",
+        "first",
+        "--lanes",
+        str(lanes),
+        "--listener",
+        listener,
+        "--metrics-port",
+        "0",
+        "--log-level",
+        "WARNING",
+        "--progress",
+        "off",
+        "--balance",
+        args.balance,
+    ]
     stdout, stderr = work / "stdout.txt", work / "stderr.txt"
     with stdout.open("wb") as out, stderr.open("wb") as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
@@ -327,9 +359,10 @@ def table(runs: Sequence[Run], procs: Sequence[int], lanes: Sequence[int], repea
                 rate[(n, p, r)] / rate[(n, base, r)] if rate[(n, base, r)] else float("nan") for r in range(repeat)
             ]
             lines.append(
-                f"{n} | ratio {p}/{base} | " + " | ".join(f"{x:.2f}" for x in ratios)
+                f"{n} | ratio {p}/{base} | "
+                + " | ".join(f"{x:.2f}" for x in ratios)
                 + f" | {statistics.median(ratios):.2f}"
-            )  # fmt: skip
+            )
     return "\n".join(lines)
 
 
@@ -343,9 +376,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lanes", default="256", help="lanes per process; comma-separated: each is run (default 256)")
     ap.add_argument("--check", action="store_true", help="log every delivery and check loss and key order")
     ap.add_argument(
-        "--balance", choices=("queue", "message"), default="queue",
+        "--balance",
+        choices=("queue", "message"),
+        default="queue",
         help="how the group spreads its messages (lite-push consume --balance; default queue)",
-    )  # fmt: skip
+    )
     ap.add_argument("--keep", action="store_true", help="keep each run's output (and --check logs)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="longest run, seconds (default 1800)")
     args = ap.parse_args(argv)
@@ -377,8 +412,11 @@ def main(argv: list[str] | None = None) -> int:
                     status = "ok" if not run.problems else "; ".join(run.problems)
                     cpu = ", ".join(f"{k} {v:.1f}" for k, v in run.cpu.items())
                     cpu += "; 50/90/99 % consumed at " + "/".join(f"{run.reached(x):.1f}" for x in (0.5, 0.9, 0.99))
-                    print(f"rep {rep + 1} lanes {n} procs {p}: {run.rate:,.0f} msg/s over {run.seconds:.2f}s  {status}"
-                          f"  (CPU s: {cpu})", flush=True)  # fmt: skip
+                    print(
+                        f"rep {rep + 1} lanes {n} procs {p}: {run.rate:,.0f} msg/s over {run.seconds:.2f}s  {status}"
+                        f"  (CPU s: {cpu})",
+                        flush=True,
+                    )
                     if run.check:
                         print(f"  check: {run.check}", flush=True)
         finally:

@@ -136,8 +136,10 @@ def cmd_read(args: argparse.Namespace) -> int:
             rows.append((count, raw_rates, lite_rates, ratios))
         client.close()
         broker.close()
-    print(f"{total:,} messages of {args.body} B, 8 queues, KEY_ORDERLY {args.lanes} lanes, no-op listener; "
-          f"median (min-max) of {args.repeat}\n")  # fmt: skip
+    print(
+        f"{total:,} messages of {args.body} B, 8 queues, KEY_ORDERLY {args.lanes} lanes, no-op listener; "
+        f"median (min-max) of {args.repeat}\n"
+    )
     print("| XRANGE count / pull_batch_size | raw XRANGE msg/s | lite_push msg/s | lite_push / raw |")
     print("|---:|---:|---:|---:|")
     for count, raw_rates, lite_rates, ratios in rows:
@@ -195,13 +197,41 @@ def cmd_member(args: argparse.Namespace) -> int:
     return 0
 
 
-def _spawn(url: str, ns: str, workload: Path, cid: str, lanes: int, run: str, log: Path | None,
-           session: float, heartbeat: float, rebalance: float) -> subprocess.Popen[bytes]:  # fmt: skip
+def _spawn(
+    url: str,
+    ns: str,
+    workload: Path,
+    cid: str,
+    lanes: int,
+    run: str,
+    log: Path | None,
+    session: float,
+    heartbeat: float,
+    rebalance: float,
+) -> subprocess.Popen[bytes]:
     cmd = [
-        sys.executable, str(Path(__file__).resolve()), "member", "--url", url, "--namespace", ns,
-        "--workload", str(workload), "--client-id", cid, "--lanes", str(lanes), "--run", run,
-        "--session", str(session), "--heartbeat", str(heartbeat), "--rebalance", str(rebalance),
-    ]  # fmt: skip
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "member",
+        "--url",
+        url,
+        "--namespace",
+        ns,
+        "--workload",
+        str(workload),
+        "--client-id",
+        cid,
+        "--lanes",
+        str(lanes),
+        "--run",
+        run,
+        "--session",
+        str(session),
+        "--heartbeat",
+        str(heartbeat),
+        "--rebalance",
+        str(rebalance),
+    ]
     if log is not None:
         cmd += ["--log", str(log)]
     return subprocess.Popen(cmd)
@@ -225,9 +255,18 @@ def _load(broker: RedisBroker, workload: Path, queues: int) -> int:
     return len(keys)
 
 
-def _start_members(server: RedisServer, ns: str, workload: Path, n: int, lanes: int, run: str,
-                   log: Path | None, session: float, heartbeat: float,
-                   rebalance: float) -> tuple[list[subprocess.Popen[bytes]], list[str]]:  # fmt: skip
+def _start_members(
+    server: RedisServer,
+    ns: str,
+    workload: Path,
+    n: int,
+    lanes: int,
+    run: str,
+    log: Path | None,
+    session: float,
+    heartbeat: float,
+    rebalance: float,
+) -> tuple[list[subprocess.Popen[bytes]], list[str]]:
     cids = [f"m{i}" for i in range(n)]
     procs = [_spawn(server.url, ns, workload, c, lanes, run, log, session, heartbeat, rebalance) for c in cids]
     client = redis.Redis.from_url(server.url)
@@ -280,8 +319,16 @@ def cmd_scale(args: argparse.Namespace) -> int:
             table = pq.read_table(log)
             last = max(table.column("end_ns").to_pylist())
             seconds = (last - go_ns) / 1e9
-            res = {"run": run, "procs": n, "lanes": args.lanes, "messages": total, "deliveries": table.num_rows,
-                   "seconds": seconds, "rate": total / seconds, "log": str(log)}  # fmt: skip
+            res = {
+                "run": run,
+                "procs": n,
+                "lanes": args.lanes,
+                "messages": total,
+                "deliveries": table.num_rows,
+                "seconds": seconds,
+                "rate": total / seconds,
+                "log": str(log),
+            }
             print(json.dumps(res), file=sys.stderr)
             results.append(res)
     checks: dict[str, dict[str, object]] = {}
@@ -300,8 +347,10 @@ def cmd_scale(args: argparse.Namespace) -> int:
     for r in results:
         if r["procs"] == min(args.procs):
             base.setdefault(0, float(r["rate"]))  # type: ignore[arg-type]
-    print(f"workload {args.workload.name}: {results[0]['messages']:,} messages, {queues} queues; "
-          f"KEY_ORDERLY {args.lanes} lanes per process; repeat {args.repeat}\n")  # fmt: skip
+    print(
+        f"workload {args.workload.name}: {results[0]['messages']:,} messages, {queues} queues; "
+        f"KEY_ORDERLY {args.lanes} lanes per process; repeat {args.repeat}\n"
+    )
     print("| processes | msg/s | vs 1 process | deliveries | check |")
     print("|---:|---:|---:|---:|---|")
     by_n: dict[int, list[dict[str, object]]] = {}
@@ -314,10 +363,14 @@ def cmd_scale(args: argparse.Namespace) -> int:
         for r in rs:
             c = checks.get(str(r["log"]))
             if c is not None:
-                cells.append(f"lost {c['lost']}, dup {c['duplicates']}, inversions {c['inversions']}, "
-                             f"concurrent {c['concurrent']}")  # fmt: skip
-        print(f"| {n} | {_median_range(rates)} | {statistics.median(rates) / one:.2f}x | "
-              f"{'/'.join(str(r['deliveries']) for r in rs)} | {'; '.join(cells) or '-'} |")  # fmt: skip
+                cells.append(
+                    f"lost {c['lost']}, dup {c['duplicates']}, inversions {c['inversions']}, "
+                    f"concurrent {c['concurrent']}"
+                )
+        print(
+            f"| {n} | {_median_range(rates)} | {statistics.median(rates) / one:.2f}x | "
+            f"{'/'.join(str(r['deliveries']) for r in rs)} | {'; '.join(cells) or '-'} |"
+        )
     return 0
 
 
@@ -377,16 +430,20 @@ def cmd_failover(args: argparse.Namespace) -> int:
             f"{', '.join(f'{taken_at[q.queue_id]:.1f}' for q in owned)} | "
             f"{', '.join(f'{g:.1f}' for g in firsts)} | {committed:,} of {total:,} |"
         )
-    print(f"session {args.session} s, heartbeat {args.heartbeat} s, rebalance {args.rebalance} s; "
-          f"3 members, 8 queues, KEY_ORDERLY {args.lanes} lanes each\n")  # fmt: skip
+    print(
+        f"session {args.session} s, heartbeat {args.heartbeat} s, rebalance {args.rebalance} s; "
+        f"3 members, 8 queues, KEY_ORDERLY {args.lanes} lanes each\n"
+    )
     print(
         "| try | killed | its queues | s until a survivor owned each | s until its first delivery there "
         "| committed at stop |"
     )
     print("|---:|---|---|---|---|---|")
     print("\n".join(lines))
-    print(f"\nowned again: median {statistics.median(takes):.1f} s, max {max(takes):.1f} s; "
-          f"consumed again: median {statistics.median(gaps):.1f} s, max {max(gaps):.1f} s")  # fmt: skip
+    print(
+        f"\nowned again: median {statistics.median(takes):.1f} s, max {max(takes):.1f} s; "
+        f"consumed again: median {statistics.median(gaps):.1f} s, max {max(gaps):.1f} s"
+    )
     return 0
 
 
@@ -415,9 +472,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rebalance", type=float, default=20.0)
     p.add_argument("--settle", type=float, default=3.0, help="seconds of consumption before the kill (plus jitter)")
     p = sub.add_parser("member", help="(internal) one consumer process")
-    for name, kind in (("--url", str), ("--namespace", str), ("--workload", Path), ("--client-id", str),
-                       ("--lanes", int), ("--run", str), ("--log", str), ("--session", float),
-                       ("--heartbeat", float), ("--rebalance", float)):  # fmt: skip
+    for name, kind in (
+        ("--url", str),
+        ("--namespace", str),
+        ("--workload", Path),
+        ("--client-id", str),
+        ("--lanes", int),
+        ("--run", str),
+        ("--log", str),
+        ("--session", float),
+        ("--heartbeat", float),
+        ("--rebalance", float),
+    ):
         p.add_argument(name, type=kind)
     args = parser.parse_args(argv)
     return {"read": cmd_read, "scale": cmd_scale, "failover": cmd_failover, "member": cmd_member}[args.cmd](args)

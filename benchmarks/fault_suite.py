@@ -62,9 +62,17 @@ from lite_push.sources.redis_server import RedisServer
 from lite_push.testing import TcpProxy
 
 SCENARIOS = [
-    "kill9", "sigstop", "redis-kill", "malformed", "listener-exc", "embedded-kill",
-    "msg-kill9", "msg-sigstop", "msg-partition", "msg-redis-kill",
-]  # fmt: skip
+    "kill9",
+    "sigstop",
+    "redis-kill",
+    "malformed",
+    "listener-exc",
+    "embedded-kill",
+    "msg-kill9",
+    "msg-sigstop",
+    "msg-partition",
+    "msg-redis-kill",
+]
 
 _MEMBER = textwrap.dedent(
     """
@@ -218,12 +226,24 @@ def run_redis(scenario: str, messages: int, seed: int) -> RunResult:
             urls = [f"redis://127.0.0.1:{p.port}" for p in proxies]
         procs = [
             subprocess.Popen(
-                [sys.executable, "-c", _MEMBER.format(
-                    root=str(ROOT), url=urls[i], ns=ns, log=str(log), cid=f"m{i}",
-                    exc=scenario == "listener-exc", balance=balance, ready=str(Path(tmp) / f"ready-{i}"),
-                    go=str(Path(tmp) / "go"))],
-                stdout=subprocess.DEVNULL, stderr=open(Path(tmp) / f"m{i}.err", "wb"),
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-c",
+                    _MEMBER.format(
+                        root=str(ROOT),
+                        url=urls[i],
+                        ns=ns,
+                        log=str(log),
+                        cid=f"m{i}",
+                        exc=scenario == "listener-exc",
+                        balance=balance,
+                        ready=str(Path(tmp) / f"ready-{i}"),
+                        go=str(Path(tmp) / "go"),
+                    ),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=open(Path(tmp) / f"m{i}.err", "wb"),
+            )
             for i in range(3)
         ]
         exempt: set[Row] = set()
@@ -316,8 +336,10 @@ def run_embedded_kill(seed: int) -> RunResult:
         path = Path(tmp) / "broker"
         child = subprocess.Popen(
             [sys.executable, "-c", _PRODUCER.format(root=str(ROOT), path=str(path))],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         assert child.stdout is not None
         lines: list[str] = []
         target = rng.randint(20, 80)
@@ -354,15 +376,17 @@ def main() -> None:
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--seed", type=int, default=16)
     args = ap.parse_args()
-    print("| scenario | runs | messages | lost | inversions | overlaps | duplicates | recovery s (median, max) "
-          "| notes |")
+    print(
+        "| scenario | runs | messages | lost | inversions | overlaps | duplicates | recovery s (median, max) | notes |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---|---|")
     for scenario in args.scenarios.split(","):
         results = [
-            run_embedded_kill(args.seed + i) if scenario == "embedded-kill"
+            run_embedded_kill(args.seed + i)
+            if scenario == "embedded-kill"
             else run_redis(scenario, args.messages, args.seed + i)
             for i in range(args.runs)
-        ]  # fmt: skip
+        ]
         rec = [r.recovery for r in results if r.recovery is not None]
         recovery = f"{statistics.median(rec):.2f}, {max(rec):.2f}" if rec else "-"
         notes = "; ".join(n for r in results for n in r.notes[:1])

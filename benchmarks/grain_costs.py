@@ -222,10 +222,15 @@ def per_shard(cluster: RedisCluster, n: int, balance: Balance, queues: int = 6) 
             m = max(1, by_port[port])
             stats = node.info("commandstats")
             cmd = sum(float(v["usec"]) for k, v in stats.items() if "info" not in k and "config" not in k)
-            out.append({
-                "messages": by_port[port], "usec": (_cpu(node) - c0 - rest * wall) * 1e6 / m, "cmd": cmd / m,
-                "calls": _calls(node) / m, "rate": n / wall,
-            })  # fmt: skip
+            out.append(
+                {
+                    "messages": by_port[port],
+                    "usec": (_cpu(node) - c0 - rest * wall) * 1e6 / m,
+                    "cmd": cmd / m,
+                    "calls": _calls(node) / m,
+                    "rate": n / wall,
+                }
+            )
         return out
     finally:
         broker.close()

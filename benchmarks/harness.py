@@ -255,8 +255,25 @@ def run_one(
         assert isinstance(rec, AsyncRecorder)
         seconds, cpu, t0_ns = bare_loop(broker, rec, lanes, total, executor, placement)
         return _result(
-            rec, keys, fails, f"LOOP-{lanes}-{executor}{suffix}", "LOOP", executor, lanes, queues, total, seconds,
-            cpu, t0_ns, 0, 0, 0, log_dir, bound, placement=placed, hot_rate=hot_rate,
+            rec,
+            keys,
+            fails,
+            f"LOOP-{lanes}-{executor}{suffix}",
+            "LOOP",
+            executor,
+            lanes,
+            queues,
+            total,
+            seconds,
+            cpu,
+            t0_ns,
+            0,
+            0,
+            0,
+            log_dir,
+            bound,
+            placement=placed,
+            hot_rate=hot_rate,
         )
     if mode is ConsumeMode.QUEUE_ORDERLY:
         config = ConsumerConfig(group="bench", mode=mode, consume_thread_min=lanes, consume_thread_max=lanes)
@@ -264,8 +281,12 @@ def run_one(
     else:
         turn = {} if loop_turn_target is None else {"loop_turn_target": loop_turn_target}
         config = ConsumerConfig(
-            group="bench", mode=mode, lanes=lanes, executor="asyncio" if is_async else "thread",
-            lane_placement=placement, **turn,  # type: ignore[arg-type]
+            group="bench",
+            mode=mode,
+            lanes=lanes,
+            executor="asyncio" if is_async else "thread",
+            lane_placement=placement,
+            **turn,  # type: ignore[arg-type]
         )
         label = f"{mode.name}-{lanes}" + (f"-{executor}" if is_async else "") + suffix
         if loop_turn_target is not None:
@@ -350,9 +371,26 @@ def run_one(
     if scraper is not None:
         scraper.stop()
     return _result(
-        rec, keys, fails, label, mode.name, executor if mode is not ConsumeMode.QUEUE_ORDERLY else "thread",
-        lanes, queues, total, seconds, cpu, t0_ns, final.retried, final.dead_lettered, parked_max, log_dir,
-        bound, failures=not no_failures and any(fails), placement=placed, hot_rate=hot_rate,
+        rec,
+        keys,
+        fails,
+        label,
+        mode.name,
+        executor if mode is not ConsumeMode.QUEUE_ORDERLY else "thread",
+        lanes,
+        queues,
+        total,
+        seconds,
+        cpu,
+        t0_ns,
+        final.retried,
+        final.dead_lettered,
+        parked_max,
+        log_dir,
+        bound,
+        failures=not no_failures and any(fails),
+        placement=placed,
+        hot_rate=hot_rate,
     )
 
 
@@ -493,8 +531,19 @@ def main() -> int:
         meta = json.loads((args.workload / "_workload.json").read_text())
         queues = int(meta["queues"])
     result = run_one(
-        args.workload, ConsumeMode[args.mode], args.lanes, queues, args.log, args.progress, args.no_failures,
-        args.executor, args.bare, args.metrics, args.placement, args.loop_turn_target, args.tracing,
+        args.workload,
+        ConsumeMode[args.mode],
+        args.lanes,
+        queues,
+        args.log,
+        args.progress,
+        args.no_failures,
+        args.executor,
+        args.bare,
+        args.metrics,
+        args.placement,
+        args.loop_turn_target,
+        args.tracing,
     )
     print(json.dumps(result))
     return 0

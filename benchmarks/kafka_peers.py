@@ -97,7 +97,10 @@ def produce(bootstrap: str, topic: str, keys: list[str], queues: int, body_size:
         while True:
             try:
                 producer.produce(
-                    topic, seq.to_bytes(8, "big") + pad, key.encode(), partition=queue_of(key, queues),
+                    topic,
+                    seq.to_bytes(8, "big") + pad,
+                    key.encode(),
+                    partition=queue_of(key, queues),
                     on_delivery=report,
                 )
                 break
@@ -188,7 +191,10 @@ def run_lite_push(
     run = Run(
         "lite_push",
         config={
-            "mode": "KEY_ORDERLY", "lanes": lanes, "executor": executor, "lane_placement": config.lane_placement,
+            "mode": "KEY_ORDERLY",
+            "lanes": lanes,
+            "executor": executor,
+            "lane_placement": config.lane_placement,
             "session_timeout": SESSION_TIMEOUT,
             "listener": "async def (recorders.AsyncRecorder: await asyncio.sleep(cost))",
         },
@@ -270,8 +276,16 @@ def run_pyrallel(
 
     settings = [] if max_in_flight is None else [f"max_in_flight={max_in_flight}"]
     out = launch(
-        python, RUNNER, ["--bootstrap", bootstrap], topic=topic, group=group, costs_us=costs, work_dir=work_dir,
-        timeout=timeout, cap=None, settings=settings,
+        python,
+        RUNNER,
+        ["--bootstrap", bootstrap],
+        topic=topic,
+        group=group,
+        costs_us=costs,
+        work_dir=work_dir,
+        timeout=timeout,
+        cap=None,
+        settings=settings,
     )
     run = Run("pyrallel", error=out.error)
     if out.data is None:

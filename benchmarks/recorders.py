@@ -152,8 +152,5 @@ class Recorder:
         return _table(
             run,
             keys,
-            [
-                (int(name.rsplit("-", 1)[1]) if name.startswith("lite-push-lane-") else -1, cols)
-                for name, cols in parts
-            ],
+            [(int(name.rsplit("-", 1)[1]) if name.startswith("lite-push-lane-") else -1, cols) for name, cols in parts],
         )

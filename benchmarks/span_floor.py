@@ -40,10 +40,18 @@ tp.add_span_processor(BatchSpanProcessor(Dropped()))
 trace.set_tracer_provider(tp)
 tracer = trace.get_tracer("floor")
 carrier = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
-attrs = {"messaging.system": "lite_push", "messaging.operation.type": "process", "messaging.operation.name": "process",
-         "messaging.consumer.group.name": "bench", "messaging.destination.name": "T",
-         "messaging.destination.partition.id": "0", "messaging.message.id": "x-T-0-1",
-         "lite_push.message.offset": 1, "lite_push.message.key": "k", "lite_push.queue_time_ms": 3}
+attrs = {
+    "messaging.system": "lite_push",
+    "messaging.operation.type": "process",
+    "messaging.operation.name": "process",
+    "messaging.consumer.group.name": "bench",
+    "messaging.destination.name": "T",
+    "messaging.destination.partition.id": "0",
+    "messaging.message.id": "x-T-0-1",
+    "lite_push.message.offset": 1,
+    "lite_push.message.key": "k",
+    "lite_push.queue_time_ms": 3,
+}
 print(f"sampled share of traces without a parent: {ratio:g}")
 for name, with_parent in (("SDK, no parent", False), ("SDK, parent from traceparent", True)):
     n = 100_000

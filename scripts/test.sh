@@ -20,7 +20,7 @@ fi
 
 # Lint and type-check first (configured in pyproject.toml): a finding fails the run.
 .venv/bin/ruff check .
-.venv/bin/ruff format --check lite_push  # laid out by the formatter, no hand-packed argument lists
+.venv/bin/ruff format --check .  # laid out by the formatter, no hand-packed argument lists
 .venv/bin/mypy
 
 # A crash of the interpreter, even after the last test (at exit, while the

@@ -96,11 +96,16 @@ def run_three_and_kill(source_lines: str, log: Path, total: int, *, sleep: float
     root = str(Path(__file__).resolve().parents[1])
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", textwrap.dedent(_MEMBER).format(
-                root=root, log=str(log), sleep=sleep, source_lines=source_lines.format(cid=f"m{i}"))],
+            [
+                sys.executable,
+                "-c",
+                textwrap.dedent(_MEMBER).format(
+                    root=root, log=str(log), sleep=sleep, source_lines=source_lines.format(cid=f"m{i}")
+                ),
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-        )  # fmt: skip
+        )
         for i in range(3)
     ]
     try:
@@ -109,7 +114,9 @@ def run_three_and_kill(source_lines: str, log: Path, total: int, *, sleep: float
             lambda: len({r[0] for r in read_log(log)}) == 3 or any(p.poll() is not None for p in procs), timeout=60
         )
         assert all(p.poll() is None for p in procs), [
-            p.stderr.read().decode()[-2000:] for p in procs if p.poll() is not None  # type: ignore[union-attr]
+            p.stderr.read().decode()[-2000:]
+            for p in procs
+            if p.poll() is not None  # type: ignore[union-attr]
         ]
         # The victim is the busiest of the members delivering right now (a
         # call ended in the last 0.25 s): the busiest so far may be between

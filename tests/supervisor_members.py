@@ -113,8 +113,9 @@ def embedded_member(index: int) -> LitePushConsumer:
     broker = EmbeddedBroker()
     broker.create_topic("T", 1)
     consumer = LitePushConsumer(
-        ConsumerConfig(group="members", metrics_port=0), source=broker.pull_consumer("members"),
+        ConsumerConfig(group="members", metrics_port=0),
+        source=broker.pull_consumer("members"),
         listener=lambda msgs: None,
-    )  # fmt: skip
+    )
     consumer.subscribe("T")
     return consumer

@@ -227,7 +227,11 @@ def test_a_saturated_loop_admits_fewer_lanes_and_keeps_key_order(target: float, 
     async def main() -> None:
         c = AsyncLitePushConsumer(
             ConsumerConfig(
-                group="g", mode=ConsumeMode.KEY_ORDERLY, executor="asyncio", lanes=1024, loop_turn_target=target,
+                group="g",
+                mode=ConsumeMode.KEY_ORDERLY,
+                executor="asyncio",
+                lanes=1024,
+                loop_turn_target=target,
                 suspend_ms=5,
             ),
             source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET),

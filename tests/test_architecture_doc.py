@@ -278,12 +278,26 @@ def _stated_problems(text: str) -> tuple[set[str], list[str]]:
 
 #: The constants the document must keep stating (and so checking).
 STATED = {
-    "MAX_SEGMENT", "DISPATCH_BUDGET", "ConsumerConfig.commit_interval", "ConsumerConfig.lane_capacity",
-    "DEFAULT_THREAD_THRESHOLD", "DEFAULT_ASYNC_THRESHOLD", "ConsumerConfig.pull_threshold_size_for_queue",
-    "ConsumerConfig.max_span", "ConsumerConfig.offset_map_max_bytes", "RESUME_FRACTION", "STEAL_MULTIPLE",
-    "STEAL_FLOOR", "WATCH_INTERVAL", "ABORT_GRACE", "REVOKE_SLICE", "ConsumerConfig.revoke_timeout",
-    "MESSAGE_BUFFER_PER_LANE", "MESSAGE_ACK_INTERVAL", "FAILURE_DRAIN",
-}  # fmt: skip
+    "MAX_SEGMENT",
+    "DISPATCH_BUDGET",
+    "ConsumerConfig.commit_interval",
+    "ConsumerConfig.lane_capacity",
+    "DEFAULT_THREAD_THRESHOLD",
+    "DEFAULT_ASYNC_THRESHOLD",
+    "ConsumerConfig.pull_threshold_size_for_queue",
+    "ConsumerConfig.max_span",
+    "ConsumerConfig.offset_map_max_bytes",
+    "RESUME_FRACTION",
+    "STEAL_MULTIPLE",
+    "STEAL_FLOOR",
+    "WATCH_INTERVAL",
+    "ABORT_GRACE",
+    "REVOKE_SLICE",
+    "ConsumerConfig.revoke_timeout",
+    "MESSAGE_BUFFER_PER_LANE",
+    "MESSAGE_ACK_INTERVAL",
+    "FAILURE_DRAIN",
+}
 
 
 def test_every_number_stated_is_its_constants_value() -> None:
@@ -298,9 +312,13 @@ def test_the_number_check_catches_a_wrong_value() -> None:
         "`ConsumerConfig.commit_interval` = 5 s, `NO_SUCH_LIMIT` (1) and `WAIT_SLICE` (0.02 s)."
     )
     assert names == {
-        "MAX_SEGMENT", "STEAL_FLOOR", "ConsumerConfig.max_span", "ConsumerConfig.commit_interval", "NO_SUCH_LIMIT",
+        "MAX_SEGMENT",
+        "STEAL_FLOOR",
+        "ConsumerConfig.max_span",
+        "ConsumerConfig.commit_interval",
+        "NO_SUCH_LIMIT",
         "WAIT_SLICE",
-    }  # fmt: skip
+    }
     wrong = sorted(p.split(":")[0].strip("'") for p in problems)
     assert wrong == [
         "`ConsumerConfig.max_span` (1,048,575)",  # an expression's value (1 << 20), read from the class

@@ -59,9 +59,19 @@ def test_the_floor_runs_each_key_in_order_and_its_record_is_checked(tmp_path: Pa
     costs = [20_000 if seq == 8 else (1000 if seq % 3 else 0) for seq in range(len(keys))]
     floor = discover()["floor"]
     result = launch(
-        sys.executable, floor.runner, [], topic="t", group="floor-test", costs_us=costs, work_dir=tmp_path,
-        timeout=30, cap=None, settings=["max_records=7", "max_in_flight=10"], project_python=True, keys=keys,
-    )  # fmt: skip
+        sys.executable,
+        floor.runner,
+        [],
+        topic="t",
+        group="floor-test",
+        costs_us=costs,
+        work_dir=tmp_path,
+        timeout=30,
+        cap=None,
+        settings=["max_records=7", "max_in_flight=10"],
+        project_python=True,
+        keys=keys,
+    )
     assert result.error is None, result.error
     row = measure("floor", result.data, None, keys, place_nowhere(keys, 2), bytearray(len(keys)), 1e9)
     assert counts(row) == (0, 0, 0, 0) and row["handled"] == 60 and row["calls"] == 60 and not row["capped"]
@@ -89,9 +99,18 @@ def test_the_floor_stops_at_the_cap_and_loses_nothing(tmp_path: Path) -> None:
     costs = [60_000_000 if seq == 4 else 0 for seq in range(len(keys))]  # a's third message: a minute
     floor = discover()["floor"]
     result = launch(
-        sys.executable, floor.runner, [], topic="t", group="floor-cap", costs_us=costs, work_dir=tmp_path,
-        timeout=30, cap=0.5, project_python=True, keys=keys,
-    )  # fmt: skip
+        sys.executable,
+        floor.runner,
+        [],
+        topic="t",
+        group="floor-cap",
+        costs_us=costs,
+        work_dir=tmp_path,
+        timeout=30,
+        cap=0.5,
+        project_python=True,
+        keys=keys,
+    )
     assert result.error is None and result.data is not None and result.data["capped"]
     row = measure("floor", result.data, None, keys, place_nowhere(keys, 2), bytearray(len(keys)), 1e9)
     assert row["handled"] == 7 and counts(row) == (0, 0, 0, 0)  # a's 0, 2 and b's five
@@ -117,9 +136,17 @@ def test_the_lean_aiokafka_loop_keeps_key_order_and_commits_nothing_past_an_unha
         cluster.create_topic("t", 3)
         placed = produce_kafka(cluster.bootstrap, "t", keys, 3, 16)
         result = launch(
-            AIOKAFKA_PYTHON, aiokafka.runner, ["--bootstrap", cluster.bootstrap], topic="t", group="lean",
-            costs_us=costs, work_dir=tmp_path, timeout=60, cap=6.0, settings=["max_in_flight=50", "max_records=20"],
-        )  # fmt: skip
+            AIOKAFKA_PYTHON,
+            aiokafka.runner,
+            ["--bootstrap", cluster.bootstrap],
+            topic="t",
+            group="lean",
+            costs_us=costs,
+            work_dir=tmp_path,
+            timeout=60,
+            cap=6.0,
+            settings=["max_in_flight=50", "max_records=20"],
+        )
         acked = kafka_acked(cluster.bootstrap, "t", "lean", placed)
     assert result.error is None, result.error
     assert result.data is not None and result.data["config"]["mode"] == "lean" and result.data["capped"]
@@ -144,9 +171,22 @@ def test_the_hotpath_grid_has_every_contender_and_the_commands_stop_by_themselve
     report = tmp_path / "hotpath.json"
     python = AIOKAFKA_PYTHON if AIOKAFKA_PYTHON.exists() else Path(sys.executable)
     argv = [
-        "--shapes", "kpipe-1ms", "--messages", "200", "--repeat", "1", "--cap", "60", "--timeout", "90",
-        "--python", f"aiokafka={python}", "--json", str(report), "--markdown",
-    ]  # fmt: skip
+        "--shapes",
+        "kpipe-1ms",
+        "--messages",
+        "200",
+        "--repeat",
+        "1",
+        "--cap",
+        "60",
+        "--timeout",
+        "90",
+        "--python",
+        f"aiokafka={python}",
+        "--json",
+        str(report),
+        "--markdown",
+    ]
     assert bench_hotpath.main(argv) == 0
     data = json.loads(report.read_text())
     runs = data["shapes"]["kpipe-1ms"]["runs"]
@@ -179,9 +219,18 @@ def test_the_tables_take_medians_and_per_round_ratios() -> None:
 
     def run(rnd: int, rate: float, cpu_s: float, **extra: object) -> dict[str, object]:
         return {
-            "round": rnd, "rate": rate, "cpu_s": cpu_s, "handled": 1000, "capped": False, "error": None,
-            "lost": 0, "duplicates": 0, "order_violations": 0, "overlaps": 0, **extra,
-        }  # fmt: skip
+            "round": rnd,
+            "rate": rate,
+            "cpu_s": cpu_s,
+            "handled": 1000,
+            "capped": False,
+            "error": None,
+            "lost": 0,
+            "duplicates": 0,
+            "order_violations": 0,
+            "overlaps": 0,
+            **extra,
+        }
 
     runs = {
         "aiokafka": [run(0, 100.0, 0.010), run(1, 200.0, 0.010), run(2, 100.0, 0.010)],

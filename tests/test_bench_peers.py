@@ -46,9 +46,16 @@ def placement() -> Placement:
 def out(*calls: tuple[int, int, int], capped: bool = False) -> dict[str, object]:
     """An OUT.json with ``(seq, start, end)`` calls, t0 at 0 and wall = perf."""
     return {
-        "t0_ns": 0, "wall_minus_perf_ns": 0, "cpu_s": 0.5, "peak_rss_kb": 2048, "capped": capped, "error": None,
+        "t0_ns": 0,
+        "wall_minus_perf_ns": 0,
+        "cpu_s": 0.5,
+        "peak_rss_kb": 2048,
+        "capped": capped,
+        "error": None,
         "config": {"package": "x==1", "keeps_key_order": True},
-        "seq": [c[0] for c in calls], "start_ns": [c[1] for c in calls], "end_ns": [c[2] for c in calls],
+        "seq": [c[0] for c in calls],
+        "start_ns": [c[1] for c in calls],
+        "end_ns": [c[2] for c in calls],
     }
 
 
@@ -101,15 +108,29 @@ def test_a_duplicate_is_counted() -> None:
 
 def test_an_order_violation_is_counted() -> None:
     # key a's seq 4 starts before its seq 2
-    row = measure("p", out((0, 0, 10), (1, 0, 10), (4, 10, 20), (3, 12, 30), (2, 20, 25)), None, KEYS,
-                  placement(), bytearray(5), 1e9)
+    row = measure(
+        "p",
+        out((0, 0, 10), (1, 0, 10), (4, 10, 20), (3, 12, 30), (2, 20, 25)),
+        None,
+        KEYS,
+        placement(),
+        bytearray(5),
+        1e9,
+    )
     assert counts(row) == (0, 0, 1, 0)
 
 
 def test_a_same_key_overlap_is_counted() -> None:
     # key a's seq 2 starts at 5, before seq 0 ends at 10
-    row = measure("p", out((0, 0, 10), (1, 0, 10), (2, 5, 20), (3, 12, 30), (4, 20, 25)), None, KEYS,
-                  placement(), bytearray(5), 1e9)
+    row = measure(
+        "p",
+        out((0, 0, 10), (1, 0, 10), (2, 5, 20), (3, 12, 30), (4, 20, 25)),
+        None,
+        KEYS,
+        placement(),
+        bytearray(5),
+        1e9,
+    )
     assert counts(row) == (0, 0, 0, 1)
 
 
@@ -129,15 +150,23 @@ def test_the_catalog_and_the_settings() -> None:
     assert all(p.requirements is None or p.requirements.exists() for p in peers.values())
     assert isinstance(unrunnable(), dict)
     assert settings_of(["lanes=8", "loop=asyncio", "on=false"], {"lanes": 1, "loop": "uvloop", "on": True}) == {
-        "lanes": 8, "loop": "asyncio", "on": False,
+        "lanes": 8,
+        "loop": "asyncio",
+        "on": False,
     }
     with pytest.raises(SystemExit):
         settings_of(["nope=1"], {"lanes": 1})
 
 
 def test_a_runner_is_a_peer_with_its_pins_and_unrunnable_peers_have_reasons(tmp_path: Path) -> None:
-    for name in ("lite_push_x_runner.py", "a_runner.py", "b_redis_runner.py", "try_runner.py", "helper.py",
-                 "quixstreams_runner.py"):
+    for name in (
+        "lite_push_x_runner.py",
+        "a_runner.py",
+        "b_redis_runner.py",
+        "try_runner.py",
+        "helper.py",
+        "quixstreams_runner.py",
+    ):
         (tmp_path / name).write_text("")
     for name in ("a", "quixstreams"):
         (tmp_path / f"{name}.requirements.txt").write_text("# python 3.12\na==1\n")
@@ -158,9 +187,27 @@ def test_a_tiny_grid_round_trips(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
     report = tmp_path / "grid.json"
     argv = [
-        "--shapes", "kpipe-1ms,io5", "--messages", "300", "--repeat", "1", "--cap", "60", "--timeout", "90",
-        "--peers", "lite_push_kafka,serial,lite_push_redis", "--python", f"serial={sys.executable}",
-        "--set", "lite_push_kafka:lanes=64", "--set", "lite_push_redis:lanes=64", "--json", str(report), "--markdown",
+        "--shapes",
+        "kpipe-1ms,io5",
+        "--messages",
+        "300",
+        "--repeat",
+        "1",
+        "--cap",
+        "60",
+        "--timeout",
+        "90",
+        "--peers",
+        "lite_push_kafka,serial,lite_push_redis",
+        "--python",
+        f"serial={sys.executable}",
+        "--set",
+        "lite_push_kafka:lanes=64",
+        "--set",
+        "lite_push_redis:lanes=64",
+        "--json",
+        str(report),
+        "--markdown",
     ]
     assert main(argv) == 0
     data = json.loads(report.read_text())
@@ -277,8 +324,12 @@ def test_the_cpu_probe_says_each_thread_s_cpu_the_gc_and_librdkafka_s_consume_ca
     env = {**os.environ, "PYTHONPATH": str(root)}
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / "peers" / "cpu_probe.py"), "--messages", "20000", "--cost-ms", "0.1"],
-        cwd=root, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     rate = re.search(r"([\d,]+) msg/s over ([\d,]+) messages, CPU [\d.]+ us/msg: (.*)", done.stdout)
     assert rate is not None, done.stdout

@@ -31,10 +31,23 @@ def test_the_hottest_key_report() -> None:
 
 def test_a_small_run_of_one_and_two_processes_passes_its_checks() -> None:
     done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "bench_processes.py"), "--procs", "1,2", "--repeat", "1",
-         "--messages", "3000", "--lanes", "32", "--check"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(BENCHMARKS / "bench_processes.py"),
+            "--procs",
+            "1,2",
+            "--repeat",
+            "1",
+            "--messages",
+            "3000",
+            "--lanes",
+            "32",
+            "--check",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     checks = [line for line in done.stdout.splitlines() if line.strip().startswith("check:")]
     assert len(checks) == 2 and all("check: ok: 3,000 deliveries" in c for c in checks), done.stdout
@@ -45,10 +58,25 @@ def test_two_processes_balanced_by_message_pass_the_checks() -> None:
     """Issue 28, 2g: ``lite-push consume --processes 2 --balance message``
     on Redis: nothing lost, keys in order, no key in both processes at once."""
     done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "bench_processes.py"), "--procs", "2", "--repeat", "1",
-         "--messages", "6000", "--lanes", "2", "--check", "--balance", "message"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(BENCHMARKS / "bench_processes.py"),
+            "--procs",
+            "2",
+            "--repeat",
+            "1",
+            "--messages",
+            "6000",
+            "--lanes",
+            "2",
+            "--check",
+            "--balance",
+            "message",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     checks = [line for line in done.stdout.splitlines() if line.strip().startswith("check:")]
     assert len(checks) == 1 and "check: ok: 6,000 deliveries by 2 processes" in checks[0], done.stdout

@@ -71,11 +71,22 @@ def test_issue_17_named_workloads() -> None:
     assert keys_for(get_workload("sms-seq"))[0] == "acct-0"
     io5 = get_workload("io5")
     assert (io5.queues, io5.messages, io5.keys, io5.skew, io5.cost, io5.cost_ms) == (
-        4, 2_000, 100, "uniform", "constant", 5.0
+        4,
+        2_000,
+        100,
+        "uniform",
+        "constant",
+        5.0,
     )
     io1 = get_workload("io1")
     assert (io1.queues, io1.messages, io1.keys, io1.skew, io1.zipf_s, io1.cost, io1.cost_ms) == (
-        8, 20_000, 10_000, "zipf", 1.1, "constant", 1.0
+        8,
+        20_000,
+        10_000,
+        "zipf",
+        1.1,
+        "constant",
+        1.0,
     )
     assert all(w.key_format == "luhn" for name, w in WORKLOADS.items() if not name.startswith("sms-seq"))
 
@@ -375,10 +386,24 @@ def test_hung_key_bench_runs_before_and_after(tmp_path: Path) -> None:
 
     out = tmp_path / "runs.json"
     done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "bench_hung_key.py"), "--lanes", "2", "--messages", "200", "--cap", "3",
-         "--repeat", "1", "--json", str(out)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(BENCHMARKS / "bench_hung_key.py"),
+            "--lanes",
+            "2",
+            "--messages",
+            "200",
+            "--cap",
+            "3",
+            "--repeat",
+            "1",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "check: ok: in all 2 runs each of the 201 messages ran exactly once" in done.stdout
     rows = {line.split("|")[2].strip(): line for line in done.stdout.splitlines() if line.startswith("| 2 |")}

@@ -27,7 +27,7 @@ TOOLS = ("env", "id", "mktemp", "rm", "tail")
 def _java(bin_dir: Path, version: str) -> None:
     """A fake ``java`` whose ``-version`` says ``version``, as OpenJDK does (on stderr)."""
     java = bin_dir / "java"
-    java.write_text(f'#!{BASH}\necho \'openjdk version "{version}" 2025-04-15\' >&2\n')
+    java.write_text(f"#!{BASH}\necho 'openjdk version \"{version}\" 2025-04-15' >&2\n")
     java.chmod(0o755)
 
 
@@ -54,7 +54,7 @@ def _bin(tmp_path: Path, *, install: str = "java 17", java: str | None = None) -
     }[install]
     (bin_dir / "apt-get").write_text(
         f'#!{BASH}\necho "apt-get $* (DEBIAN_FRONTEND=$DEBIAN_FRONTEND)" >> {calls}\n'
-        f'if [[ $1 == install ]]; then\n{on_install}\nfi\n'
+        f"if [[ $1 == install ]]; then\n{on_install}\nfi\n"
     )
     for fake in ("sudo", "apt-get"):
         (bin_dir / fake).chmod(0o755)
@@ -66,8 +66,11 @@ def _bin(tmp_path: Path, *, install: str = "java 17", java: str | None = None) -
 def _run(bin_dir: Path, snippet: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [BASH, "-c", f"set -euo pipefail; source {SCRIPT}; {snippet}"],
-        capture_output=True, text=True, timeout=60, env={"PATH": str(bin_dir), **env},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": str(bin_dir), **env},
+    )
 
 
 def _apt_calls(calls: Path) -> list[str]:
@@ -133,5 +136,5 @@ def test_both_readme_commands_bootstrap_with_bench_which_ensures_java() -> None:
         assert "bash scripts/bootstrap.sh --bench" in (REPO / "scripts" / script).read_text(), script
     bootstrap = (REPO / "scripts" / "bootstrap.sh").read_text()
     assert "source scripts/system_packages.sh" in bootstrap
-    assert 'if [[ -n $bench ]]; then\n    ensure_java\nfi' in bootstrap
+    assert "if [[ -n $bench ]]; then\n    ensure_java\nfi" in bootstrap
     assert os.access(SCRIPT, os.R_OK)

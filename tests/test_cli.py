@@ -111,9 +111,7 @@ def assert_one_line_error(err: str, *fragments: str) -> None:
         (["dlq", "resend"], ["--source", "--group", "--offset", "--all", "--config"]),
     ],
 )
-def test_help_of_every_command(
-    capsys: pytest.CaptureFixture[str], argv: list[str], mentions: list[str]
-) -> None:
+def test_help_of_every_command(capsys: pytest.CaptureFixture[str], argv: list[str], mentions: list[str]) -> None:
     code, out, err = run_cli(capsys, *argv, "--help")
     assert code == 0 and err == ""
     assert out.startswith("usage: lite-push")
@@ -236,9 +234,7 @@ def _toml(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def test_precedence_flag_env_file_default(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_precedence_flag_env_file_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     path = _toml(
         tmp_path,
         """
@@ -272,29 +268,17 @@ def test_precedence_flag_env_file_default(
     assert config.mode is ConsumeMode.CONCURRENTLY  # file > default
     assert config.batch_size == 8 and config.group == "from-file"
     assert config.metrics_port == 9464
-    assert (
-        config.pull_batch_size == ConsumerConfig(group="x").pull_batch_size
-    )  # default
+    assert config.pull_batch_size == ConsumerConfig(group="x").pull_batch_size  # default
     assert s.get("source") == "redis://env:6379/0" and s.get("topic") == "FLAG"
-    assert (
-        s.get("listener") == "file_mod:handle"
-        and s.get("from") == "first"
-        and s.get("tags") is None
-    )
-    assert (
-        s.origins["lanes"] == "--lanes"
-        and s.origins["commit_interval"] == "LITE_PUSH_COMMIT_INTERVAL"
-    )
+    assert s.get("listener") == "file_mod:handle" and s.get("from") == "first" and s.get("tags") is None
+    assert s.origins["lanes"] == "--lanes" and s.origins["commit_interval"] == "LITE_PUSH_COMMIT_INTERVAL"
     assert s.origins["mode"].endswith("[consumer] mode")
 
     # without the flag, the environment wins; without both, the file
     assert load_settings({}, config_file=path).consumer_config().lanes == 8
     monkeypatch.delenv("LITE_PUSH_LANES")
     assert load_settings({}, config_file=path).consumer_config().lanes == 4
-    assert (
-        load_settings({"group": "g"}).consumer_config().lanes
-        == ConsumerConfig(group="g").lanes
-    )
+    assert load_settings({"group": "g"}).consumer_config().lanes == ConsumerConfig(group="g").lanes
 
 
 def test_values_convert_to_the_field_type(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -312,11 +296,7 @@ def test_values_convert_to_the_field_type(monkeypatch: pytest.MonkeyPatch) -> No
     assert config.lane_placement == "hash"
     # the flag beats the environment
     assert load_settings({"lane_placement": "java"}, environ=env).consumer_config().lane_placement == "java"
-    assert (
-        config.poll_timeout == 0.25
-        and config.metrics_port is None
-        and config.metrics_addr == "0.0.0.0"
-    )
+    assert config.poll_timeout == 0.25 and config.metrics_port is None and config.metrics_addr == "0.0.0.0"
     # --no-metrics: a flag given as None beats the environment
     s = load_settings(
         {"metrics_port": None},
@@ -381,20 +361,14 @@ def test_config_errors_reach_the_user_as_one_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     path = _toml(tmp_path, "[consumer]\ngroup = 'g'\nlanez = 4\n")
-    code, _, err = run_cli(
-        capsys, "dlq", "list", "--source", "redis://127.0.0.1:1", "--config", str(path)
-    )
+    code, _, err = run_cli(capsys, "dlq", "list", "--source", "redis://127.0.0.1:1", "--config", str(path))
     assert code == 2
     assert_one_line_error(err, "lanez")
-    code, _, err = run_cli(
-        capsys, "dlq", "list", "--config", str(tmp_path / "missing.toml")
-    )
+    code, _, err = run_cli(capsys, "dlq", "list", "--config", str(tmp_path / "missing.toml"))
     assert code == 2
     assert_one_line_error(err, "config: cannot read")
     monkeypatch.setenv("LITE_PUSH_NOPE", "1")
-    code, _, err = run_cli(
-        capsys, "dlq", "list", "--source", "redis://127.0.0.1:1", "--group", "g"
-    )
+    code, _, err = run_cli(capsys, "dlq", "list", "--source", "redis://127.0.0.1:1", "--group", "g")
     assert code == 2
     assert_one_line_error(err, "LITE_PUSH_NOPE")
 
@@ -442,10 +416,7 @@ def test_a_listener_is_imported(listener_dir: Path) -> None:
 
     assert cli.load_listener("cli_listeners_ok:handle") is cli_listeners_ok.handle
     assert cli.load_listener("cli_listeners_ok:ahandle") is cli_listeners_ok.ahandle
-    assert (
-        cli.load_listener("cli_listeners_ok:handler.on_messages")
-        == cli_listeners_ok.handler.on_messages
-    )
+    assert cli.load_listener("cli_listeners_ok:handler.on_messages") == cli_listeners_ok.handler.on_messages
 
 
 @pytest.mark.parametrize(
@@ -490,14 +461,10 @@ def test_an_async_listener_told_to_use_threads_is_a_config_error(
         "--topic",
         "T",
     ]
-    code, _, err = run_cli(
-        capsys, *argv, "--listener", "cli_listeners_ok:ahandle", "--executor", "thread"
-    )
+    code, _, err = run_cli(capsys, *argv, "--listener", "cli_listeners_ok:ahandle", "--executor", "thread")
     assert code == 2
     assert_one_line_error(err, "executor: 'thread' runs a plain listener, but ahandle is an `async def`")
-    code, _, err = run_cli(
-        capsys, *argv, "--listener", "cli_listeners_ok:handle", "--executor", "asyncio"
-    )
+    code, _, err = run_cli(capsys, *argv, "--listener", "cli_listeners_ok:handle", "--executor", "asyncio")
     assert code == 2
     assert_one_line_error(err, "executor: 'asyncio' runs an `async def` listener, but handle is a plain function")
 
@@ -523,15 +490,9 @@ def test_demo_runs_and_prints_stats(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0, err
     assert "produced 2,000 messages over 8 queues and 50 keys" in out
     (url,) = re.findall(r"^metrics: (\S+)$", out, re.MULTILINE)
-    assert re.fullmatch(r"http://127\.0\.0\.1:\d+/metrics", url) and not url.endswith(
-        ":0/metrics"
-    )
-    assert re.search(
-        r"\[final \] consumed 2,000/2,000 +[\d,]+ msg/s +lag 0 \(uncommitted 0\)", out
-    )
-    assert (
-        "ordering check: 0 per-key order inversions, 0 lost, 0 duplicates -> OK" in out
-    )
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+/metrics", url) and not url.endswith(":0/metrics")
+    assert re.search(r"\[final \] consumed 2,000/2,000 +[\d,]+ msg/s +lag 0 \(uncommitted 0\)", out)
+    assert "ordering check: 0 per-key order inversions, 0 lost, 0 duplicates -> OK" in out
 
 
 def test_demo_without_metrics(capsys: pytest.CaptureFixture[str]) -> None:
@@ -539,18 +500,12 @@ def test_demo_without_metrics(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and "metrics:" not in out and "-> OK" in out
 
 
-def test_demo_exits_1_when_the_check_fails(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def broken(
-        broker: EmbeddedBroker, topic: str, label: str, *args: object, **kw: object
-    ) -> demo.RunResult:
+def test_demo_exits_1_when_the_check_fails(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(broker: EmbeddedBroker, topic: str, label: str, *args: object, **kw: object) -> demo.RunResult:
         return demo.RunResult(label, 10, 0.1, inversions=1, lost=0, duplicates=0)
 
     monkeypatch.setattr(demo, "run_once", broken)
-    code, out, _ = run_cli(
-        capsys, "demo", "--messages", "10", "--io-ms", "0", "--no-metrics"
-    )
+    code, out, _ = run_cli(capsys, "demo", "--messages", "10", "--io-ms", "0", "--no-metrics")
     assert code == 1 and "-> FAILED" in out
 
 
@@ -636,23 +591,15 @@ class Service:
     """``python -m lite_push consume ...`` as a subprocess, with a listener
     module in ``tmp_path`` that appends what it consumed to a file."""
 
-    def __init__(
-        self, tmp_path: Path, argv: list[str], env: dict[str, str] | None = None
-    ) -> None:
+    def __init__(self, tmp_path: Path, argv: list[str], env: dict[str, str] | None = None) -> None:
         (tmp_path / "cli_test_listener.py").write_text(LISTENER_MODULE)
         self.consumed = tmp_path / "consumed.txt"
         self.stdout = tmp_path / "stdout.txt"
         self.stderr = tmp_path / "stderr.txt"
-        full_env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith("LITE_PUSH_") or k in NON_CONFIG_ENV
-        }
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("LITE_PUSH_") or k in NON_CONFIG_ENV}
         full_env.update(env or {})
         full_env["CLI_TEST_OUT"] = str(self.consumed)
-        full_env["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [str(tmp_path), full_env.get("PYTHONPATH")])
-        )
+        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), full_env.get("PYTHONPATH")]))
         with self.stdout.open("w") as out, self.stderr.open("w") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "lite_push", "consume", *argv],
@@ -687,9 +634,7 @@ class Service:
         return f"stdout:\n{self.stdout.read_text()}\nstderr:\n{self.stderr.read_text()}"
 
 
-def _produce(
-    broker: RedisBroker | EmbeddedBroker, topic: str, n: int, keys: int
-) -> dict[str, list[int]]:
+def _produce(broker: RedisBroker | EmbeddedBroker, topic: str, n: int, keys: int) -> dict[str, list[int]]:
     """Send n messages over ``keys`` keys; return each key's bodies in send order."""
     sent: dict[str, list[int]] = defaultdict(list)
     for i in range(n):
@@ -713,9 +658,7 @@ def _check_consumed(lines: list[str], sent: dict[str, list[int]]) -> None:
 
 
 @pytest.mark.parametrize("executor", ["thread", "asyncio"])
-def test_consume_on_redis_drains_and_commits_on_sigterm(
-    redis_url: str, tmp_path: Path, executor: str
-) -> None:
+def test_consume_on_redis_drains_and_commits_on_sigterm(redis_url: str, tmp_path: Path, executor: str) -> None:
     n, group = 600, "svc"
     broker = RedisBroker(redis_url.split("?")[0], namespace=_namespace(redis_url))
     try:
@@ -774,23 +717,16 @@ def test_consume_on_redis_drains_and_commits_on_sigterm(
         _check_consumed(_lines(service.consumed), sent)
         assert len(lines) >= n
         out = service.stdout.read_text()
-        assert (
-            f"executor {executor}" in out
-            and f"stopped: consumed {n}; offsets committed for 4 queues" in out
-        )
+        assert f"executor {executor}" in out and f"stopped: consumed {n}; offsets committed for 4 queues" in out
         if executor == "thread":
-            assert "7 lanes" in out and re.search(
-                r"^metrics: http://127\.0\.0\.1:\d+/metrics$", out, re.MULTILINE
-            )
+            assert "7 lanes" in out and re.search(r"^metrics: http://127\.0\.0\.1:\d+/metrics$", out, re.MULTILINE)
         else:
             assert "metrics:" not in out
         reader = broker.pull_consumer(group)
         try:
             for q in broker.queues("ORDERS"):
                 committed = reader.committed(q)
-                assert committed is not None and committed.offset == broker.max_offset(
-                    q
-                ), q
+                assert committed is not None and committed.offset == broker.max_offset(q), q
         finally:
             reader.close()
     finally:
@@ -854,12 +790,11 @@ def test_consume_of_an_unknown_topic_exits_1(
     capsys: pytest.CaptureFixture[str], redis_url: str, listener_dir: Path
 ) -> None:
     argv = ["consume", "--source", redis_url, "--group", "g", "--topic", "NOPE"]
-    code, _, err = run_cli(
-        capsys, *argv, "--listener", "cli_listeners_ok:handle", "--log-level", "ERROR"
-    )
+    code, _, err = run_cli(capsys, *argv, "--listener", "cli_listeners_ok:handle", "--log-level", "ERROR")
     assert code == 1
-    assert_one_line_error(err, f"topic 'NOPE' does not exist on {redis_url.split('?')[0]} in namespace "
-                          f"'{_namespace(redis_url)}'")
+    assert_one_line_error(
+        err, f"topic 'NOPE' does not exist on {redis_url.split('?')[0]} in namespace '{_namespace(redis_url)}'"
+    )
 
 
 # -- dlq ------------------------------------------------------------------------
@@ -885,9 +820,7 @@ def dead_letters(redis_url: str) -> Iterator[tuple[RedisBroker, list[MessageExt]
         raise ValueError(f"boom {msgs[0].keys}")
 
     config = ConsumerConfig(group="g", max_reconsume_times=1, suspend_ms=1, lanes=4)
-    consumer = LitePushConsumer(
-        config, source=broker.pull_consumer("g", consume_from=FIRST), listener=fail
-    )
+    consumer = LitePushConsumer(config, source=broker.pull_consumer("g", consume_from=FIRST), listener=fail)
     consumer.subscribe("T")
     with consumer:
         assert wait_until(lambda: consumer.stats().dead_lettered >= 5, 60.0)
@@ -904,9 +837,7 @@ def test_dlq_list(
 ) -> None:
     broker, originals = dead_letters
     by_id = {m.msg_id: m for m in originals}
-    code, out, err = run_cli(
-        capsys, "dlq", "list", "--source", redis_url, "--group", "g"
-    )
+    code, out, err = run_cli(capsys, "dlq", "list", "--source", redis_url, "--group", "g")
     assert code == 0, err
     lines = out.splitlines()
     assert len(lines) == 5
@@ -930,11 +861,7 @@ def test_dlq_list(
     assert [d["dlq_offset"] for d in docs] == [1, 2, 3, 4]
     for d in docs:
         orig = by_id[d["origin_msg_id"]]
-        assert (
-            d["dlq_topic"] == "%DLQ%g"
-            and d["group"] == "g"
-            and d["origin_topic"] == "T"
-        )
+        assert d["dlq_topic"] == "%DLQ%g" and d["group"] == "g" and d["origin_topic"] == "T"
         assert (d["origin_queue_id"], d["origin_offset"]) == (
             orig.queue_id,
             orig.queue_offset,
@@ -953,9 +880,7 @@ def test_dlq_list(
     (dlq_queue,) = broker.queues("%DLQ%g")
     assert broker.committed("g", dlq_queue) is None
     # a group the source has no record of is an error naming it (and creates no topic)
-    code, out, err = run_cli(
-        capsys, "dlq", "list", "--source", redis_url, "--group", "other"
-    )
+    code, out, err = run_cli(capsys, "dlq", "list", "--source", redis_url, "--group", "other")
     assert (code, out) == (2, "")
     assert_one_line_error(err, "group: 'other' is unknown on redis://")
     assert "%DLQ%other" not in broker.topics()
@@ -972,23 +897,16 @@ def test_dlq_resend(
     (dlq_queue,) = broker.queues("%DLQ%g")
     dl1 = broker.messages(dlq_queue, 1, 2)[0]
 
-    code, out, err = run_cli(
-        capsys, "dlq", "resend", "--source", redis_url, "--group", "g", "--offset", "1"
-    )
+    code, out, err = run_cli(capsys, "dlq", "resend", "--source", redis_url, "--group", "g", "--offset", "1")
     assert code == 0, err
     (line,) = out.splitlines()
-    m = re.fullmatch(
-        r"resent offset=1 origin=T/\d/\d+ -> T/(\d)/(\d+) msg_id=\S+", line
-    )
+    m = re.fullmatch(r"resent offset=1 origin=T/\d/\d+ -> T/(\d)/(\d+) msg_id=\S+", line)
     assert m, line
     q = queues[int(m[1])]
     assert int(m[2]) == ends[q] and broker.max_offset(q) == ends[q] + 1
     (again,) = broker.messages(q, ends[q], ends[q] + 1)
     assert (again.body, again.keys, again.tags) == (dl1.body, dl1.keys, dl1.tags)
-    assert (
-        again.properties == {"user": dl1.properties["user"]}
-        and again.reconsume_times == 0
-    )
+    assert again.properties == {"user": dl1.properties["user"]} and again.reconsume_times == 0
     assert sum(broker.max_offset(q) for q in queues) == sum(ends.values()) + 1
 
     # an offset with no dead letter: one-line error, nothing sent
@@ -1008,9 +926,7 @@ def test_dlq_resend(
     assert bodies == sorted(m.body for m in originals)
 
 
-def test_dlq_on_an_embedded_broker(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_dlq_on_an_embedded_broker(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     data = tmp_path / "data"
     with EmbeddedBroker(data) as broker:
         broker.create_topic("T", 1)
@@ -1021,9 +937,7 @@ def test_dlq_on_an_embedded_broker(
         (msg,) = batches[0].messages
         assert c.send_to_dlq([(msg, "NonRetryableError", "bad bytes")]) == [None]
         c.close()
-    code, out, err = run_cli(
-        capsys, "dlq", "list", "--source", f"embedded:{data}", "--group", "g", "--json"
-    )
+    code, out, err = run_cli(capsys, "dlq", "list", "--source", f"embedded:{data}", "--group", "g", "--json")
     assert code == 0, err
     (doc,) = [orjson.loads(line) for line in out.splitlines()]
     assert (doc["body"], doc["body_encoding"], doc["reason"]) == (
@@ -1031,9 +945,7 @@ def test_dlq_on_an_embedded_broker(
         "base64",
         "NonRetryableError",
     )
-    code, out, _ = run_cli(
-        capsys, "dlq", "resend", "--source", f"embedded:{data}", "--group", "g", "--all"
-    )
+    code, out, _ = run_cli(capsys, "dlq", "resend", "--source", f"embedded:{data}", "--group", "g", "--all")
     assert code == 0 and "-> T/0/1 " in out
     with EmbeddedBroker(data) as broker:
         assert [m.body for m in broker.messages(broker.queues("T")[0])] == [

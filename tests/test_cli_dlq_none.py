@@ -31,8 +31,11 @@ def _dlq_list(*argv: str) -> tuple[int, str, str]:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     done = subprocess.run(
         [sys.executable, "-m", "lite_push", "dlq", "list", *argv],
-        capture_output=True, text=True, timeout=60, env=env,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     return done.returncode, done.stdout, done.stderr
 
 

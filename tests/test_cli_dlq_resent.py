@@ -175,8 +175,10 @@ def test_a_resend_cut_short_by_a_closed_pipe_records_what_it_sent(tmp_path: Path
     source = Source(f"embedded:{data}", lambda: EmbeddedBroker(data), n)
     proc = subprocess.Popen(
         [sys.executable, "-m", "lite_push", "dlq", "resend", "--all", "--source", source.url, "--group", "g"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(),
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+    )
     assert proc.stdout is not None and proc.stderr is not None
     try:
         first = proc.stdout.readline()
@@ -207,13 +209,17 @@ def _record(offset: int, **props: str) -> MessageExt:
 
 def test_the_resent_log_folds_resend_and_release_records(caplog: pytest.LogCaptureFixture) -> None:
     log = ResentLog()
-    log.feed([
-        _record(0, **{HELD_KEY: "K"}), _record(1, **{HELD_KEY: "K"}), _record(2),
-        _record(3, **{RESENT_LETTERS: json.dumps([[2, "T/0/9"]])}),
-        _record(4, **{RELEASED_KEY: "K", RELEASED_THROUGH: "0"}),  # K's letters up to offset 0
-        _record(5, **{RESENT_LETTERS: "[[2, 3]]"}),  # malformed: marks nothing
-        _record(6, **{RESENT_LETTERS: json.dumps([[2, "T/0/12"]])}),  # resent again (--force): the later place
-    ])  # fmt: skip
+    log.feed(
+        [
+            _record(0, **{HELD_KEY: "K"}),
+            _record(1, **{HELD_KEY: "K"}),
+            _record(2),
+            _record(3, **{RESENT_LETTERS: json.dumps([[2, "T/0/9"]])}),
+            _record(4, **{RELEASED_KEY: "K", RELEASED_THROUGH: "0"}),  # K's letters up to offset 0
+            _record(5, **{RESENT_LETTERS: "[[2, 3]]"}),  # malformed: marks nothing
+            _record(6, **{RESENT_LETTERS: json.dumps([[2, "T/0/12"]])}),  # resent again (--force): the later place
+        ]
+    )
     assert log.resent == {0: RELEASED, 2: "T/0/12"}
     assert log.next_offset == 7
     assert "offset 5 marks nothing" in caplog.text

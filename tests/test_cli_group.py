@@ -411,12 +411,15 @@ NOPE = ["topic 'NOPE' does not exist on embedded:", "(topics there: T)"]
         (["reset-offsets", "--group", "g", "--topic", "T", "--to", "soon"], 2, ["--to: expected first, last"]),
         (["reset-offsets", "--group", "g", "--topic", "T", "--to", "2026-11-26T10:00:00"], 2, ["no time zone"]),
         (["reset-offsets", "--group", "g", "--topic", "T", "--to", "1700000000"], 2, ["seconds?"]),
-        (["reset-offsets", "--group", "g", "--topic", "T", "--to", "first", "--queue", "5"], 2,
-         ["--queue: topic 'T' has queues 0 to 1; no queue 5"]),
+        (
+            ["reset-offsets", "--group", "g", "--topic", "T", "--to", "first", "--queue", "5"],
+            2,
+            ["--queue: topic 'T' has queues 0 to 1; no queue 5"],
+        ),
         (["reset-offsets", "--group", "g", "--topic", "T", "--to", "first", "--queue", "x"], 2, ["--queue"]),
         (["reset-offsets", "--group", "g", "--topic", "NOPE", "--to", "first"], 1, NOPE),
     ],
-)  # fmt: skip
+)
 def test_bad_input_is_one_line(small_dir: str, argv: list[str], code: int, fragments: list[str]) -> None:
     p = lite_push("group", *argv, "--source", small_dir)
     line = assert_error(p, code, *fragments)

@@ -114,18 +114,37 @@ def test_a_bad_processes_value_exits_2_naming_it(
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     code, out, err = run_cli(
-        capsys, "consume", "--source", "redis://127.0.0.1:1", "--group", "g", "--topic", "T",
-        "--listener", listener, *argv,
-    )  # fmt: skip
+        capsys,
+        "consume",
+        "--source",
+        "redis://127.0.0.1:1",
+        "--group",
+        "g",
+        "--topic",
+        "T",
+        "--listener",
+        listener,
+        *argv,
+    )
     assert code == 2 and out == ""
     assert_one_line_error(err, fragment)
 
 
 def test_an_embedded_source_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path, listener: str) -> None:
     code, out, err = run_cli(
-        capsys, "consume", "--processes", "2", "--source", f"embedded:{tmp_path}", "--group", "g", "--topic", "T",
-        "--listener", listener,
-    )  # fmt: skip
+        capsys,
+        "consume",
+        "--processes",
+        "2",
+        "--source",
+        f"embedded:{tmp_path}",
+        "--group",
+        "g",
+        "--topic",
+        "T",
+        "--listener",
+        listener,
+    )
     assert code == 2 and out == ""
     assert_one_line_error(err, "--processes 2: an embedded: source belongs to the one process that opens it")
 
@@ -149,9 +168,20 @@ def test_what_fails_before_the_members_start_fails_at_once(
     url, b = broker
     b.create_topic("T", 2)
     got, out, err = run_cli(
-        capsys, "consume", "--processes", "2", "--source", url, "--group", "g", "--listener", listener,
-        "--log-level", "ERROR", *argv,
-    )  # fmt: skip
+        capsys,
+        "consume",
+        "--processes",
+        "2",
+        "--source",
+        url,
+        "--group",
+        "g",
+        "--listener",
+        listener,
+        "--log-level",
+        "ERROR",
+        *argv,
+    )
     assert got == code and out == ""
     assert_one_line_error(err, fragment)
 
@@ -159,8 +189,19 @@ def test_what_fails_before_the_members_start_fails_at_once(
 def test_an_unreachable_source_fails_at_once(capsys: pytest.CaptureFixture[str], listener: str) -> None:
     url = f"redis://127.0.0.1:{free_port()}/0"
     code, out, err = run_cli(
-        capsys, "consume", "--processes", "2", "--source", url, "--group", "g", "--topic", "T", "--listener", listener,
-    )  # fmt: skip
+        capsys,
+        "consume",
+        "--processes",
+        "2",
+        "--source",
+        url,
+        "--group",
+        "g",
+        "--topic",
+        "T",
+        "--listener",
+        listener,
+    )
     assert code == 1 and out == ""
     assert_one_line_error(err, "ConnectionError")
 
@@ -171,7 +212,7 @@ def test_an_unreachable_source_fails_at_once(capsys: pytest.CaptureFixture[str],
 def _members_consumed(metrics_url: str) -> dict[str, float]:
     with urllib.request.urlopen(metrics_url, timeout=10) as r:
         page = r.read().decode()
-    found = re.findall(r'^lite_push_messages_processed_total\{([^}]*)\} (\S+)$', page, re.MULTILINE)
+    found = re.findall(r"^lite_push_messages_processed_total\{([^}]*)\} (\S+)$", page, re.MULTILINE)
     out: dict[str, float] = {}
     for labels, value in found:
         if 'outcome="success"' in labels:
@@ -257,12 +298,25 @@ def test_two_members_on_kafka(tmp_path: Path) -> None:
             service = Service(
                 tmp_path,
                 [
-                    "--source", f"kafka://{cluster.bootstrap}?session_timeout=2", "--group", "g", "--topic", "T",
-                    "--from", "first", "--lanes", "8", "--listener", "cli_test_listener:handle", "--processes", "2",
-                    "--metrics-port", "0",
+                    "--source",
+                    f"kafka://{cluster.bootstrap}?session_timeout=2",
+                    "--group",
+                    "g",
+                    "--topic",
+                    "T",
+                    "--from",
+                    "first",
+                    "--lanes",
+                    "8",
+                    "--listener",
+                    "cli_test_listener:handle",
+                    "--processes",
+                    "2",
+                    "--metrics-port",
+                    "0",
                 ],
                 env={"LITE_PUSH_REVOKE_TIMEOUT": "1.0", "LITE_PUSH_COMMIT_INTERVAL": "0.2"},
-            )  # fmt: skip
+            )
             try:
                 assert wait_until(lambda: "metrics: " in service.stdout.read_text() or service.proc.poll() is not None)
                 (metrics,) = re.findall(r"^metrics: (\S+)/metrics$", service.stdout.read_text(), re.M)

@@ -41,8 +41,19 @@ def test_keys_bodies_and_tags_are_stored_in_input_order_per_key(source: Source) 
     lines = [f"k{i % 13}:{i}".encode() for i in range(n)]
     lines += [b"k1:a:b\r", b":keyless", b"k2:"]  # split at the first ':'; \r\n ends a line; an empty key or body
     source.create("T", 4)
-    r = lite_push("produce", "--source", source.url, "--topic", "T", "--key-separator", ":", "--tags", "Orders",
-                  stdin=b"\n".join(lines))  # fmt: skip  # the last line has no newline
+    # the last line has no newline
+    r = lite_push(
+        "produce",
+        "--source",
+        source.url,
+        "--topic",
+        "T",
+        "--key-separator",
+        ":",
+        "--tags",
+        "Orders",
+        stdin=b"\n".join(lines),
+    )
     assert ok(r) == [f"sent {n + 3} messages to T"]
     messages = stored(source, "T")
     assert len(messages) == n + 3
@@ -90,9 +101,23 @@ def test_the_newcomers_path_create_feed_consume(tmp_path: Path) -> None:
         assert ok(lite_push("topic", "describe", "--source", source.url, "--topic", "ORDERS"))[-1] == (
             "topic=ORDERS queues=3 messages=500"
         )
-        service = Service(tmp_path, ["--source", source.url, "--group", "g", "--topic", "ORDERS", "--from", "first",
-                                     "--listener", "cli_test_listener:handle", "--no-metrics"],
-                          env={"PYTHONPATH": cli_env()["PYTHONPATH"]})  # fmt: skip
+        service = Service(
+            tmp_path,
+            [
+                "--source",
+                source.url,
+                "--group",
+                "g",
+                "--topic",
+                "ORDERS",
+                "--from",
+                "first",
+                "--listener",
+                "cli_test_listener:handle",
+                "--no-metrics",
+            ],
+            env={"PYTHONPATH": cli_env()["PYTHONPATH"]},
+        )
         try:
             service.wait_consumed(500)
             code = service.stop()
@@ -149,23 +174,43 @@ def test_a_progress_bar_on_stderr_when_asked(tmp_path: Path) -> None:
         (["--key-separator", ""], b"", 2, "key-separator: must not be empty", 0),
         (["--tags", "A || B"], b"", 2, "tags: one tag without whitespace, '|' or '*'", 0),
         (["--tags", ""], b"", 2, "tags: one tag", 0),
-        (["--key-separator", ":"], b"k:1\nk:2\nno separator\nk:4\n", 2,
-         "line 3: no key separator ':' in it; sent 2 messages to T (input lines 1 to 2)", 2),
+        (
+            ["--key-separator", ":"],
+            b"k:1\nk:2\nno separator\nk:4\n",
+            2,
+            "line 3: no key separator ':' in it; sent 2 messages to T (input lines 1 to 2)",
+            2,
+        ),
         (["--key-separator", ":"], b"\xff\xfe:body\n", 2, "line 1: its key is not UTF-8; sent 0 messages to T", 0),
-        ([], b"small\n" + b"x" * (4 * 1024 * 1024 + 1) + b"\n", 2,
-         "line 2: its body has 4194305 bytes, more than the source's limit of 4194304; sent 1 message to T "
-         "(input line 1)", 1),
-        ([], b"small\n" + b"x" * (4 * 1024 * 1024 + 70000), 2,
-         "line 2: it has more than 4259840 bytes and no end; sent 1 message to T (input line 1)", 1),
-        (["--topic", "NOPE"], b"x\n", 1,
-         "topic 'NOPE' does not exist on {place} (topics there: T; create it first: lite-push topic create "
-         "--topic NOPE --queues N)", 0),
+        (
+            [],
+            b"small\n" + b"x" * (4 * 1024 * 1024 + 1) + b"\n",
+            2,
+            "line 2: its body has 4194305 bytes, more than the source's limit of 4194304; sent 1 message to T "
+            "(input line 1)",
+            1,
+        ),
+        (
+            [],
+            b"small\n" + b"x" * (4 * 1024 * 1024 + 70000),
+            2,
+            "line 2: it has more than 4259840 bytes and no end; sent 1 message to T (input line 1)",
+            1,
+        ),
+        (
+            ["--topic", "NOPE"],
+            b"x\n",
+            1,
+            "topic 'NOPE' does not exist on {place} (topics there: T; create it first: lite-push topic create "
+            "--topic NOPE --queues N)",
+            0,
+        ),
         (["--topic", "%DLQ%g"], b"x\n", 2, "topic: %DLQ%g is a group's retry or dead-letter topic", 0),
         (["--topic", "a/b"], b"x\n", 2, "topic 'a/b' must not contain", 0),
         (["--topic", ""], b"x\n", 2, "--topic is required", 0),
         (["--source", ""], b"x\n", 2, "--source is required", 0),
         (["--progress", "sometimes"], b"x\n", 2, "argument --progress: invalid choice", 0),
-    ],  # fmt: skip
+    ],
 )
 def test_bad_input_is_one_line(
     tmp_path: Path, argv: list[str], stdin: bytes, code: int, fragment: str, kept: int
@@ -175,8 +220,10 @@ def test_bad_input_is_one_line(
     with open_source("embedded", tmp_path, None) as source:
         source.create("T", 2)
         given = dict(zip(argv[::2], argv[1::2], strict=True))
-        full = ["produce", *argv] + ["--source", source.url] * ("--source" not in given) + ["--topic", "T"] * (
-            "--topic" not in given
+        full = (
+            ["produce", *argv]
+            + ["--source", source.url] * ("--source" not in given)
+            + ["--topic", "T"] * ("--topic" not in given)
         )
         fragment = fragment.replace("{url}", source.url).replace("{place}", source.place)
         one_line_error(lite_push(*full, stdin=stdin), code, fragment)

@@ -32,9 +32,15 @@ class _Ends:
 
 def _stats(consumed: int, **kw: object) -> ConsumerStats:
     base: dict[str, object] = {
-        "consumed": consumed, "retried": 0, "in_flight": {Q0: 5, Q1: 7}, "in_flight_bytes": {Q0: 1, Q1: 1},
-        "paused": frozenset({Q1}), "committed": {Q0: 100, Q1: 40}, "lane_depths": (0,), "dead_lettered": 2,
-    }  # fmt: skip
+        "consumed": consumed,
+        "retried": 0,
+        "in_flight": {Q0: 5, Q1: 7},
+        "in_flight_bytes": {Q0: 1, Q1: 1},
+        "paused": frozenset({Q1}),
+        "committed": {Q0: 100, Q1: 40},
+        "lane_depths": (0,),
+        "dead_lettered": 2,
+    }
     base.update(kw)
     return ConsumerStats(**base)  # type: ignore[arg-type]
 
@@ -45,9 +51,7 @@ def test_a_line_every_interval_with_rate_lag_in_flight_and_paused() -> None:
     status = Status(out, _Ends({Q0: 130, Q1: 50}), interval=5.0, start=start)  # type: ignore[arg-type]
     assert not status.tick(_stats(100), now=start + 4.9)
     assert status.tick(_stats(1_000), now=start + 5.0)
-    assert out.getvalue() == (
-        "consumed 1,000 (+200/s)  lag 40  in flight 12  paused 1 of 2 queues  dead letters 2\n"
-    )
+    assert out.getvalue() == ("consumed 1,000 (+200/s)  lag 40  in flight 12  paused 1 of 2 queues  dead letters 2\n")
     assert not status.tick(_stats(2_000), now=start + 9.0)
     assert status.tick(_stats(6_000), now=start + 10.0)
     assert out.getvalue().splitlines()[1].startswith("consumed 6,000 (+1,000/s)")
@@ -71,9 +75,24 @@ def test_consume_prints_the_status_line_with_progress_on(tmp_path: Path) -> None
     (tmp_path / "progress_listener.py").write_text("def handle(msgs):\n    pass\n")
     out = tmp_path / "out.txt"
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "LITE_PUSH_COMMIT_INTERVAL": "0.5"}  # committed by the line
-    argv = [sys.executable, "-m", "lite_push", "consume", "--source", f"embedded:{data}", "--group", "g",
-            "--topic", "T", "--listener", "progress_listener:handle", "--from", "first",
-            "--progress", "on"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "lite_push",
+        "consume",
+        "--source",
+        f"embedded:{data}",
+        "--group",
+        "g",
+        "--topic",
+        "T",
+        "--listener",
+        "progress_listener:handle",
+        "--from",
+        "first",
+        "--progress",
+        "on",
+    ]
     with out.open("w") as f:
         proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.DEVNULL, env=env, cwd=tmp_path)
     try:
@@ -95,6 +114,8 @@ def test_a_long_call_is_named_on_the_line() -> None:
     assert "longest call" not in out.getvalue()  # under SLOW_CALL: a call like any other
     stuck = CallInProgress(3, "acct-7", Q1, 9120, 1, 73.44)
     assert status.tick(_stats(20, longest_call=stuck), now=2.0)
-    assert out.getvalue().splitlines()[1].endswith(
-        "dead letters 2  longest call: key 'acct-7' (T@b#1 offset 9,120) has run 73.4 s on lane 3"
+    assert (
+        out.getvalue()
+        .splitlines()[1]
+        .endswith("dead letters 2  longest call: key 'acct-7' (T@b#1 offset 9,120) has run 73.4 s on lane 3")
     )

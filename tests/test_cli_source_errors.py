@@ -57,9 +57,19 @@ def test_consume_under_the_wrong_namespace_names_the_server_and_the_namespace(
     right, wrong = namespaces
     url = f"redis://127.0.0.1:{redis_server.port}"
     r = lite_push(
-        "consume", "--source", f"{url}?namespace={wrong}", "--topic", "orders", "--group", "g",
-        "--listener", "srcerr_listener:handle", "--log-level", "ERROR", env=listener_env,
-    )  # fmt: skip
+        "consume",
+        "--source",
+        f"{url}?namespace={wrong}",
+        "--topic",
+        "orders",
+        "--group",
+        "g",
+        "--listener",
+        "srcerr_listener:handle",
+        "--log-level",
+        "ERROR",
+        env=listener_env,
+    )
     one_line_error(r, 1, f"topic 'orders' does not exist on {url} in namespace '{wrong}'")
     # in its own namespace the topic is there
     assert ok(lite_push("topic", "describe", "--source", f"{url}?namespace={right}", "--topic", "orders"))[-1] == (
@@ -99,8 +109,14 @@ def test_an_empty_namespace_and_the_default_one_are_named(redis_server: RedisSer
     assert r.stderr.decode().strip() == (
         f"no topics on {url} in namespace '{empty}' (create one: lite-push topic create)"
     )
-    r = lite_push("topic", "describe", "--source", f"redis://:sec%40ret@127.0.0.1:{redis_server.port}/0?"
-                  "namespace=lite_push&socket_timeout=5", "--topic", "orders")  # fmt: skip
+    r = lite_push(
+        "topic",
+        "describe",
+        "--source",
+        f"redis://:sec%40ret@127.0.0.1:{redis_server.port}/0?namespace=lite_push&socket_timeout=5",
+        "--topic",
+        "orders",
+    )
     # the server has no password: the URL's is refused, and never shown
     line = one_line_error(r, 1, f"source redis://:***@127.0.0.1:{redis_server.port}/0?namespace=lite_push")
     assert "sec" not in line
@@ -115,9 +131,19 @@ def test_an_unknown_topic_on_an_embedded_directory_names_it(tmp_path: Path, list
     data = tmp_path / "data"
     assert ok(lite_push("topic", "create", "--source", f"embedded:{data}", "--topic", "payments", "--queues", "1"))
     r = lite_push(
-        "consume", "--source", f"embedded:{data}", "--topic", "orders", "--group", "g",
-        "--listener", "srcerr_listener:handle", "--log-level", "ERROR", env=listener_env,
-    )  # fmt: skip
+        "consume",
+        "--source",
+        f"embedded:{data}",
+        "--topic",
+        "orders",
+        "--group",
+        "g",
+        "--listener",
+        "srcerr_listener:handle",
+        "--log-level",
+        "ERROR",
+        env=listener_env,
+    )
     one_line_error(r, 1, f"topic 'orders' does not exist on embedded:{data}")
 
 

@@ -102,9 +102,26 @@ class Run:
 
 
 def _consume(tmp_path: Path, data: Path, listener: str, *more: str, name: str = "consume") -> Run:
-    argv = [sys.executable, "-m", "lite_push", "consume", "--source", f"embedded:{data}", "--group", "g",
-            "--topic", "T", "--from", "first", "--listener", f"stop_test_listener:{listener}", "--lanes", "4",
-            "--no-metrics", *more]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "lite_push",
+        "consume",
+        "--source",
+        f"embedded:{data}",
+        "--group",
+        "g",
+        "--topic",
+        "T",
+        "--from",
+        "first",
+        "--listener",
+        f"stop_test_listener:{listener}",
+        "--lanes",
+        "4",
+        "--no-metrics",
+        *more,
+    ]
     return Run(tmp_path, argv, name)
 
 
@@ -162,7 +179,7 @@ def test_ctrl_c_stops_now_and_what_never_started_comes_back(tmp_path: Path) -> N
     assert second.wait() == 0, second.output()
     lines = _lines(second.consumed)
     assert _offsets(lines) == every  # nothing lost
-    done_second = lines[len(done_first):]
+    done_second = lines[len(done_first) :]
     for run in (done_first, done_second):
         for key, seq in _seen(run).items():
             for qid in {q for q, _ in seq}:
@@ -271,9 +288,26 @@ def test_a_second_ctrl_c_stops_the_members_of_consume_processes_at_once(
             broker.send("T", str(i).encode(), keys=f"k{i % 40}")
     finally:
         broker.close()
-    argv = [sys.executable, "-m", "lite_push", "consume", "--source", url, "--group", "g", "--topic", "T",
-            "--from", "first", "--listener", "stop_test_listener:stuck", "--lanes", "4",
-            "--processes", "2"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "lite_push",
+        "consume",
+        "--source",
+        url,
+        "--group",
+        "g",
+        "--topic",
+        "T",
+        "--from",
+        "first",
+        "--listener",
+        "stop_test_listener:stuck",
+        "--lanes",
+        "4",
+        "--processes",
+        "2",
+    ]
     run = Run(tmp_path, argv, "processes")
     run.wait_for(lambda: len(_lines(run.consumed)) >= 2, "calls started")
     run.signal(signal.SIGINT)
@@ -294,9 +328,27 @@ def test_consume_whose_output_reader_went_away_stops_and_commits(tmp_path: Path)
     data = tmp_path / "data"
     _produce(data, 200)
     (tmp_path / "stop_test_listener.py").write_text(LISTENER)
-    argv = [sys.executable, "-m", "lite_push", "consume", "--source", f"embedded:{data}", "--group", "g",
-            "--topic", "T", "--from", "first", "--listener", "stop_test_listener:slow", "--lanes", "4",
-            "--no-metrics", "--progress", "on"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "lite_push",
+        "consume",
+        "--source",
+        f"embedded:{data}",
+        "--group",
+        "g",
+        "--topic",
+        "T",
+        "--from",
+        "first",
+        "--listener",
+        "stop_test_listener:slow",
+        "--lanes",
+        "4",
+        "--no-metrics",
+        "--progress",
+        "on",
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(tmp_path), cwd=tmp_path)
     assert proc.stdout is not None and proc.stderr is not None
     first = proc.stdout.readline()

@@ -84,8 +84,15 @@ class Source:
     test's own set-up and checks (closed before the command runs: one
     process at a time opens an embedded directory)."""
 
-    def __init__(self, kind: str, url: str, tmp_path: Path, *, redis: RedisServer | None = None,
-                 cluster: MockKafkaCluster | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        kind: str,
+        url: str,
+        tmp_path: Path,
+        *,
+        redis: RedisServer | None = None,
+        cluster: MockKafkaCluster | None = None,
+    ) -> None:
         self.kind = kind
         self.url = url
         self.tmp_path = tmp_path
@@ -151,8 +158,10 @@ def test_create_list_describe(source: Source) -> None:
     if source.kind == "kafka":
         # the mock cluster has no CreateTopics: one line naming Kafka's own tool
         line = one_line_error(lite_push("topic", "create", "--source", url, "--topic", "orders", "--queues", "3"), 1)
-        assert f"kafka-topics.sh --bootstrap-server {url.removeprefix('kafka://')} --create --topic orders " \
-            "--partitions 3" in line  # fmt: skip
+        assert (
+            f"kafka-topics.sh --bootstrap-server {url.removeprefix('kafka://')} --create --topic orders "
+            "--partitions 3" in line
+        )
         source.create("orders", 3)
         source.create("__consumer_offsets", 1)  # Kafka's own: not listed
         assert ok(lite_push("topic", "create", "--source", url, "--topic", "orders", "--queues", "3")) == [
@@ -243,11 +252,15 @@ def test_a_directory_another_process_holds_is_one_line(tmp_path: Path) -> None:
         (["topic", "create", "--source", "{dir}", "--topic", "T", "--queues", "0"], "--queues: must be >= 1, got 0"),
         (["topic", "create", "--source", "{dir}", "--topic", "T", "--queues", "x"], "--queues: invalid int value"),
         (["topic", "create", "--source", "{dir}", "--topic", "a/b", "--queues", "2"], "topic 'a/b' must not contain"),
-        (["topic", "create", "--source", "{dir}", "--topic", "%DLQ%g", "--queues", "2"],
-         "queues: retry and dead-letter topics have 1 queue, not 2"),  # fmt: skip
+        (
+            ["topic", "create", "--source", "{dir}", "--topic", "%DLQ%g", "--queues", "2"],
+            "queues: retry and dead-letter topics have 1 queue, not 2",
+        ),
         (["topic", "create", "--source", "nosuch://h:1", "--topic", "T", "--queues", "2"], "expected redis://"),
-        (["topic", "describe", "--source", "embedded:/no/such/dir", "--topic", "T"],
-         "the directory /no/such/dir does not exist"),
+        (
+            ["topic", "describe", "--source", "embedded:/no/such/dir", "--topic", "T"],
+            "the directory /no/such/dir does not exist",
+        ),
         (["topic", "describe", "--source", "{dir}", "--topic", "T", "--bogus"], "unrecognized arguments: --bogus"),
         (["topic", "list", "--source", "kafka://h:9092", "--topic", "T"], "unrecognized arguments: --topic"),
     ],

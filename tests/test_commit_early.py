@@ -29,9 +29,7 @@ from lite_push import (
 INTERVAL = 5.0
 
 
-def _consumer(
-    broker: EmbeddedBroker, clock: ManualClock, listener: object, lanes: int = 4
-) -> LitePushConsumer:
+def _consumer(broker: EmbeddedBroker, clock: ManualClock, listener: object, lanes: int = 4) -> LitePushConsumer:
     consumer = LitePushConsumer(
         ConsumerConfig(group="g", lanes=lanes, poll_timeout=0.02, commit_interval=INTERVAL),
         source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET),
@@ -50,9 +48,7 @@ def _ends(broker: EmbeddedBroker) -> dict[MessageQueue, int]:
 def _lag(consumer: LitePushConsumer) -> dict[MessageQueue, int | None]:
     snap = consumer.metrics_snapshot()
     assert snap is not None
-    return {
-        qm.queue: None if qm.end_offset is None else qm.end_offset - qm.committed for qm in snap.queues
-    }
+    return {qm.queue: None if qm.end_offset is None else qm.end_offset - qm.committed for qm in snap.queues}
 
 
 def test_a_backlog_consumed_is_committed_at_the_first_quiet_moment() -> None:

@@ -348,14 +348,18 @@ def test_a_failure_handed_off_while_its_queue_is_revoked_does_not_hold_the_revok
                 broker.send("T", b"bad", keys=f"bad{q}", queue_id=q)
             a = LitePushConsumer(
                 ConsumerConfig(
-                    group="g", mode=ConsumeMode.CONCURRENTLY, revoke_timeout=60.0, suspend_ms=60_000,
-                    commit_interval=0.05, poll_timeout=0.02,
+                    group="g",
+                    mode=ConsumeMode.CONCURRENTLY,
+                    revoke_timeout=60.0,
+                    suspend_ms=60_000,
+                    commit_interval=0.05,
+                    poll_timeout=0.02,
                 ),
                 source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET, client_id="a"),
                 listener=lambda msgs: ConsumeResult.RETRY_LATER,
                 registry=CollectorRegistry(),  # metrics on: the revoke's start is counted
                 on_revoked=revoked.append,
-            )  # fmt: skip
+            )
             a.subscribe("T")
             with a:
                 for _ in range(2):  # both lanes hold their failure, not yet handed off

@@ -59,8 +59,15 @@ def _query(base: str, expr: str) -> list[object]:
 
 def _live(expr: str) -> str:
     """The expression with the dashboard's variables set to this run."""
-    for var, value in (("${group}", "g"), ("$group", "g"), ("${topic}", "T"), ("$topic", "T"),
-                       ("${queue}", ".*"), ("$queue", ".*"), ("$__rate_interval", "30s")):  # fmt: skip
+    for var, value in (
+        ("${group}", "g"),
+        ("$group", "g"),
+        ("${topic}", "T"),
+        ("$topic", "T"),
+        ("${queue}", ".*"),
+        ("$queue", ".*"),
+        ("$__rate_interval", "30s"),
+    ):
         expr = expr.replace(var, value)
     return expr
 
@@ -98,10 +105,16 @@ def test_every_dashboard_expression_returns_data_on_a_real_prometheus(tmp_path: 
             f"scrape_configs:\n  - job_name: lite-push\n    static_configs:\n      - targets: {targets!r}\n"
         )
         proc = subprocess.Popen(
-            [exe, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "wb"),
-        )  # fmt: skip
+            [
+                exe,
+                f"--config.file={tmp_path / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp_path / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=open(tmp_path / "prometheus.log", "wb"),
+        )
         base = f"http://127.0.0.1:{port}"
         try:
             # traffic while Prometheus scrapes: successes, a retry, a dead
@@ -120,8 +133,8 @@ def test_every_dashboard_expression_returns_data_on_a_real_prometheus(tmp_path: 
                 i += 100
                 time.sleep(0.5)
             assert wait_until(lambda: bool(_query(base, 'count(up{job="lite-push"} == 1) == 2')), timeout=20), (
-                (tmp_path / "prometheus.log").read_text()[-2000:]
-            )
+                tmp_path / "prometheus.log"
+            ).read_text()[-2000:]
             # a rate needs two samples in its window: on a loaded machine Prometheus may have
             # scraped a target once by now
             three = 'min(count_over_time(up{job="lite-push"}[30s])) >= 3'

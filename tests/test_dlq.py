@@ -134,8 +134,11 @@ def test_the_broker_is_a_sender(broker: EmbeddedBroker) -> None:
     ):
         (m,) = broker.messages(result.queue, result.offset, result.offset + 1)
         assert (m.topic, m.queue_id, m.queue_offset, m.msg_id) == (
-            "T", result.queue.queue_id, result.offset, result.msg_id,
-        )  # fmt: skip
+            "T",
+            result.queue.queue_id,
+            result.offset,
+            result.msg_id,
+        )
         assert (m.body, m.keys, m.tags, m.properties) == (body, keys, tags, props)
     # one key, one queue: the second send is stored right after the first
     assert (by_position.queue, by_position.offset) == (by_name.queue, by_name.offset + 1)

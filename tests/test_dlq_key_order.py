@@ -123,9 +123,12 @@ def _orders(
     """``n`` messages to T's queue ``queue_id``, keys in turn; bodies
     ``key-i`` (``i`` from ``start``)."""
     broker.send_batch(
-        "T", [{"body": f"{keys[i % len(keys)]}-{i}".encode(), "keys": keys[i % len(keys)], "queue_id": queue_id}
-              for i in range(start, start + n)]
-    )  # fmt: skip
+        "T",
+        [
+            {"body": f"{keys[i % len(keys)]}-{i}".encode(), "keys": keys[i % len(keys)], "queue_id": queue_id}
+            for i in range(start, start + n)
+        ],
+    )
 
 
 # -- the core case ------------------------------------------------------------------
@@ -179,9 +182,12 @@ def test_message_order_is_the_default_and_unchanged(broker):
     _orders(broker, 12)
     listener = Listener(fail=lambda m: m.body == b"K-0")
     consumer = _consumer(
-        broker.pull_consumer("g", consume_from=FIRST), listener, lanes=2, max_reconsume_times=0,
+        broker.pull_consumer("g", consume_from=FIRST),
+        listener,
+        lanes=2,
+        max_reconsume_times=0,
         dead_letter_order="message",
-    )  # fmt: skip
+    )
     assert ConsumerConfig(group="g").dead_letter_order == "message"
     with consumer:
         wait_for(lambda: listener.count() == 11, 30, "the others and K's later messages")
@@ -342,9 +348,7 @@ def test_a_queue_that_moves_to_another_member_stays_held_there(broker):
     broker.create_topic("T", 2)
     _orders(broker, 8)  # K held in queue 0
     first = Listener(fail=lambda m: m.body == b"K-0")
-    a = _consumer(
-        broker.pull_consumer("g", consume_from=FIRST, client_id="m2"), first, lanes=2, max_reconsume_times=0
-    )  # fmt: skip
+    a = _consumer(broker.pull_consumer("g", consume_from=FIRST, client_id="m2"), first, lanes=2, max_reconsume_times=0)
     q0 = broker.queues("T")[0]
     with a:
         wait_for(lambda: a.stats().dead_lettered == 2 and first.count() == 6, 30, lambda: f"{a.stats()}")
@@ -446,12 +450,23 @@ def test_the_command_line_lists_held_keys_and_releases_one(tmp_path, capsys):
     with EmbeddedBroker(tmp_path) as broker:
         copies = broker.messages(broker.queues("T")[0], 12)
         assert [(m.body, m.properties[RESENT_OF]) for m in copies[:6]] == [
-            (b"K-0", "T/0/0"), (b"K-4", "T/0/4"), (b"K-8", "T/0/8"),
-            (b"J-2", "T/0/2"), (b"J-6", "T/0/6"), (b"J-10", "T/0/10"),
-        ]  # fmt: skip
-        assert sorted((m.body, m.properties.get(RESENT_OF)) for m in copies[6:]) == sorted([
-            (b"K-0", None), (b"K-4", None), (b"K-8", None), (b"J-2", None), (b"J-6", None), (b"J-10", None),
-        ])  # fmt: skip
+            (b"K-0", "T/0/0"),
+            (b"K-4", "T/0/4"),
+            (b"K-8", "T/0/8"),
+            (b"J-2", "T/0/2"),
+            (b"J-6", "T/0/6"),
+            (b"J-10", "T/0/10"),
+        ]
+        assert sorted((m.body, m.properties.get(RESENT_OF)) for m in copies[6:]) == sorted(
+            [
+                (b"K-0", None),
+                (b"K-4", None),
+                (b"K-8", None),
+                (b"J-2", None),
+                (b"J-6", None),
+                (b"J-10", None),
+            ]
+        )
 
 
 # -- settings, stats and metrics ---------------------------------------------------
@@ -487,8 +502,10 @@ def test_stats_and_metrics_show_the_held_keys(broker):
     registry = CollectorRegistry()
     consumer = EX.consumer(
         ConsumerConfig(group="g", dead_letter_order="key", max_reconsume_times=0, lanes=4, poll_timeout=0.02),
-        source=broker.pull_consumer("g", consume_from=FIRST), listener=listener, registry=registry,
-    )  # fmt: skip
+        source=broker.pull_consumer("g", consume_from=FIRST),
+        listener=listener,
+        registry=registry,
+    )
     consumer.subscribe("T")
     samples: dict[str, float] = {}
     with consumer:
@@ -552,9 +569,13 @@ def test_every_key_runs_then_is_held_in_offset_order_under_concurrency(broker, b
     listener = Listener(fail=fail)
     produce(1500)
     consumer = _consumer(
-        broker.pull_consumer("g", consume_from=FIRST), listener, lanes=8, batch_size=batch_size,
-        max_reconsume_times=1, suspend_ms=1,
-    )  # fmt: skip
+        broker.pull_consumer("g", consume_from=FIRST),
+        listener,
+        lanes=8,
+        batch_size=batch_size,
+        max_reconsume_times=1,
+        suspend_ms=1,
+    )
 
     def number(body: bytes) -> int:
         return int(body.split(b"|")[1])
@@ -599,8 +620,15 @@ def test_every_key_runs_then_is_held_in_offset_order_under_concurrency(broker, b
 
 
 def _letter(offset: int, key: str, origin: int, **props: str) -> MessageExt:
-    base = {"DLQ_GROUP": "g", "DLQ_REASON": "r", "ORIGIN_TOPIC": "T", "ORIGIN_QUEUE_ID": "0",
-            "ORIGIN_OFFSET": str(origin), "ORIGIN_MESSAGE_ID": f"m{origin}", HELD_KEY: key}  # fmt: skip
+    base = {
+        "DLQ_GROUP": "g",
+        "DLQ_REASON": "r",
+        "ORIGIN_TOPIC": "T",
+        "ORIGIN_QUEUE_ID": "0",
+        "ORIGIN_OFFSET": str(origin),
+        "ORIGIN_MESSAGE_ID": f"m{origin}",
+        HELD_KEY: key,
+    }
     return MessageExt("%DLQ%g", 0, offset, b"", keys=key, properties={**base, **props})
 
 
@@ -608,20 +636,40 @@ def test_the_fold_orders_a_keys_letters_by_place_and_a_release_closes_what_it_co
     from lite_push.dlq._held_log import HeldLog
 
     log = HeldLog()
-    log.feed([
-        _letter(0, "K", 10),
-        _letter(1, "K", 14),
-        _letter(2, "J", 11),
-        _letter(3, "K", 20),  # arrived while K's letters were being resent
-        MessageExt("%DLQ%g", 0, 4, b"", properties={RELEASED_KEY: "K", "lite_push.RELEASED_THROUGH": "1",
-                                                    "lite_push.RESENT_TO": '[["T", 0, 31]]'}),
-        _letter(5, "K", 30, **{RESENT_OF: "T/0/10"}),  # the copy of K's first failed again: it keeps its place
-        _letter(6, "K", 31, **{RESENT_OF: "T/0/14"}),  # and the next copy waited behind it
-        _letter(7, "K", 32, **{RESENT_OF: "T/0/14"}),  # a place held twice counts once, the later letter
-        MessageExt("%DLQ%g", 0, 8, b"", properties={RELEASED_KEY: "J", "lite_push.RELEASED_THROUGH": "x"}),
-        MessageExt("%DLQ%g", 0, 9, b"", properties={RELEASED_KEY: "J", "lite_push.RELEASED_THROUGH": "2",
-                                                    "lite_push.RESENT_TO": '[["T", "0", 5]]'}),
-    ])  # fmt: skip
+    log.feed(
+        [
+            _letter(0, "K", 10),
+            _letter(1, "K", 14),
+            _letter(2, "J", 11),
+            _letter(3, "K", 20),  # arrived while K's letters were being resent
+            MessageExt(
+                "%DLQ%g",
+                0,
+                4,
+                b"",
+                properties={
+                    RELEASED_KEY: "K",
+                    "lite_push.RELEASED_THROUGH": "1",
+                    "lite_push.RESENT_TO": '[["T", 0, 31]]',
+                },
+            ),
+            _letter(5, "K", 30, **{RESENT_OF: "T/0/10"}),  # the copy of K's first failed again: it keeps its place
+            _letter(6, "K", 31, **{RESENT_OF: "T/0/14"}),  # and the next copy waited behind it
+            _letter(7, "K", 32, **{RESENT_OF: "T/0/14"}),  # a place held twice counts once, the later letter
+            MessageExt("%DLQ%g", 0, 8, b"", properties={RELEASED_KEY: "J", "lite_push.RELEASED_THROUGH": "x"}),
+            MessageExt(
+                "%DLQ%g",
+                0,
+                9,
+                b"",
+                properties={
+                    RELEASED_KEY: "J",
+                    "lite_push.RELEASED_THROUGH": "2",
+                    "lite_push.RESENT_TO": '[["T", "0", 5]]',
+                },
+            ),
+        ]
+    )
     assert log.next_offset == 10
     assert [(x.origin, x.dlq_offset) for x in log.letters("K")] == [("T/0/10", 5), ("T/0/14", 7), ("T/0/20", 3)]
     assert [x.origin for x in log.letters("J")] == ["T/0/11"]  # the malformed releases closed nothing

@@ -101,6 +101,7 @@ def test_span_threshold_pauses_queue_behind_a_slow_message():
     polls = PollCounter(consumer._source)
     with consumer:
         assert wait_until(lambda: q in consumer.stats().paused)
+
         # the rest is done: every lane idle but the one in offset 0's call
         # (what queued behind it waits there), and the pull thread goes on
         # without polling more

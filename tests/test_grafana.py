@@ -45,9 +45,7 @@ _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _METRIC = re.compile(rf"(?<![\w:]){PREFIX}[A-Za-z0-9_:]*")
 _SELECTOR = re.compile(rf"(?<![\w:])({PREFIX}[A-Za-z0-9_:]*)\s*(?:\{{([^}}]*)\}})?")
 _MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
-_LABEL_VALUES = re.compile(
-    r"^\s*label_values\(\s*(.+?)\s*,\s*(\w+)\s*\)\s*$", re.DOTALL
-)
+_LABEL_VALUES = re.compile(r"^\s*label_values\(\s*(.+?)\s*,\s*(\w+)\s*\)\s*$", re.DOTALL)
 
 # --- helpers ----------------------------------------------------------------------
 
@@ -151,9 +149,7 @@ def filter_problems(where: str, expr: str) -> list[str]:
                 problems.append(f"{where}: {series} has no label {name!r}: {expr!r}")
         for label in FILTER_LABELS:
             if label in labels and found.get(label) != ("=~", f"${label}"):
-                problems.append(
-                    f'{where}: {series} is not filtered by {label}=~"${label}": {expr!r}'
-                )
+                problems.append(f'{where}: {series} is not filtered by {label}=~"${label}": {expr!r}')
     return problems
 
 
@@ -267,9 +263,7 @@ def test_filter_variables(variables, name, filters):
     (series,) = metric_names(selector)
     assert name in METRICS[_base_metric(series)][1]
     for other in filters:
-        assert f'{other}=~"${other}"' in selector, (
-            f"${name} is not filtered by ${other}"
-        )
+        assert f'{other}=~"${other}"' in selector, f"${name} is not filtered by ${other}"
 
 
 def test_every_panel_queries_the_datasource_variable(dashboard):
@@ -370,11 +364,7 @@ def test_nested_rows_and_annotations_are_collected():
                 ],
             }
         ],
-        "templating": {
-            "list": [
-                {"type": "query", "name": "g", "query": "label_values(lite_push_y, g)"}
-            ]
-        },
+        "templating": {"list": [{"type": "query", "name": "g", "query": "label_values(lite_push_y, g)"}]},
         "annotations": {"list": [{"name": "a", "expr": "lite_push_z"}]},
     }
     exprs = collect_expressions(dash)

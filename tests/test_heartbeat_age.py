@@ -59,9 +59,12 @@ class MovedMonotonic:
 def test_a_heartbeat_is_due_at_three_quarters_of_the_interval(redis_server: RedisServer, balance: Balance) -> None:
     clock = MovedMonotonic()
     broker = RedisBroker(
-        redis_server.url, namespace=f"hb-{uuid.uuid4().hex[:10]}", session_timeout=30.0, heartbeat_interval=10.0,
+        redis_server.url,
+        namespace=f"hb-{uuid.uuid4().hex[:10]}",
+        session_timeout=30.0,
+        heartbeat_interval=10.0,
         clock=clock,
-    )  # fmt: skip
+    )
     broker.create_topic("T", 2)
     sent_at: list[float] = []
     heartbeat = broker.conn.heartbeat
@@ -151,8 +154,11 @@ def test_group_describe_shows_a_live_members_age_under_its_interval(member: tupl
     for _ in range(3):
         p = subprocess.run(
             [sys.executable, "-m", "lite_push", "group", "describe", "--source", source, "--group", "g", "--json"],
-            capture_output=True, text=True, env=_env(), timeout=90,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            env=_env(),
+            timeout=90,
+        )
         assert p.returncode == 0, p.stderr
         (m,) = orjson.loads(p.stdout)["members"]
         assert 0 <= m["last_heartbeat"] < INTERVAL, m

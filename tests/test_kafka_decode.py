@@ -47,8 +47,15 @@ def test_kafka_decode_c_loaded() -> None:
     assert_compiled_selected("kafka_decode_c", _kafka_decode.DECODE_IMPL, _kafka_decode.decode_plain, "decode_plain")
 
 
-def _record(key: bytes | None, value: bytes | None, headers: Any, partition: int = 3, offset: int = 41,
-            ts: int = 1_700_000_000_000, topic: str = "orders") -> Any:  # fmt: skip
+def _record(
+    key: bytes | None,
+    value: bytes | None,
+    headers: Any,
+    partition: int = 3,
+    offset: int = 41,
+    ts: int = 1_700_000_000_000,
+    topic: str = "orders",
+) -> Any:
     return confluent_kafka.Message(
         topic=topic, partition=partition, offset=offset, key=key, value=value, headers=headers, timestamp=(1, ts)
     )
@@ -74,9 +81,16 @@ _headers = st.one_of(
     topic=st.sampled_from(["orders", "%RETRY%g"]),
 )
 def test_a_plain_record_decodes_as_the_full_decoder_decodes_it_and_any_other_is_left_to_it(
-    twin: ModuleType, key: bytes | None, value: bytes | None, headers: Any, partition: int, offset: int, ts: int,
-    encoding: str, topic: str,
-) -> None:  # fmt: skip
+    twin: ModuleType,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Any,
+    partition: int,
+    offset: int,
+    ts: int,
+    encoding: str,
+    topic: str,
+) -> None:
     rec = _record(key, value, headers, partition, offset, ts, topic="lite-push.retry.g" if topic != "orders" else topic)
     decode_key = _DECODERS[encoding]
     m = twin.decode_plain(rec, topic, decode_key, "kafka")

@@ -110,10 +110,19 @@ def test_records_are_filed_decoded_under_their_partitions(cluster: MockKafkaClus
         assert [m.queue_offset for m in p0.file] == list(range(10))
         first = p0.file[0]
         assert _fields(first) == {
-            "topic": "orders", "queue_id": 0, "queue_offset": 0, "body": b"value-0", "keys": "key-0", "tags": None,
-            "properties": {}, "born_timestamp": 1000, "store_timestamp": 1000, "reconsume_times": 0,
-            "msg_id": "orders-0-0", "broker_name": "kafka",
-        }  # fmt: skip
+            "topic": "orders",
+            "queue_id": 0,
+            "queue_offset": 0,
+            "body": b"value-0",
+            "keys": "key-0",
+            "tags": None,
+            "properties": {},
+            "born_timestamp": 1000,
+            "store_timestamp": 1000,
+            "reconsume_times": 0,
+            "msg_id": "orders-0-0",
+            "broker_name": "kafka",
+        }
         headed = p1.file[4]  # i == 9: the full decoder, at once
         assert type(headed) is MessageExt and headed.tags == "A" and headed.properties == {"trace": "t-9"}
         assert headed.keys == "key-0" and headed.msg_id == "orders-1-4"

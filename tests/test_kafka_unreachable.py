@@ -65,8 +65,13 @@ def test_every_kafka_command_on_an_unreachable_cluster_prints_one_line(tmp_path:
     procs = {
         name: subprocess.Popen(
             [sys.executable, "-m", "lite_push", *argv, "--source", url],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path, text=True,
-        )  # fmt: skip
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=tmp_path,
+            text=True,
+        )
         for name, argv in runs.items()
     }
     done: dict[str, tuple[int, str, str]] = {}
@@ -118,8 +123,11 @@ def _stats(*brokers: tuple[str, str, str]) -> str:
 
 
 UP = _stats(("h:1/1", "learned", "UP"), ("GroupCoordinator", "logical", "UP"), (":0/internal", "internal", "UP"))
-DOWN = _stats(("h:1/bootstrap", "configured", "TRY_CONNECT"), ("GroupCoordinator", "logical", "INIT"),
-              (":0/internal", "internal", "UP"))  # fmt: skip
+DOWN = _stats(
+    ("h:1/bootstrap", "configured", "TRY_CONNECT"),
+    ("GroupCoordinator", "logical", "INIT"),
+    (":0/internal", "internal", "UP"),
+)
 NEVER = _stats(("h:1/bootstrap", "configured", "CONNECT"), (":0/internal", "internal", "UP"))
 
 

@@ -56,9 +56,16 @@ class _Stage:
         self.pq.add_batch(self.msgs, len(self.msgs))
         segs, counts = self.router.route([(self.pq, self.msgs, 0)])
         self.stealer = LaneStealer(
-            self.lanes, self.router, self.released, self.parked, self.counters, group="g", capacity=1000,
-            flush=lambda: None, wake=lambda: None,
-        )  # fmt: skip
+            self.lanes,
+            self.router,
+            self.released,
+            self.parked,
+            self.counters,
+            group="g",
+            capacity=1000,
+            flush=lambda: None,
+            wake=lambda: None,
+        )
         self.segments = segs
 
     def put_on_lane0(self, messages: list[MessageExt]) -> None:
@@ -356,15 +363,17 @@ def test_random_calls_hangs_and_failures_keep_every_key_in_order(
         # While the hangs hold their lanes, every key that neither hangs nor
         # failed (nothing of it in flight or parked) runs to its end.
         wait_for(
-            lambda: all(len(succeeded[k]) == len(sent[k]) for k in clean), 30,
+            lambda: all(len(succeeded[k]) == len(sent[k]) for k in clean),
+            30,
             lambda: f"clean keys done; missing {[k for k in clean if len(succeeded[k]) != len(sent[k])]}",
-        )  # fmt: skip
+        )
         release.set()
         wait_for(lambda: all(len(succeeded[k]) == len(v) for k, v in sent.items()), 30, "every message")
         wait_for(
-            lambda: all(c == len(broker.messages(q)) for q, c in consumer.stats().committed.items()), 30,
+            lambda: all(c == len(broker.messages(q)) for q, c in consumer.stats().committed.items()),
+            30,
             "the commit at the end",
-        )  # fmt: skip
+        )
     assert overlaps == []
     assert early == []
     for k, ps in sent.items():

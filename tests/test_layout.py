@@ -20,6 +20,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "lite_push"
 MAX_MODULE_LINES = 600
 MAX_CLASS_LINES = 400
 
+
 def module_name(path: Path) -> str:
     rel = path.relative_to(PACKAGE.parent).with_suffix("")
     parts = list(rel.parts)

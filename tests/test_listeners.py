@@ -141,9 +141,7 @@ def test_a_listener_that_takes_the_messages_is_accepted(listener: Callable[..., 
     consumer.shutdown()
 
 
-@pytest.mark.parametrize(
-    ("listener", "fragment"), [b[1:] for b in BAD], ids=[b[0] for b in BAD]
-)
+@pytest.mark.parametrize(("listener", "fragment"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
 def test_a_listener_that_cannot_take_the_messages_is_refused(listener: Callable[..., Any], fragment: str) -> None:
     broker = _broker()
     with pytest.raises(ConfigError) as info:
@@ -318,8 +316,12 @@ def test_the_command_refuses_a_listener_of_the_wrong_shape_before_asking_the_sou
     argv = ["consume", "--source", "redis://127.0.0.1:1/0", "--group", "g", "--topic", "T", "--listener", spec]
     done = subprocess.run(
         [sys.executable, "-m", "lite_push", *argv, *extra],
-        capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env,
+    )
     assert done.returncode == 2 and done.stdout == "", done.stderr
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("lite-push: error: ") and fragment in lines[0], done.stderr

@@ -131,11 +131,12 @@ def test_a_failed_message_is_retried_in_its_member_and_its_key_stays_held(redis_
         members = []
         for _ in range(2):
             c = LitePushConsumer(
-                ConsumerConfig(group="g", lanes=2, poll_timeout=0.02, commit_interval=0.05, revoke_timeout=1.0,
-                               suspend_ms=100),
+                ConsumerConfig(
+                    group="g", lanes=2, poll_timeout=0.02, commit_interval=0.05, revoke_timeout=1.0, suspend_ms=100
+                ),
                 source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET, balance=Balance.MESSAGE),
                 listener=listener,
-            )  # fmt: skip
+            )
             c.subscribe("T")
             members.append(c)
         for c in members:
@@ -240,12 +241,13 @@ def test_hooks_pause_resume_dead_letters_and_stats_work_as_with_queues(redis_ser
             return None
 
         c = LitePushConsumer(
-            ConsumerConfig(group="g", lanes=2, poll_timeout=0.02, revoke_timeout=1.0, suspend_ms=50,
-                           max_reconsume_times=1),
+            ConsumerConfig(
+                group="g", lanes=2, poll_timeout=0.02, revoke_timeout=1.0, suspend_ms=50, max_reconsume_times=1
+            ),
             source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET, balance=Balance.MESSAGE),
             listener=listener,
             on_assigned=lambda qs: assigned.extend(qs),
-        )  # fmt: skip
+        )
         c.subscribe("T")
         c.start()
         wait_for(lambda: len(assigned) == 2, 10, "both queues assigned")

@@ -111,9 +111,19 @@ def test_lite_push_produces_to_and_consumes_its_topic(started: list[Cluster], tm
     ]
     service = Service(
         tmp_path,
-        ["--source", c.url, "--topic", "orders", "--group", "g", "--listener", "cli_test_listener:handle",
-         "--from", "first"],
-    )  # fmt: skip
+        [
+            "--source",
+            c.url,
+            "--topic",
+            "orders",
+            "--group",
+            "g",
+            "--listener",
+            "cli_test_listener:handle",
+            "--from",
+            "first",
+        ],
+    )
     try:
         lines = service.wait_consumed(n)
         assert service.stop() == 0, service.output()
@@ -141,9 +151,21 @@ def test_a_group_of_two_processes_forms_at_once_on_it(started: list[Cluster], tm
     assert ok(lite_push("produce", "--source", c.url, "--topic", "orders", "--key-separator", ":", stdin=stdin))
     service = Service(
         tmp_path,
-        ["--source", c.url, "--group", "g", "--topic", "orders", "--from", "first", "--listener",
-         "cli_test_listener:handle", "--processes", "2"],
-    )  # fmt: skip
+        [
+            "--source",
+            c.url,
+            "--group",
+            "g",
+            "--topic",
+            "orders",
+            "--from",
+            "first",
+            "--listener",
+            "cli_test_listener:handle",
+            "--processes",
+            "2",
+        ],
+    )
     described = lite_push("topic", "describe", "--source", c.url, "--topic", "orders", "--json")
     ends = {q["queue"]: q["end"] for q in orjson.loads(described.stdout)["queues"]}
     broker = KafkaBroker(c.url.removeprefix("kafka://"))
@@ -181,9 +203,13 @@ def test_a_fixed_port(started: list[Cluster]) -> None:
     )
     # a second one cannot have that port: one line, exit 1
     busy = subprocess.run(
-        [sys.executable, "-m", MODULE, "--port", str(port)], capture_output=True, text=True, env=cli_env(),
-        timeout=60, check=False,
-    )  # fmt: skip
+        [sys.executable, "-m", MODULE, "--port", str(port)],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=60,
+        check=False,
+    )
     assert (busy.returncode, busy.stdout) == (1, "")
     assert busy.stderr.count("\n") == 1, busy.stderr
     assert busy.stderr.startswith(f"{PROG}: error: port {port}: Address already in use"), busy.stderr
@@ -195,8 +221,9 @@ def test_a_fixed_port_without_pytest_says_what_it_needs() -> None:
         "import sys; sys.modules['pytest'] = None  # as if it were not installed\n"
         f"from {MODULE} import main; main(['--port', '{free_port()}'])"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(),
-                          timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), timeout=60, check=False
+    )
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr == (
         f"{PROG}: error: --port forwards each broker's port through lite_push.testing.TcpProxy, which needs "
@@ -205,11 +232,19 @@ def test_a_fixed_port_without_pytest_says_what_it_needs() -> None:
 
 
 def test_help_and_bad_options() -> None:
-    done = subprocess.run([sys.executable, "-m", MODULE, "--help"], capture_output=True, text=True,
-                          env=cli_env(), timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", MODULE, "--help"], capture_output=True, text=True, env=cli_env(), timeout=60, check=False
+    )
     assert done.returncode == 0 and done.stderr == ""
-    for option in ("--brokers N", "--port PORT", "--topic NAME[:PARTITIONS]", "--rebalance-delay-ms MS",
-                   "default: 3000, Kafka's own", "--commands", "Ctrl-C or SIGTERM"):  # fmt: skip
+    for option in (
+        "--brokers N",
+        "--port PORT",
+        "--topic NAME[:PARTITIONS]",
+        "--rebalance-delay-ms MS",
+        "default: 3000, Kafka's own",
+        "--commands",
+        "Ctrl-C or SIGTERM",
+    ):
         assert option in " ".join(done.stdout.split()), option
     for argv, says in [
         (["--brokers", "0"], "argument --brokers: expected an int >= 1, got '0'"),
@@ -219,6 +254,12 @@ def test_help_and_bad_options() -> None:
         (["--bogus"], "unrecognized arguments: --bogus"),
         (["3", "0"], "unrecognized arguments: 3 0"),  # the helper's old positional arguments
     ]:
-        done = subprocess.run([sys.executable, "-m", MODULE, *argv], capture_output=True, text=True,
-                              env=cli_env(), timeout=60, check=False)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", MODULE, *argv],
+            capture_output=True,
+            text=True,
+            env=cli_env(),
+            timeout=60,
+            check=False,
+        )
         assert (done.returncode, done.stdout, done.stderr) == (2, "", f"{PROG}: error: {says}\n")

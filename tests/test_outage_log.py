@@ -154,8 +154,11 @@ def test_consume_logs_a_redis_outage_as_one_warning_line_per_episode(tmp_path: P
             with err_path.open("w") as err:
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "lite_push", "consume", *argv],
-                    stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=tmp_path,
-                )  # fmt: skip
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                    env=env,
+                    cwd=tmp_path,
+                )
             try:
                 wait_for(committed, 60.0, lambda: f"a first commit; stderr:\n{err_path.read_text()[-3000:]}")
                 server.kill()  # by its PID, under the consumer's feet

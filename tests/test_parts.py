@@ -248,9 +248,15 @@ def _worker(mode: ConsumeMode, clock: ManualClock, timer: RetryTimer, outbox: Ou
     keys = ParkedKeys(0, timer, itertools.count(1), counters, monotonic=clock.monotonic, suspend=1.0)
     policy = FailurePolicy(mode is ConsumeMode.KEY_ORDERLY, 2, 1)
     return LaneWorker(
-        0, group="g", gate=CallGate(0, "g", clock, threading.Event()), parked=keys, policy=policy, outbox=outbox,
-        counters=counters, latch=FailureLatch(lambda: None),
-    )  # fmt: skip
+        0,
+        group="g",
+        gate=CallGate(0, "g", clock, threading.Event()),
+        parked=keys,
+        policy=policy,
+        outbox=outbox,
+        counters=counters,
+        latch=FailureLatch(lambda: None),
+    )
 
 
 def _run(steps: Steps, listener: Callable[[list[MessageExt]], object]) -> list[int]:
@@ -418,9 +424,13 @@ def test_the_dispatcher_keeps_a_key_on_one_lane_and_blocks_an_overfilled_one() -
     flushes: list[int] = []
     pq = _pq()
     dispatcher = Dispatcher(
-        lanes, {MQ: pq}, lane_capacity=6, flush=lambda: flushes.append(1),
-        router=KeyRouter(4, "load", None, MAX_SEGMENT), released=released,
-    )  # fmt: skip
+        lanes,
+        {MQ: pq},
+        lane_capacity=6,
+        flush=lambda: flushes.append(1),
+        router=KeyRouter(4, "load", None, MAX_SEGMENT),
+        released=released,
+    )
     msgs = [_msg(i, f"k{i % 3}") for i in range(9)] + [_msg(9 + i, "hot") for i in range(8)]
     dispatcher.add(pq, msgs[:5])
     dispatcher.add(pq, msgs[5:])  # one group per queue: joined
@@ -445,9 +455,14 @@ def test_new_keys_get_lanes_of_their_own_until_keys_outnumber_the_lanes_then_the
     released: deque[tuple[int, list[MessageExt]]] = deque()
     pq = _pq()
     dispatcher = Dispatcher(
-        lanes, {MQ: pq}, lane_capacity=100, flush=lambda: None,
-        router=KeyRouter(8, "load", None, MAX_SEGMENT), released=released, lane_limit=lambda: 2,
-    )  # fmt: skip
+        lanes,
+        {MQ: pq},
+        lane_capacity=100,
+        flush=lambda: None,
+        router=KeyRouter(8, "load", None, MAX_SEGMENT),
+        released=released,
+        lane_limit=lambda: 2,
+    )
     offsets = itertools.count()
 
     def placed(keys: list[str]) -> dict[str, tuple[int, MessageExt]]:
@@ -560,11 +575,20 @@ def test_assignment_drains_commits_and_only_then_gives_a_queue_up(broker: Embedd
     dispatcher = Dispatcher(lanes, owned, lane_capacity=100, flush=lambda: None)
     seen: list[tuple[str, list[MessageQueue]]] = []
     assignment = Assignment(
-        cfg, source, clock, owned, lanes=2, counters=counters, timer=timer, dispatcher=dispatcher, committer=committer,
-        sender=sender, hooks=AppHooks(
+        cfg,
+        source,
+        clock,
+        owned,
+        lanes=2,
+        counters=counters,
+        timer=timer,
+        dispatcher=dispatcher,
+        committer=committer,
+        sender=sender,
+        hooks=AppHooks(
             on_assigned=lambda qs: seen.append(("assigned", qs)), on_revoked=lambda qs: seen.append(("revoked", qs))
         ),
-    )  # fmt: skip
+    )
     source.set_rebalance_listener(assignment)
     source.subscribe("T")
     source.poll(0.0)
@@ -611,20 +635,43 @@ def _pull_loop(broker: EmbeddedBroker) -> _Loop:
     sender = FailureSender(source, Outbox(source.wakeup), timer, counters, group="g", suspend_ms=100)
     released: deque[tuple[int, list[MessageExt]]] = deque()
     dispatcher = Dispatcher(
-        lanes, owned, lane_capacity=1000, flush=lambda: None, router=KeyRouter(2, "load", None, MAX_SEGMENT),
+        lanes,
+        owned,
+        lane_capacity=1000,
+        flush=lambda: None,
+        router=KeyRouter(2, "load", None, MAX_SEGMENT),
         released=released,
-    )  # fmt: skip
+    )
     assignment = Assignment(
-        cfg, source, clock, owned, lanes=2, counters=counters, timer=timer, dispatcher=dispatcher,
-        committer=committer, sender=sender,
-    )  # fmt: skip
+        cfg,
+        source,
+        clock,
+        owned,
+        lanes=2,
+        counters=counters,
+        timer=timer,
+        dispatcher=dispatcher,
+        committer=committer,
+        sender=sender,
+    )
     source.set_rebalance_listener(assignment)
     source.subscribe("T")
     flow = FlowControl(cfg, source, owned, lanes, counters.queues, AppPauses())
     loop = PullLoop(
-        cfg, source, clock, owned, assignment=assignment, dispatcher=dispatcher, flow=flow, committer=committer,
-        sender=sender, timer=timer, queue_counters=counters.queues, latch=latch, stopping=stopping,
-    )  # fmt: skip
+        cfg,
+        source,
+        clock,
+        owned,
+        assignment=assignment,
+        dispatcher=dispatcher,
+        flow=flow,
+        committer=committer,
+        sender=sender,
+        timer=timer,
+        queue_counters=counters.queues,
+        latch=latch,
+        stopping=stopping,
+    )
     return _Loop(loop, source, owned, lanes, clock, committer, counters, latch, stopping)
 
 
@@ -708,9 +755,15 @@ def _workers(lanes: list[Lane], clock: ManualClock, counters: Counters) -> list[
         i = lane.index
         keys = ParkedKeys(i, timer, itertools.count(1), counters, monotonic=clock.monotonic, suspend=1.0)
         worker = LaneWorker(
-            i, group="g", gate=CallGate(i, "g", clock, threading.Event()), parked=keys, policy=policy,
-            outbox=Outbox(lambda: None), counters=counters, latch=FailureLatch(lambda: None),
-        )  # fmt: skip
+            i,
+            group="g",
+            gate=CallGate(i, "g", clock, threading.Event()),
+            parked=keys,
+            policy=policy,
+            outbox=Outbox(lambda: None),
+            counters=counters,
+            latch=FailureLatch(lambda: None),
+        )
         out.append((lane, worker))
     return out
 

@@ -98,10 +98,16 @@ def _runs(draw: st.DrawFn) -> dict[str, object]:
 def _consumer(ex: Executor, broker: EmbeddedBroker, probe: Probe, client: str, run: dict[str, object]):  # type: ignore[no-untyped-def]
     consumer = ex.consumer(
         ConsumerConfig(
-            group="g", lanes=run["lanes"], batch_size=run["batch_size"], lane_placement=run["placement"],
-            suspend_ms=5, max_reconsume_times=MAX_RECONSUME, commit_interval=0.05, poll_timeout=0.02,
+            group="g",
+            lanes=run["lanes"],
+            batch_size=run["batch_size"],
+            lane_placement=run["placement"],
+            suspend_ms=5,
+            max_reconsume_times=MAX_RECONSUME,
+            commit_interval=0.05,
+            poll_timeout=0.02,
             revoke_timeout=5.0,
-        ),  # fmt: skip
+        ),
         source=broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET, client_id=client),
         listener=probe,
     )

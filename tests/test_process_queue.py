@@ -98,10 +98,20 @@ def _loop(owned: dict[MessageQueue, ProcessQueue], counters: Counters, dispatche
     none: Any = None
     source: Any = SimpleNamespace(balance=Balance.QUEUE)  # a source that counts its gaps as filtered
     return PullLoop(
-        ConsumerConfig(group="g"), source, none, owned, assignment=none, dispatcher=dispatcher,  # type: ignore[arg-type]
-        flow=flow, committer=none, sender=none, timer=none, queue_counters=counters.queues,  # type: ignore[arg-type]
-        latch=none, stopping=threading.Event(),
-    )  # fmt: skip
+        ConsumerConfig(group="g"),
+        source,
+        none,
+        owned,
+        assignment=none,
+        dispatcher=dispatcher,  # type: ignore[arg-type]
+        flow=flow,
+        committer=none,
+        sender=none,
+        timer=none,
+        queue_counters=counters.queues,  # type: ignore[arg-type]
+        latch=none,
+        stopping=threading.Event(),
+    )
 
 
 def test_the_pull_loop_tracks_late_messages_and_counts_them_as_no_filtered_offsets() -> None:

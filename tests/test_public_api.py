@@ -213,7 +213,7 @@ def test_every_source_runs_the_whole_suite() -> None:
         assert len(subclasses) == expected, (module_name, subclasses)
 
 
-APPLICATION = '''
+APPLICATION = """
 import datetime
 
 from lite_push import ConsumerConfig, LitePushConsumer, MessageExt
@@ -235,7 +235,7 @@ def main() -> None:
     consumer.subscribe(["orders"])
     report = consumer.run()
     print(report.summary(), consumer.stats())
-'''
+"""
 
 
 def test_an_application_of_the_readme_s_api_passes_mypy_strict(tmp_path: Path) -> None:
@@ -245,7 +245,10 @@ def test_an_application_of_the_readme_s_api_passes_mypy_strict(tmp_path: Path) -
     app.write_text(APPLICATION)
     done = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--follow-imports=silent", str(app)],
-        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
         env={**os.environ, "MYPYPATH": str(Path(lite_push.__file__).resolve().parent.parent)},
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stdout + done.stderr

@@ -47,9 +47,7 @@ def test_a_batch_takes_as_many_slots_as_messages() -> None:
     rate=st.floats(min_value=1.0, max_value=10_000.0),
     ops=st.lists(st.tuples(st.floats(min_value=0.0, max_value=0.5), st.integers(1, 8)), min_size=1, max_size=200),
 )
-def test_no_window_starts_more_than_rate_times_its_length_plus_burst(
-    rate: float, ops: list[tuple[float, int]]
-) -> None:
+def test_no_window_starts_more_than_rate_times_its_length_plus_burst(rate: float, ops: list[tuple[float, int]]) -> None:
     """Whatever the demand (gaps between requests, batch sizes), the starts
     the limiter hands out never exceed ``rate * T + burst + largest batch``
     in any window of length T, and no caller is told to wait for nothing."""

@@ -171,9 +171,7 @@ def test_the_supervisor_example_runs_as_a_program(tmp_path: Path, redis_server: 
             assert wait_until(lambda: _status(ready) == 200, timeout=60), _status(ready)
             broker.send_batch("ORDER", [(b"x", f"k{i % 40}") for i in range(2000)])
             queues = broker.queues("ORDER")
-            assert wait_until(
-                lambda: sum(_consumed(f"http://127.0.0.1:{port}/metrics").values()) == 2000, timeout=60
-            )
+            assert wait_until(lambda: sum(_consumed(f"http://127.0.0.1:{port}/metrics").values()) == 2000, timeout=60)
             assert set(_consumed(f"http://127.0.0.1:{port}/metrics")) == {"0", "1"}  # two members on one port
             proc.send_signal(signal.SIGTERM)
             _, err = proc.communicate(timeout=60)

@@ -269,9 +269,12 @@ def test_decode_tells_an_id_with_a_sequence_part_apart() -> None:
     msgs = decode("ns", q, [(b"4-0", good), (b"4-1", good), (b"6-0", good)], bad)
     assert [m.queue_offset for m in msgs] == [3, 5]  # not 3, 4, 5 as three consecutive entries would be
     assert [(m.queue_offset, r) for m, r in bad] == [
-        (3, "malformed entry 4-1: not written by lite_push: its id's sequence part is not 0 (lite_push writes "
-            "<offset+1>-0)"),
-    ]  # fmt: skip
+        (
+            3,
+            "malformed entry 4-1: not written by lite_push: its id's sequence part is not 0 (lite_push writes "
+            "<offset+1>-0)",
+        ),
+    ]
     bad.clear()
     decode("ns", q, [(b"7-0", [b"field", b"value"])], bad)
     assert bad[0][1] == "malformed entry 7-0: fields field, not b, m, s (not written by lite_push?)"

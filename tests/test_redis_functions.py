@@ -42,9 +42,19 @@ pytestmark = pytest.mark.skipif(REDIS_CLI is None, reason="redis-cli is not inst
 #: Keys of every kind: ASCII, Latin-1, CJK, characters above U+FFFF (two
 #: UTF-16 units), a NUL, quotes and backslashes (escaped in the JSON).
 KEYS = [
-    "account-7", "é", "日本語", "😀", "🎉x🎉", "a\x00b", 'q"uote', "back\\slash", "Ω-42", "ключ", "k" * 300,
+    "account-7",
+    "é",
+    "日本語",
+    "😀",
+    "🎉x🎉",
+    "a\x00b",
+    'q"uote',
+    "back\\slash",
+    "Ω-42",
+    "ключ",
+    "k" * 300,
     *(f"key-{i}" for i in range(120)),
-]  # fmt: skip
+]
 
 
 def doc_sh_blocks() -> list[str]:
@@ -227,8 +237,10 @@ def _library_version(client: redis.Redis) -> int:
 
 def test_a_newer_library_is_left_alone_and_an_older_one_replaced(fresh_server: RedisServer) -> None:
     client = redis.Redis.from_url(fresh_server.url)
-    newer = "#!lua name=lite_push\nredis.register_function{function_name='lite_push_version', " \
-        "callback=function() return 99 end, flags={'no-writes'}}"  # fmt: skip
+    newer = (
+        "#!lua name=lite_push\nredis.register_function{function_name='lite_push_version', "
+        "callback=function() return 99 end, flags={'no-writes'}}"
+    )
     client.function_load(newer, replace=True)
     with RedisBroker(fresh_server.url, namespace="a") as b:
         b.create_topic("T", 1)

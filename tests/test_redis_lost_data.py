@@ -56,8 +56,11 @@ def said(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def blamed_sessions(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if "session expired" in r.getMessage()
-            or "session lapsed" in r.getMessage()]  # fmt: skip
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if "session expired" in r.getMessage() or "session lapsed" in r.getMessage()
+    ]
 
 
 def expected(server: RedisServer, namespace: str) -> str:
@@ -208,8 +211,15 @@ def test_a_restart_that_keeps_the_data_says_nothing(tmp_path: Path, caplog: pyte
 
 @pytest.mark.parametrize(
     ("seen", "now", "back"),
-    [(None, None, False), (None, b"3", False), (b"3", None, True), (b"3", b"2", True), (b"3", b"3", False),
-     (b"3", b"4", False), (b"3", b"x", False)],
-)  # fmt: skip
+    [
+        (None, None, False),
+        (None, b"3", False),
+        (b"3", None, True),
+        (b"3", b"2", True),
+        (b"3", b"3", False),
+        (b"3", b"4", False),
+        (b"3", b"x", False),
+    ],
+)
 def test_a_version_went_back_when_it_vanished_or_fell(seen: bytes | None, now: bytes | None, back: bool) -> None:
     assert went_back(seen, now) is back

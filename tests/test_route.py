@@ -254,8 +254,9 @@ def test_route_reads_keys_of_any_object(router: ModuleType) -> None:
 
 # --- the twins agree, event for event ----------------------------------------------
 
-KEYS = st.one_of(st.none(), st.just(""), st.sampled_from(["Aa", "BB", "polygenelubricants", "k1", "k2", "k3"]),
-                 st.text(max_size=6))  # fmt: skip
+KEYS = st.one_of(
+    st.none(), st.just(""), st.sampled_from(["Aa", "BB", "polygenelubricants", "k1", "k2", "k3"]), st.text(max_size=6)
+)
 
 
 @st.composite
@@ -348,8 +349,12 @@ def test_twins_place_keys_identically(case: tuple[int, str, bool, int, list[tupl
     n=st.integers(1, 12),
     steps=st.lists(
         st.tuples(
-            st.booleans(), st.lists(st.integers(0, 15), max_size=20), st.integers(0, 11), st.integers(0, 25),
-            st.integers(0, 13), st.frozensets(st.integers(0, 11), max_size=12),
+            st.booleans(),
+            st.lists(st.integers(0, 15), max_size=20),
+            st.integers(0, 11),
+            st.integers(0, 25),
+            st.integers(0, 13),
+            st.frozensets(st.integers(0, 11), max_size=12),
         ),
         max_size=40,
     ),

@@ -203,8 +203,12 @@ def test_items_go_to_their_queue_id_their_key_s_queue_or_round_robin() -> None:
     items = [b"a", (b"b", "k1"), {"body": b"c", "queue_id": 3}, b"d", {"body": b"e", "keys": "k1", "tags": "t"}]
     got = list(checked_items(items, "T", 4, 10, rr))
     assert [(body, q) for body, _, _, _, q in got] == [
-        (b"a", 0), (b"b", lane_of("k1", 4)), (b"c", 3), (b"d", 1), (b"e", lane_of("k1", 4)),
-    ]  # fmt: skip
+        (b"a", 0),
+        (b"b", lane_of("k1", 4)),
+        (b"c", 3),
+        (b"d", 1),
+        (b"e", lane_of("k1", 4)),
+    ]
     assert got[4][1:4] == ("k1", "t", {}) and rr.next == 2
     assert [q for *_, q in checked_items([b"x", b"y"], "T", 4, 10, rr)] == [2, 3]  # the next batch goes on
     # a batch with a bad item: nothing is taken, and the round robin stays where it was
@@ -213,8 +217,10 @@ def test_items_go_to_their_queue_id_their_key_s_queue_or_round_robin() -> None:
     assert rr.next == 4
     # without a round robin, the broker chooses (Kafka's partitioner)
     assert [q for *_, q in checked_items([(b"x", "k"), b"y", {"body": b"z", "queue_id": 1}], "T", 4, 10)] == [
-        None, None, 1,
-    ]  # fmt: skip
+        None,
+        None,
+        1,
+    ]
 
 
 @pytest.mark.parametrize(

@@ -159,8 +159,14 @@ def test_messages_carry_their_fields(harness: RedisHarness) -> None:
     r = harness.broker.send("T", b"body", keys="k", tags="TagA", properties={"a": "1"})
     (m,) = harness.broker.messages(q0)
     assert (m.topic, m.queue_id, m.queue_offset, m.body, m.keys, m.tags, m.properties) == (
-        "T", 0, 0, b"body", "k", "TagA", {"a": "1"},
-    )  # fmt: skip
+        "T",
+        0,
+        0,
+        b"body",
+        "k",
+        "TagA",
+        {"a": "1"},
+    )
     assert m.msg_id == r.msg_id and m.queue == q0 == r.queue
     assert m.born_timestamp <= m.store_timestamp + 1000
 
@@ -251,8 +257,10 @@ def test_a_broker_on_a_server_that_does_not_answer_raises_source_unavailable() -
     with pytest.raises(SourceUnavailableError) as caught:
         RedisBroker(f"redis://user:s3cret@127.0.0.1:{port}/2")
     e = caught.value
-    assert str(e) == f"cannot connect to redis://127.0.0.1:{port}/2: ConnectionError: Error 111 connecting to " \
-        f"127.0.0.1:{port}. Connection refused."  # fmt: skip
+    assert (
+        str(e) == f"cannot connect to redis://127.0.0.1:{port}/2: ConnectionError: Error 111 connecting to "
+        f"127.0.0.1:{port}. Connection refused."
+    )
     assert e.address == f"redis://127.0.0.1:{port}/2" and "s3cret" not in str(e)
     assert e.__cause__ is None and e.__suppress_context__
     client = redis.Redis(port=port)  # a client of the caller's: the same

@@ -208,6 +208,7 @@ def test_the_cli_exits_1_when_the_consumer_failed(
     listeners.mkdir()
     (listeners / "supervised_listener.py").write_text("def handle(msgs):\n    return None\n")
     monkeypatch.syspath_prepend(str(listeners))
+
     def completed(self: LaneWorker, *args: object) -> None:
         raise RuntimeError("injected lane bug")
 

@@ -165,7 +165,7 @@ def test_invalid_arguments_name_the_argument(kwargs: dict[str, object], field: s
 
 def test_members_pages_are_merged_with_a_member_label() -> None:
     page = (
-        "# HELP x_total things\n# TYPE x_total counter\nx_total{group=\"g\"} 3.0\n"
+        '# HELP x_total things\n# TYPE x_total counter\nx_total{group="g"} 3.0\n'
         "# HELP y_seconds a histogram\n# TYPE y_seconds histogram\n"
         'y_seconds_bucket{le="1.0"} 1.0\ny_seconds_bucket{le="+Inf"} 2.0\ny_seconds_count 2.0\ny_seconds_sum 3.5\n'
     )
@@ -333,9 +333,14 @@ def test_health_names_a_killed_member_until_its_restart_is_ready(
     _send(broker, 200, keys=20)
     clock = ManualClock()
     supervisor = _supervisor(
-        server, ns, tmp_path / "deliveries.log", metrics_port=0, restart_backoff=1000.0, restart_backoff_max=1000.0,
+        server,
+        ns,
+        tmp_path / "deliveries.log",
+        metrics_port=0,
+        restart_backoff=1000.0,
+        restart_backoff_max=1000.0,
         clock=clock,
-    )  # fmt: skip
+    )
     supervisor.start()
     try:
         assert supervisor.metrics_url is not None

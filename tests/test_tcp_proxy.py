@@ -173,9 +173,7 @@ def test_a_connection_waiting_on_a_reply_gets_it_at_the_heal(proxy: TcpProxy, di
     client.close()
 
 
-def test_a_connection_made_in_a_partition_reaches_the_server_at_the_heal(
-    proxy: TcpProxy, direct: redis.Redis
-) -> None:
+def test_a_connection_made_in_a_partition_reaches_the_server_at_the_heal(proxy: TcpProxy, direct: redis.Redis) -> None:
     quiet(direct)
     proxy.partition()
     with socket.create_connection(proxy.address, timeout=30) as raw:  # accepted

@@ -65,9 +65,10 @@ def test_the_consumer_span_is_the_senders_child_on_every_source(traced_broker: A
     assert bodies[b"z"]["a"] == "b" and "traceparent" in bodies[b"z"]
     assert "traceparent" not in bodies[b"w"]
     system = dict(got[0].attributes or {})["messaging.system"]
-    assert system == {"EmbeddedBroker": "lite_push", "RedisBroker": "redis", "KafkaBroker": "kafka"}[
-        type(traced_broker).__name__
-    ]
+    assert (
+        system
+        == {"EmbeddedBroker": "lite_push", "RedisBroker": "redis", "KafkaBroker": "kafka"}[type(traced_broker).__name__]
+    )
 
 
 def test_an_item_with_its_own_context_keeps_it(spans: Any) -> None:

@@ -68,5 +68,3 @@ def consume(broker: EmbeddedBroker, listener: Any, n: int, *, messages: bool = F
             assert wait_until(lambda: len(processed()) >= n, timeout=20)
     finally:
         consumer.shutdown(10)
-
-

@@ -210,8 +210,7 @@ def configuration_md() -> str:
             toml = f"`[consumer] {name}`"
             flag = f"`{max(actions[name].option_strings, key=len)}`" if name in from_flags else "\u2014"
         out.append(
-            f"| [`{name}`](#{name}) | `{cell(str(f.type))}` | `{cell(default_of(f))}` "
-            f"| {flag} | {env} | {toml} |"
+            f"| [`{name}`](#{name}) | `{cell(str(f.type))}` | `{cell(default_of(f))}` | {flag} | {env} | {toml} |"
         )
     out.append("")
     for f in fields:
@@ -354,7 +353,7 @@ def metrics_md() -> str:
         "",
         "These come from a `ProcessSupervisor`'s endpoint (`lite-push consume --processes N",
         "--metrics-port P`), never from a consumer. On that endpoint every consumer series of the members",
-        'carries one more label, `member` (the member\'s index, 0 to N-1).',
+        "carries one more label, `member` (the member's index, 0 to N-1).",
         "",
         *_metric_table(metric_names.SUPERVISOR_METRICS, comments),
         "",

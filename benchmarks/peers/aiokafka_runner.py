@@ -447,7 +447,8 @@ def main() -> int:
         **settings,
         "uvloop": f"uvloop=={version('uvloop')}" if settings["loop"] == "uvloop" else None,
         "enable_auto_commit": False,
-        "commit": "after each whole batch" if settings["mode"] == "gather"
+        "commit": "after each whole batch"
+        if settings["mode"] == "gather"
         else "watermark (lowest unhandled offset per partition)",
         "handler": "async def: await asyncio.sleep(cost)",
         "keeps_key_order": settings["mode"] != "gather",

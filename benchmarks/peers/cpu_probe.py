@@ -149,8 +149,10 @@ def run(args: argparse.Namespace, cluster: MockKafkaCluster | None) -> None:
         if used > 0:
             per_thread[labels.get(tid, name)] += used / tick
     total = sum(per_thread.values())
-    print(f"{n / seconds:,.0f} msg/s over {n:,} messages, CPU {1e6 * total / n:.1f} us/msg: " + ", ".join(
-        f"{label} {1e6 * s / n:.1f}" for label, s in per_thread.most_common()))  # fmt: skip
+    print(
+        f"{n / seconds:,.0f} msg/s over {n:,} messages, CPU {1e6 * total / n:.1f} us/msg: "
+        + ", ".join(f"{label} {1e6 * s / n:.1f}" for label, s in per_thread.most_common())
+    )
     gc_cells = [
         f"gen{g} {thread_label(who)} {int(c)}, {1e6 * s / n:.2f}" for (g, who), (c, s) in sorted(gc_rows.items())
     ]

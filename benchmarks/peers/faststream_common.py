@@ -36,9 +36,6 @@ from runner_protocol import cpu_seconds, parse_args, settings_of  # beside this 
 __all__ = ["Run", "describe", "main_of"]
 
 
-
-
-
 class Run:
     """One run: the handler's calls ``(seq, start_ns, end_ns)`` in three
     int64 columns, ``t0`` and the CPU from it, and the event set once every

@@ -178,9 +178,12 @@ def build(args: Any, settings: dict[str, Any], run: Run, partitions: int) -> Fas
         by_key = settings["batch_by_key"]
 
         @broker.subscriber(
-            topic, batch=True, max_records=settings["max_records"] or None,
-            batch_timeout_ms=settings["batch_timeout_ms"], **common,
-        )  # fmt: skip
+            topic,
+            batch=True,
+            max_records=settings["max_records"] or None,
+            batch_timeout_ms=settings["batch_timeout_ms"],
+            **common,
+        )
         async def handle_batch(body: list[bytes], msg: KafkaMessage) -> None:
             await run.handle_batch(body, [record.key for record in msg.raw_message] if by_key else None)
 

@@ -129,8 +129,6 @@ def parse_settings(pairs: list[str]) -> dict[str, Any]:
     return settings
 
 
-
-
 def run_worker(args: argparse.Namespace, settings: dict[str, Any], calls: AsyncCalls, datadir: str) -> dict[str, Any]:
     """Make the app, run a faust ``Worker`` until every seq was handled, the
     cap or the timeout (then it stops itself with SIGTERM, as ``faust

@@ -36,8 +36,18 @@ REPO = Path(__file__).resolve().parent.parent.parent
 GRACE = 60.0
 #: Environment variable prefixes left out of a runner's environment.
 STRIPPED = (
-    "KAFKA_", "EXECUTION_", "PARALLEL_CONSUMER_", "PROCESS_", "METRICS_", "FASTSTREAM_", "QUIX", "FAUST_",
-    "ARROYO_", "REDIS_", "PYTHONPATH", "LITE_PUSH_",
+    "KAFKA_",
+    "EXECUTION_",
+    "PARALLEL_CONSUMER_",
+    "PROCESS_",
+    "METRICS_",
+    "FASTSTREAM_",
+    "QUIX",
+    "FAUST_",
+    "ARROYO_",
+    "REDIS_",
+    "PYTHONPATH",
+    "LITE_PUSH_",
 )
 
 
@@ -95,8 +105,19 @@ def launch(
     if project_python:
         env["PYTHONPATH"] = str(REPO)
     cmd = [
-        str(python), str(runner), *broker_args, "--topic", topic, "--group", group, "--costs", str(costs_file),
-        "--out", str(out_file), "--timeout", f"{timeout:g}",
+        str(python),
+        str(runner),
+        *broker_args,
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--costs",
+        str(costs_file),
+        "--out",
+        str(out_file),
+        "--timeout",
+        f"{timeout:g}",
     ]
     if cap is not None:
         cmd += ["--cap", f"{cap:g}"]
@@ -106,7 +127,12 @@ def launch(
     # '; exit $?': a command after it, so the shell forks the runner rather than exec it
     proc = subprocess.Popen(
         ["/bin/sh", "-c", '"$0" "$@"; exit $?', *cmd],
-        cwd=work_dir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        cwd=work_dir,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         _, stderr = proc.communicate(timeout=timeout + GRACE)

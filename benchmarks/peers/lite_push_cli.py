@@ -75,9 +75,22 @@ LISTENER = "lite_push_cli_listener:listener"
 def command(url: str, topic: str, group: str, settings: dict[str, Any], config_file: Path | None) -> list[str]:
     """The ``lite-push`` argument list (after the program name)."""
     argv = [
-        "consume", "--source", url, "--group", group, "--topic", topic, "--from", "first",
-        "--listener", LISTENER, "--progress", "off", "--log-level", settings["log_level"],
-    ]  # fmt: skip
+        "consume",
+        "--source",
+        url,
+        "--group",
+        group,
+        "--topic",
+        topic,
+        "--from",
+        "first",
+        "--listener",
+        LISTENER,
+        "--progress",
+        "off",
+        "--log-level",
+        settings["log_level"],
+    ]
     for name in FLAGS:
         if settings[name] is not None:
             argv += [f"--{name.replace('_', '-')}", str(settings[name])]

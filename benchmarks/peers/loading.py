@@ -35,7 +35,12 @@ from typing import Any
 from workloads import queue_of
 
 __all__ = [
-    "Placement", "entry_id", "fill_faststream_redis", "fill_lite_push_redis", "place_nowhere", "produce_kafka",
+    "Placement",
+    "entry_id",
+    "fill_faststream_redis",
+    "fill_lite_push_redis",
+    "place_nowhere",
+    "produce_kafka",
 ]
 
 #: Messages per Redis batch (send_batch / the faststream filler).

@@ -83,10 +83,18 @@ def markdown(shapes: dict[str, dict[str, Any]], not_run: dict[str, str]) -> str:
                 continue
             keeps = config.get("keeps_key_order")
             cells = [
-                peer, shape, f"{s['rate']:,.0f}", ", ".join(f"{r:,.0f}" for r in s["rates"]),
-                f"{s['of_bound']:.1%}", _cell(s.get("first_call_ms"), ",.0f"), _cell(s["p99_ms"], ",.0f"),
-                _cell(s["cpu_s"], ".1f"), _cell(s["peak_rss_mb"], ",.0f"), *(_cell(s[k], "d") for k in COUNTS),
-                f"{s['capped']}/{s['runs']}", "-" if keeps is None else ("yes" if keeps else "no"),
+                peer,
+                shape,
+                f"{s['rate']:,.0f}",
+                ", ".join(f"{r:,.0f}" for r in s["rates"]),
+                f"{s['of_bound']:.1%}",
+                _cell(s.get("first_call_ms"), ",.0f"),
+                _cell(s["p99_ms"], ",.0f"),
+                _cell(s["cpu_s"], ".1f"),
+                _cell(s["peak_rss_mb"], ",.0f"),
+                *(_cell(s[k], "d") for k in COUNTS),
+                f"{s['capped']}/{s['runs']}",
+                "-" if keeps is None else ("yes" if keeps else "no"),
                 str(config.get("package", "-")),
             ]
             lines.append("| " + " | ".join(cells) + " |")
@@ -127,8 +135,14 @@ def chart(shapes: dict[str, dict[str, Any]], path: Path) -> None:
                 keeps = keeps and s["config"].get("keeps_key_order") is not False
         # hatched: a peer that does not keep per-key order (its bars are not bound by the hot key)
         ax.bar(
-            xs, ys, width, label=peer if keeps else f"{peer} (no key order)", hatch=None if keeps else "//",
-            color=plt.get_cmap("tab20")(i % 20), edgecolor="black", linewidth=0.3,
+            xs,
+            ys,
+            width,
+            label=peer if keeps else f"{peer} (no key order)",
+            hatch=None if keeps else "//",
+            color=plt.get_cmap("tab20")(i % 20),
+            edgecolor="black",
+            linewidth=0.3,
         )
     for j, shape in enumerate(names):
         bound = shapes[shape]["hot_key_rate"]

@@ -106,9 +106,20 @@ def main() -> int:
     name = f"faststream_{args.broker}"
     python = venv_python(name)
     topic, group = f"t-{stamp}", f"g-{stamp}"
-    common = ["--topic", topic, "--group", group, "--costs", str(costs_file), "--out", str(out),
-              "--timeout", str(args.timeout), *(["--cap", str(args.cap)] if args.cap else []),
-              *(x for s in args.set for x in ("--set", s))]  # fmt: skip
+    common = [
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--costs",
+        str(costs_file),
+        "--out",
+        str(out),
+        "--timeout",
+        str(args.timeout),
+        *(["--cap", str(args.cap)] if args.cap else []),
+        *(x for s in args.set for x in ("--set", s)),
+    ]
     runner = str(PEERS / f"{name}_runner.py")
     if args.broker == "kafka":
         from kafka_peers import produce

@@ -102,9 +102,11 @@ def main() -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--keep", type=Path, help="copy OUT.json here")
     parser.add_argument(
-        "--threads", type=float, metavar="SECONDS",
+        "--threads",
+        type=float,
+        metavar="SECONDS",
         help="print each of the runner's threads' share of a core over SECONDS, from 1 s after it starts",
-    )  # fmt: skip
+    )
     args = parser.parse_args()
 
     rng = random.Random(args.seed)
@@ -119,9 +121,20 @@ def main() -> int:
         costs_file, out_file = Path(tmp) / "costs", Path(tmp) / "out.json"
         costs_file.write_bytes(array.array("q", costs).tobytes())
         cmd = [
-            str(Path(args.python).absolute()), str(Path(args.runner).absolute()),
-            "--bootstrap", cluster.bootstrap, "--topic", topic, "--group", group,
-            "--costs", str(costs_file), "--out", str(out_file), "--timeout", str(args.timeout),
+            str(Path(args.python).absolute()),
+            str(Path(args.runner).absolute()),
+            "--bootstrap",
+            cluster.bootstrap,
+            "--topic",
+            topic,
+            "--group",
+            group,
+            "--costs",
+            str(costs_file),
+            "--out",
+            str(out_file),
+            "--timeout",
+            str(args.timeout),
         ]
         if args.cap is not None:
             cmd += ["--cap", str(args.cap)]
