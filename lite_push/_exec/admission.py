@@ -202,7 +202,7 @@ class Admission:
     def must_yield(self, occupied: float) -> bool:
         """Whether a lane that has had its slot for ``occupied`` seconds (and
         still has work) should give it back and queue again: the limit went
-        down under the slots in use, or others have waited while it held
+        down under the slots in use, or others have waited while it had
         one longer than :data:`ADMISSION_SLOT_TIME`."""
         return self.active > self.limit or (bool(self._waiters) and occupied > ADMISSION_SLOT_TIME)
 

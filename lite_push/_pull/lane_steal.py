@@ -8,7 +8,7 @@ pull thread, which owns the router, to *steal* from that lane
 (:meth:`LaneStealer.request`, then :meth:`LaneStealer.run` on the pull
 thread's next turn):
 
-1. The lane's task is held where it is: under the lane's lock the stealer
+1. The lane's task is kept where it is: under the lane's lock the stealer
    sets ``lane.moving`` and checks that ``lane.call`` is still the stuck
    call (see ``_lanes``): the task, when the call returns, waits in
    ``Lane.settle`` until the stealer is done.
@@ -98,7 +98,7 @@ class LaneStealer:
         #: What the lanes are done with (drained before anything moves).
         self._released = released
         #: Each lane's parked keys (its ``ParkedKeys.keys``): read only while
-        #: the lane's task is held.
+        #: the lane's task is kept in its call.
         self._parked = parked
         self._counters = counters
         self._capacity = capacity
@@ -150,7 +150,7 @@ class LaneStealer:
         moved: list[Item] = []
 
         def change(queued: list[Segment]) -> list[Segment]:
-            # The task is held in ``call``: what it holds may change.
+            # The task is kept in ``call``: what it holds may change.
             stay = self._stay_keys(index, call)
             front: list[Segment] = []
             if lane.stolen_for is not call:
@@ -159,7 +159,7 @@ class LaneStealer:
             kept: list[Segment] = []
             self._split(queued, stay, kept, moved)
             for _, ms in finished:
-                self._counters.consumed[index] += len(ms)  # the lane's counter: its task is held
+                self._counters.consumed[index] += len(ms)  # the lane's counter: its task is kept in its call
             return front + kept
 
         if not lane.while_in_call(call, change):
@@ -221,7 +221,7 @@ class LaneStealer:
         moved: list[Item],
         finished: list[Segment],
     ) -> None:
-        """(the task held) Take what the task holds and has not started:
+        """(the task kept in its call) Take what the task holds and has not started:
         the rest of its segment and the segments after it.  What stays
         goes to ``front`` (it runs before what is queued); what the task
         finished in its segment goes to ``finished``."""
