@@ -17,7 +17,9 @@ flight, or for the whole backlog when draining).  Past it, or at
 still running are given up (their messages stay uncommitted) after a short
 grace (``ABORT_GRACE``).
 
-Then the failures the lanes handed off are stored, every owned queue's
+:class:`LanesStop` stops the listener calls (the lanes, or the baseline's
+pool) and waits for them; :class:`Stopper` keeps the deadline and does the
+rest.  Then the failures the lanes handed off are stored, every owned queue's
 lowest unfinished offset is committed, and the committed offsets are read
 back from the source: the :class:`StopReport` says what the group now holds
 and which queues will be delivered again from where, and never claims a
@@ -30,6 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .._clock import Clock
@@ -156,6 +159,74 @@ def _named(items: list[str]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
+class LanesStop:
+    """Stopping a consumer's listener calls: the lanes (or the baseline's
+    pool) start no more calls, take no more work, and are waited for until
+    a deadline.  Pull side, once polling has stopped (:meth:`abort` from any
+    thread)."""
+
+    def __init__(
+        self,
+        *,
+        lanes: list[Lane],
+        executor: ThreadExecutor | AsyncExecutor,
+        orderly: QueueOrderlyService | None,
+        abort: threading.Event,
+        owned: dict[MessageQueue, ProcessQueue],
+    ) -> None:
+        self._lanes = lanes
+        self._executor = executor
+        self._orderly = orderly
+        #: Set: the lanes skip what they have not started.
+        self._abort = abort
+        #: The owned queues, whose fences close so no call starts.
+        self._owned = owned
+
+    def abort(self) -> None:
+        """Give up what runs: lanes skip what they have not started."""
+        self._abort.set()
+
+    def stop_calls(self) -> None:
+        """Lanes start no more calls: each stops before its next message."""
+        self._abort.set()
+        for pq in list(self._owned.values()):
+            pq.stop_calls()
+        self._executor.stop_waits()
+
+    def close(self, deadline: Callable[[], float]) -> None:
+        """No more work comes: the lanes (and the baseline's pool, which
+        waits for its calls until ``deadline()``) are closed."""
+        if self._orderly is not None:
+            self._orderly.close(deadline)
+        for lane in self._lanes:
+            lane.close()
+        self._executor.flush()
+
+    def let_go(self) -> None:
+        """Take what the lanes still queue: it stays uncommitted."""
+        for lane in self._lanes:
+            for pq, msgs in lane.drain():
+                pq.skip(msgs)
+
+    def join(self, deadline: Callable[[], float]) -> bool:
+        """Wait for the lanes' tasks until ``deadline()`` (which a hurry may
+        bring forward); whether they all ended."""
+        executor = self._executor
+        while True:
+            now = time.monotonic()
+            if executor.join(min(deadline(), now + HURRY_CHECK)):
+                return True
+            if time.monotonic() >= deadline():
+                return False
+
+    def give_up(self) -> int:
+        """The deadline passed: wait :data:`ABORT_GRACE` more for the tasks
+        to notice, and count the listener calls still running."""
+        abandoned = sum(1 for lane in self._lanes if lane.call is not None)
+        self._executor.join(time.monotonic() + ABORT_GRACE, final=True)
+        return abandoned
+
+
 class Stopper:
     """A consumer's stop (see the module docstring).  :meth:`begin` and
     :meth:`hurry` may be called from any thread; :meth:`run` runs on the
@@ -167,10 +238,7 @@ class Stopper:
         group: str,
         drain: bool,
         clock: Clock,
-        lanes: list[Lane],
-        executor: ThreadExecutor | AsyncExecutor,
-        orderly: QueueOrderlyService | None,
-        abort: threading.Event,
+        calls: LanesStop,
         owned: dict[MessageQueue, ProcessQueue],
         sender: FailureSender,
         committer: Committer,
@@ -179,10 +247,8 @@ class Stopper:
         self._group = group
         self._drain = drain
         self._clock = clock
-        self._lanes = lanes
-        self._executor = executor
-        self._orderly = orderly
-        self._abort = abort
+        #: Stops the listener calls.
+        self._calls = calls
         self._owned = owned
         self._sender = sender
         self._committer = committer
@@ -211,29 +277,25 @@ class Stopper:
         with self._lock:
             self._hurried = True
             self._deadline = time.monotonic()
-        self._abort.set()
+        self._calls.abort()
 
     def run(self) -> StopReport:
         """The stop (pull side): let the calls in flight finish (draining:
         everything queued), commit, read the commits back."""
         self.begin(0.0)  # a crash with no shutdown() yet: the caller set one, else stop at once
+        calls = self._calls
         if not self._drain:
-            self._stop_calls()
-        if self._orderly is not None:
-            self._orderly.close(lambda: self._deadline)
-        for lane in self._lanes:
-            lane.close()
-        self._executor.flush()
+            calls.stop_calls()
+        calls.close(self._deadline_now)
         if not self._drain:
-            self._let_go()
-        finished = self._join()
+            calls.let_go()
+        finished = calls.join(self._deadline_now)
         abandoned = 0
         if not finished:
             if self._drain:  # what the lanes still queue stays unstarted too
-                self._stop_calls()
-                self._let_go()
-            abandoned = sum(1 for lane in self._lanes if lane.call is not None)
-            self._executor.join(time.monotonic() + ABORT_GRACE, final=True)
+                calls.stop_calls()
+                calls.let_go()
+            abandoned = calls.give_up()
             if abandoned:
                 logger.warning(
                     "consumer %r: %d listener call(s) still running when the stop gave up; their messages stay "
@@ -247,30 +309,9 @@ class Stopper:
         report = self.report = self._read_back(finished and not self._hurried, abandoned)
         return report
 
-    def _stop_calls(self) -> None:
-        """Lanes start no more calls: each stops before its next message."""
-        self._abort.set()
-        for pq in list(self._owned.values()):
-            pq.stop_calls()
-        self._executor.stop_waits()
-
-    def _let_go(self) -> None:
-        """Take what the lanes still queue: it stays uncommitted."""
-        for lane in self._lanes:
-            for pq, msgs in lane.drain():
-                pq.skip(msgs)
-
-    def _join(self) -> bool:
-        """Wait for the lanes' tasks until the deadline (which
-        :meth:`hurry` may bring forward); whether they all ended."""
-        executor = self._executor
-        while True:
-            deadline = self._deadline
-            now = time.monotonic()
-            if executor.join(min(deadline, now + HURRY_CHECK)):
-                return True
-            if time.monotonic() >= self._deadline:
-                return False
+    def _deadline_now(self) -> float:
+        """The deadline as it stands (a hurry brings it forward)."""
+        return self._deadline
 
     def _read_back(self, finished: bool, abandoned: int) -> StopReport:
         pqs = sorted(self._owned.values(), key=lambda pq: pq.queue)

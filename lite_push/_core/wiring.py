@@ -50,7 +50,7 @@ from .._state.shared import MAX_SEGMENT, AppPauses, Counters, FailureLatch, KeyO
 from .._state.timer import RetryTimer
 from .._types import MessageExt, MessageQueue
 from ..sources.contract import Balance, MessageModel, PullSource
-from .shutdown import Stopper
+from .shutdown import LanesStop, Stopper
 from .snapshots import Readings
 
 __all__ = ["MESSAGE_ACK_INTERVAL", "MESSAGE_BUFFER_PER_LANE", "Parts", "build_parts"]
@@ -281,10 +281,7 @@ def build_parts(
         group=config.group,
         drain=config.drain_on_shutdown,
         clock=clock,
-        lanes=lanes,
-        executor=executor,
-        orderly=orderly,
-        abort=abort,
+        calls=LanesStop(lanes=lanes, executor=executor, orderly=orderly, abort=abort, owned=owned),
         owned=owned,
         sender=sender,
         committer=committer,
