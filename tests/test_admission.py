@@ -91,7 +91,7 @@ def test_twins_place_keys_alike_while_the_limit_moves() -> None:
 
 def test_slots_go_to_the_waiting_lanes_with_the_most_work() -> None:
     async def main() -> None:
-        adm = Admission(3, asyncio.get_running_loop(), 0.0015)
+        adm = Admission(3, loop=asyncio.get_running_loop(), target=0.0015)
         adm.limit = 2
         assert adm.enter(1) is None and adm.enter(1) is None and adm.active == 2
         small, big = adm.enter(1), adm.enter(500)
@@ -109,7 +109,7 @@ def test_slots_go_to_the_waiting_lanes_with_the_most_work() -> None:
 
 def test_the_limit_follows_the_length_of_a_turn() -> None:
     async def main() -> None:
-        adm = Admission(1024, asyncio.get_running_loop(), 0.0015)
+        adm = Admission(1024, loop=asyncio.get_running_loop(), target=0.0015)
         for _ in range(60):
             adm.turned(0.010)  # the loop turns every 10 ms: too many lanes
         assert adm.limit == ADMISSION_MIN
@@ -121,7 +121,7 @@ def test_the_limit_follows_the_length_of_a_turn() -> None:
             adm.turned(0.0001)  # time to spare: more lanes, up to all of them
         assert adm.limit == 1024 and all(w is None or w.done() for w in waiters)
         assert adm.active == ADMISSION_MIN + 50
-        small = Admission(16, asyncio.get_running_loop(), 0.0015)
+        small = Admission(16, loop=asyncio.get_running_loop(), target=0.0015)
         for _ in range(60):
             small.turned(0.010)
         assert small.limit == 16  # never fewer than ADMISSION_MIN: 16 lanes are never limited
@@ -160,7 +160,13 @@ def test_turns_short_against_the_listeners_latency_leave_every_lane_in(latency: 
 
     async def main() -> None:
         clocks = FakeClocks()
-        adm = Admission(2048, asyncio.get_running_loop(), 0.0015, lambda: clocks.wall, lambda: clocks.cpu)
+        adm = Admission(
+            2048,
+            loop=asyncio.get_running_loop(),
+            target=0.0015,
+            monotonic=lambda: clocks.wall,
+            thread_time=lambda: clocks.cpu,
+        )
         for _ in range(1000):
             assert adm.enter(1) is None or adm.limit < 1000
         _run_probes(adm, clocks, latency, 0.003, 80)
@@ -181,8 +187,8 @@ def test_a_turn_spent_waiting_for_the_gil_does_not_count() -> None:
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        waited = Admission(1024, loop, 0.0015)
-        busy = Admission(1024, loop, 0.0015)
+        waited = Admission(1024, loop=loop, target=0.0015)
+        busy = Admission(1024, loop=loop, target=0.0015)
         for _ in range(40):
             waited.turned(0.010, 0.0002)
             busy.turned(0.010, 0.010)

@@ -43,7 +43,12 @@ def test_a_slow_call_is_logged_once_and_its_lane_is_asked_about_until_nothing_mo
     lanes = [Lane(i, lambda: None) for i in range(3)]
     asked: list[tuple[int, object]] = []
     watch = CallWatch(
-        "g", lanes, now, steal_after=2.0, slow_call_warning=5.0, request=lambda i, c: asked.append((i, c))
+        "g",
+        lanes=lanes,
+        monotonic=now,
+        steal_after=2.0,
+        slow_call_warning=5.0,
+        request=lambda i, c: asked.append((i, c)),
     )
     call = ([_msg(7, "acct-1", 2)], 100.0)
     lanes[1].call = call
@@ -73,7 +78,9 @@ def test_a_slow_call_is_logged_once_and_its_lane_is_asked_about_until_nothing_mo
 def test_auto_learns_the_call_times_it_sees_end() -> None:
     now = _Now()
     lanes = [Lane(0, lambda: None)]
-    watch = CallWatch("g", lanes, now, steal_after="auto", slow_call_warning=None, request=lambda i, c: None)
+    watch = CallWatch(
+        "g", lanes=lanes, monotonic=now, steal_after="auto", slow_call_warning=None, request=lambda i, c: None
+    )
     assert watch.threshold == STEAL_FLOOR
     for i in range(50):  # calls seen at 0.3 s of age, then ended
         lanes[0].call = ([_msg(i, "k")], now.t - 0.3)
@@ -81,7 +88,7 @@ def test_auto_learns_the_call_times_it_sees_end() -> None:
         lanes[0].call = None
         watch.check()
     assert watch.threshold == pytest.approx(STEAL_MULTIPLE * 0.3)
-    off = CallWatch("g", lanes, now, steal_after="auto", slow_call_warning=None, request=None)
+    off = CallWatch("g", lanes=lanes, monotonic=now, steal_after="auto", slow_call_warning=None, request=None)
     assert off.threshold is None  # no stealer: keys never move
 
 

@@ -34,7 +34,9 @@ class _Holds:
 
 
 def _handback(policy: Any) -> tuple[Handback, ProcessQueue, Outbox, Counters, list[tuple[int, list[MessageExt]]]]:
-    pq = ProcessQueue(MQ, 0, 0, low_water(ConsumerConfig(group="g")), lambda: None)
+    pq = ProcessQueue(
+        MQ, next_offset=0, keyless_lane=0, resume_at=low_water(ConsumerConfig(group="g")), wake=lambda: None
+    )
     pq.add_batch(_msgs(0, 1, 2, 3, 4, 5), 6)
     outbox = Outbox(lambda: None)
     counters = Counters(2)

@@ -51,16 +51,18 @@ class _Stage:
         self.released: deque[tuple[int, list[MessageExt]]] = deque()
         self.counters = Counters(3)
         self.parked: list[dict[Any, Any]] = [{k: None for k in parked}, {}, {}]
-        self.pq = ProcessQueue(Q, 0, 0, (10**6, 1 << 40, 1 << 30, 1 << 30), lambda: None)
+        self.pq = ProcessQueue(
+            Q, next_offset=0, keyless_lane=0, resume_at=(10**6, 1 << 40, 1 << 30, 1 << 30), wake=lambda: None
+        )
         self.msgs = [_msg(i, k) for i, k in enumerate(keys)]
         self.pq.add_batch(self.msgs, len(self.msgs))
         segs, counts = self.router.route([(self.pq, self.msgs, 0)])
         self.stealer = LaneStealer(
             self.lanes,
-            self.router,
-            self.released,
-            self.parked,
-            self.counters,
+            router=self.router,
+            released=self.released,
+            parked=self.parked,
+            counters=self.counters,
             group="g",
             capacity=1000,
             flush=lambda: None,

@@ -221,6 +221,26 @@ def test_no_part_of_the_runtime_takes_more_collaborators_than_it_did() -> None:
     assert done == {}, "at the limit now, or gone: take it off OVER_THE_LIMIT"
 
 
+#: Positional parameters a part's constructor may take (its identity and at
+#: most one more: ``Lane(index, wake)``); the rest are keywords.
+MAX_POSITIONAL = 2
+#: The consumers' shared core mirrors their ``(config, source, listener)``;
+#: the timer's and the parks' records are values built in one place each.
+POSITIONAL_ALLOWED = {"ConsumerCore", "Parked", "DueKey", "KeyPauseChange"}
+
+
+def test_the_runtime_s_parts_are_built_with_keywords() -> None:
+    positional = {}
+    for name, path in modules().items():
+        if name.split(".")[1:2] and name.split(".")[1] in RUNTIME:
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ClassDef) and node.name not in POSITIONAL_ALLOWED:
+                    init = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+                    if init is not None and len(init.args.args) - 1 > MAX_POSITIONAL:
+                        positional[node.name] = len(init.args.args) - 1
+    assert positional == {}, "constructors that take more than two positional parameters: make the rest keywords"
+
+
 def test_collaborators_are_counted_as_a_reader_counts_them() -> None:
     tree = ast.parse(
         "class A:\n    def __init__(self, a, b, *, c): ...\n"

@@ -70,11 +70,13 @@ def test_a_commit_that_keeps_failing_logs_one_line_per_episode(
         real_commit(offsets)
 
     source.commit = commit  # type: ignore[method-assign]
-    pq = ProcessQueue(MQ, 0, 0, low_water(ConsumerConfig(group="g")), lambda: None)
+    pq = ProcessQueue(
+        MQ, next_offset=0, keyless_lane=0, resume_at=low_water(ConsumerConfig(group="g")), wake=lambda: None
+    )
     msgs = [MessageExt("T", 0, i, b"x", keys="k") for i in range(4)]
     pq.add_batch(msgs, 4)
     pq.owned_until = float("inf")
-    committer = Committer(source, {MQ: pq}, "g")
+    committer = Committer(source, owned={MQ: pq}, group="g")
     caplog.set_level(logging.DEBUG, logger=COMMIT_LOGGER)
     try:
         pq.complete(msgs[:1])

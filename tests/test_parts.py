@@ -64,7 +64,13 @@ def _msg(offset: int, key: str | None = "k", queue: MessageQueue = MQ) -> Messag
 
 
 def _pq(queue: MessageQueue = MQ, start: int = 0, cfg: ConsumerConfig | None = None) -> ProcessQueue:
-    return ProcessQueue(queue, start, 0, low_water(cfg or ConsumerConfig(group="g")), lambda: None)
+    return ProcessQueue(
+        queue,
+        next_offset=start,
+        keyless_lane=0,
+        resume_at=low_water(cfg or ConsumerConfig(group="g")),
+        wake=lambda: None,
+    )
 
 
 def _tracked(pq: ProcessQueue, msgs: list[MessageExt]) -> list[MessageExt]:
@@ -173,7 +179,7 @@ def _drive_checks(gen: Iterator[list[MessageExt]], on_wait: object = None) -> tu
 def test_the_call_gate_waits_at_the_fence_and_skips_a_dropped_queue() -> None:
     clock = ManualClock()
     abort = threading.Event()
-    gate = CallGate(0, "g", clock, abort)
+    gate = CallGate(0, group="g", clock=clock, abort=abort)
     pq = _pq()
     pq.owned_until = clock.monotonic() + 1.0
     assert _drive_checks(gate.may_call(pq, 1)) == ([], True)
@@ -193,7 +199,7 @@ def test_the_call_gate_waits_at_the_fence_and_skips_a_dropped_queue() -> None:
 
 def test_the_call_gate_paces_calls_at_max_rate() -> None:
     clock = ManualClock()
-    gate = CallGate(0, "g", clock, threading.Event(), RateLimiter(10.0, clock.monotonic))
+    gate = CallGate(0, group="g", clock=clock, abort=threading.Event(), limiter=RateLimiter(10.0, clock.monotonic))
     pq = _pq()
     pq.owned_until = float("inf")
     pauses = 0
@@ -214,9 +220,11 @@ def test_parked_keys_hold_a_keys_later_messages_and_ignore_stale_timer_entries()
     clock = ManualClock()
     timer = RetryTimer(lambda: None)
     counters = Counters(1)
-    keys = ParkedKeys(0, timer, itertools.count(1), counters, monotonic=clock.monotonic, suspend=0.5)
+    keys = ParkedKeys(
+        0, timer=timer, generations=itertools.count(1), counters=counters, monotonic=clock.monotonic, suspend=0.5
+    )
     pq = _pq()
-    failure = FailurePolicy(True, 3, 1).classify(ValueError("x"), None)
+    failure = FailurePolicy(True, max_reconsume_times=3, retry_start_level=1).classify(ValueError("x"), None)
     keys.park(pq, _msg(0, "a"), failure)
     assert keys.queue_behind(pq, _msg(1, "a")) and not keys.queue_behind(pq, _msg(2, "b"))
     assert keys.key(pq, _msg(3, None)) == MQ  # keyless: its queue waits together
@@ -230,9 +238,16 @@ def test_parked_keys_hold_a_keys_later_messages_and_ignore_stale_timer_entries()
 
 
 def test_parked_keys_purge_only_dropped_queues() -> None:
-    keys = ParkedKeys(0, RetryTimer(lambda: None), itertools.count(1), Counters(1), monotonic=lambda: 0.0, suspend=1)
+    keys = ParkedKeys(
+        0,
+        timer=RetryTimer(lambda: None),
+        generations=itertools.count(1),
+        counters=Counters(1),
+        monotonic=lambda: 0.0,
+        suspend=1,
+    )
     kept, gone = _pq(), _pq(MQ1)
-    failure = FailurePolicy(True, 3, 1).classify(ValueError("x"), None)
+    failure = FailurePolicy(True, max_reconsume_times=3, retry_start_level=1).classify(ValueError("x"), None)
     keys.park(kept, _msg(0, "a"), failure)
     keys.park(gone, _msg(0, "b", MQ1), failure)
     gone.drop()
@@ -245,12 +260,14 @@ def test_parked_keys_purge_only_dropped_queues() -> None:
 
 def _worker(mode: ConsumeMode, clock: ManualClock, timer: RetryTimer, outbox: Outbox) -> LaneWorker:
     counters = Counters(1)
-    keys = ParkedKeys(0, timer, itertools.count(1), counters, monotonic=clock.monotonic, suspend=1.0)
-    policy = FailurePolicy(mode is ConsumeMode.KEY_ORDERLY, 2, 1)
+    keys = ParkedKeys(
+        0, timer=timer, generations=itertools.count(1), counters=counters, monotonic=clock.monotonic, suspend=1.0
+    )
+    policy = FailurePolicy(mode is ConsumeMode.KEY_ORDERLY, max_reconsume_times=2, retry_start_level=1)
     return LaneWorker(
         0,
         group="g",
-        gate=CallGate(0, "g", clock, threading.Event()),
+        gate=CallGate(0, group="g", clock=clock, abort=threading.Event()),
         parked=keys,
         policy=policy,
         outbox=outbox,
@@ -361,9 +378,11 @@ def test_parked_keys_hold_a_retry_of_a_paused_key_until_its_resume() -> None:
     clock = ManualClock()
     timer = RetryTimer(lambda: None)
     counters = Counters(1)
-    keys = ParkedKeys(0, timer, itertools.count(1), counters, monotonic=clock.monotonic, suspend=0.5)
+    keys = ParkedKeys(
+        0, timer=timer, generations=itertools.count(1), counters=counters, monotonic=clock.monotonic, suspend=0.5
+    )
     pq, gone = _pq(), _pq(MQ1)
-    failure = FailurePolicy(True, 3, 1).classify(ValueError("x"), None)
+    failure = FailurePolicy(True, max_reconsume_times=3, retry_start_level=1).classify(ValueError("x"), None)
     keys.park(pq, _msg(0, "a"), failure)  # a retry, on the timer
     assert keys.apply_pauses(frozenset({"a", "b"}), frozenset({"a", "b"}), frozenset()) == []
     assert counters.key_paused == [1]  # the retry's head now waits for the application too
@@ -385,7 +404,7 @@ def test_the_key_pause_sync_hands_every_lane_each_change_once() -> None:
     flushes: list[int] = []
     dispatcher = Dispatcher(lanes, {}, lane_capacity=100, flush=lambda: flushes.append(1))
     pauses = KeyPauses("g")
-    sync = KeyPauseSync(pauses, dispatcher, len(lanes))
+    sync = KeyPauseSync(pauses, dispatcher=dispatcher, lanes=len(lanes))
 
     def handed() -> list[tuple[frozenset[object], frozenset[object], frozenset[object]]]:
         out = []
@@ -516,7 +535,7 @@ def test_the_committer_commits_the_lowest_unfinished_offset_with_its_map(broker:
     pq = _pq(MQ, 0)
     msgs = _tracked(pq, [_msg(i) for i in range(5)])
     pq.complete([msgs[0], msgs[2], msgs[3]])
-    Committer(source, {MQ: pq}, "g").commit_all()
+    Committer(source, owned={MQ: pq}, group="g").commit_all()
     committed = source.committed(MQ)
     assert committed is not None and committed.offset == 1
     finished = decode(committed.metadata, 1)
@@ -530,7 +549,14 @@ def test_flow_control_pauses_over_a_threshold_and_never_resumes_an_app_pause(bro
     pq, other = _pq(MQ, cfg=cfg), _pq(MQ1, cfg=cfg)
     pauses = AppPauses()
     counters = Counters(1)
-    flow = FlowControl(cfg, source, {MQ: pq, MQ1: other}, [Lane(0, lambda: None)], counters.queues, pauses)
+    flow = FlowControl(
+        cfg,
+        source=source,
+        owned={MQ: pq, MQ1: other},
+        lanes=[Lane(0, lambda: None)],
+        counters=counters.queues,
+        app_pauses=pauses,
+    )
     msgs = _tracked(pq, [_msg(i) for i in range(6)])
     pauses.pause([MQ1])
     flow.apply()
@@ -549,7 +575,7 @@ def test_the_failure_sender_completes_an_offset_only_once_stored(broker: Embedde
     outbox = Outbox(lambda: None)
     timer = RetryTimer(lambda: None)
     counters = Counters(1)
-    sender = FailureSender(source, outbox, timer, counters, group="g", suspend_ms=100)
+    sender = FailureSender(source, outbox=outbox, timer=timer, counters=counters, group="g", suspend_ms=100)
     pq = _pq()
     msgs = _tracked(pq, [_msg(0), _msg(1)])
     outbox.put([SendItem(pq, msgs[0], True, "poison", "trace"), SendItem(pq, msgs[1], False, "again", "", 1)])
@@ -570,15 +596,17 @@ def test_assignment_drains_commits_and_only_then_gives_a_queue_up(broker: Embedd
     timer = RetryTimer(lambda: None)
     lanes = [Lane(i, lambda: None) for i in range(2)]
     source = broker.pull_consumer("g")
-    committer = Committer(source, owned, "g")
-    sender = FailureSender(source, Outbox(lambda: None), timer, counters, group="g", suspend_ms=100)
+    committer = Committer(source, owned=owned, group="g")
+    sender = FailureSender(
+        source, outbox=Outbox(lambda: None), timer=timer, counters=counters, group="g", suspend_ms=100
+    )
     dispatcher = Dispatcher(lanes, owned, lane_capacity=100, flush=lambda: None)
     seen: list[tuple[str, list[MessageQueue]]] = []
     assignment = Assignment(
         cfg,
-        source,
-        clock,
-        owned,
+        source=source,
+        clock=clock,
+        owned=owned,
         lanes=2,
         counters=counters,
         timer=timer,
@@ -631,8 +659,10 @@ def _pull_loop(broker: EmbeddedBroker) -> _Loop:
     stopping = threading.Event()
     lanes = [Lane(i, lambda: None) for i in range(2)]
     source = broker.pull_consumer("g", consume_from=ConsumeFromWhere.FIRST_OFFSET)
-    committer = Committer(source, owned, "g")
-    sender = FailureSender(source, Outbox(source.wakeup), timer, counters, group="g", suspend_ms=100)
+    committer = Committer(source, owned=owned, group="g")
+    sender = FailureSender(
+        source, outbox=Outbox(source.wakeup), timer=timer, counters=counters, group="g", suspend_ms=100
+    )
     released: deque[tuple[int, list[MessageExt]]] = deque()
     dispatcher = Dispatcher(
         lanes,
@@ -644,9 +674,9 @@ def _pull_loop(broker: EmbeddedBroker) -> _Loop:
     )
     assignment = Assignment(
         cfg,
-        source,
-        clock,
-        owned,
+        source=source,
+        clock=clock,
+        owned=owned,
         lanes=2,
         counters=counters,
         timer=timer,
@@ -656,12 +686,12 @@ def _pull_loop(broker: EmbeddedBroker) -> _Loop:
     )
     source.set_rebalance_listener(assignment)
     source.subscribe("T")
-    flow = FlowControl(cfg, source, owned, lanes, counters.queues, AppPauses())
+    flow = FlowControl(cfg, source=source, owned=owned, lanes=lanes, counters=counters.queues, app_pauses=AppPauses())
     loop = PullLoop(
         cfg,
-        source,
-        clock,
-        owned,
+        source=source,
+        clock=clock,
+        owned=owned,
         assignment=assignment,
         dispatcher=dispatcher,
         flow=flow,
@@ -749,15 +779,17 @@ def test_the_pull_loop_gathers_no_more_once_every_queue_is_paused(broker: Embedd
 
 def _workers(lanes: list[Lane], clock: ManualClock, counters: Counters) -> list[tuple[Lane, LaneWorker]]:
     timer = RetryTimer(lambda: None)
-    policy = FailurePolicy(True, 2, 1)
+    policy = FailurePolicy(True, max_reconsume_times=2, retry_start_level=1)
     out = []
     for lane in lanes:
         i = lane.index
-        keys = ParkedKeys(i, timer, itertools.count(1), counters, monotonic=clock.monotonic, suspend=1.0)
+        keys = ParkedKeys(
+            i, timer=timer, generations=itertools.count(1), counters=counters, monotonic=clock.monotonic, suspend=1.0
+        )
         worker = LaneWorker(
             i,
             group="g",
-            gate=CallGate(i, "g", clock, threading.Event()),
+            gate=CallGate(i, group="g", clock=clock, abort=threading.Event()),
             parked=keys,
             policy=policy,
             outbox=Outbox(lambda: None),
@@ -809,7 +841,7 @@ def test_the_async_executor_drains_each_lane_in_order_on_one_loop() -> None:
         await asyncio.sleep(0)
         calls.extend((m.queue_offset, m.keys) for m in msgs)
 
-    executor = AsyncExecutor("g", listener, block_threshold=5.0)
+    executor = AsyncExecutor("g", listener=listener, block_threshold=5.0)
     lanes = executor.make_lanes(4, lambda: None)
     counters = Counters(4)
     pq = _pq()

@@ -29,7 +29,9 @@ def _msgs(*offsets: int) -> list[MessageExt]:
 
 
 def _pq(start: int = 0) -> ProcessQueue:
-    return ProcessQueue(MQ, start, 0, low_water(ConsumerConfig(group="g")), lambda: None)
+    return ProcessQueue(
+        MQ, next_offset=start, keyless_lane=0, resume_at=low_water(ConsumerConfig(group="g")), wake=lambda: None
+    )
 
 
 class _RecordingSource:
@@ -45,7 +47,7 @@ class _RecordingSource:
 def test_a_late_batch_is_tracked_and_its_commit_offset_moves_down_then_up() -> None:
     pq = _pq()
     source = _RecordingSource()
-    committer = Committer(source, {MQ: pq}, "g")  # type: ignore[arg-type]
+    committer = Committer(source, owned={MQ: pq}, group="g")  # type: ignore[arg-type]
     first = _msgs(*range(10))
     pq.add_batch(first, 10)
     pq.complete(first)
@@ -76,7 +78,7 @@ def test_a_late_batch_is_tracked_and_its_commit_offset_moves_down_then_up() -> N
 def test_a_late_batch_below_everything_in_flight_leaves_next_offset_and_commits_lower() -> None:
     pq = _pq(100)
     source = _RecordingSource()
-    committer = Committer(source, {MQ: pq}, "g")  # type: ignore[arg-type]
+    committer = Committer(source, owned={MQ: pq}, group="g")  # type: ignore[arg-type]
     pq.add_batch(_msgs(100, 101), 102)  # left in flight
     committer.commit_all()
     assert pq.last_committed == 100
@@ -99,9 +101,9 @@ def _loop(owned: dict[MessageQueue, ProcessQueue], counters: Counters, dispatche
     source: Any = SimpleNamespace(balance=Balance.QUEUE)  # a source that counts its gaps as filtered
     return PullLoop(
         ConsumerConfig(group="g"),
-        source,
-        none,
-        owned,
+        source=source,
+        clock=none,
+        owned=owned,
         assignment=none,
         dispatcher=dispatcher,  # type: ignore[arg-type]
         flow=flow,

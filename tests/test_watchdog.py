@@ -74,7 +74,13 @@ class Watched:
     def __init__(self) -> None:
         self.clock = ManualClock()
         self.looks = Looks()
-        self.watchdog = LoopWatchdog("g", THRESHOLD, __file__, frozenset({fake_lane.__name__}), self.clock.monotonic)
+        self.watchdog = LoopWatchdog(
+            "g",
+            threshold=THRESHOLD,
+            lane_file=__file__,
+            lane_functions=frozenset({fake_lane.__name__}),
+            clock=self.clock.monotonic,
+        )
         self.watchdog.stop = self.looks
         self.loop_thread = LoopThread("watched-loop")
 

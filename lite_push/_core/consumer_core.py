@@ -160,7 +160,12 @@ class ConsumerCore:
         self._source = source
         clock = self._clock = clock or SYSTEM_CLOCK
         self._executor: ThreadExecutor | AsyncExecutor = (
-            AsyncExecutor(config.group, listener, config.loop_block_threshold, config.loop_turn_target)
+            AsyncExecutor(
+                config.group,
+                listener=listener,
+                block_threshold=config.loop_block_threshold,
+                turn_target=config.loop_turn_target,
+            )
             if config.executor == "asyncio"
             else ThreadExecutor(config.group, listener)
         )

@@ -129,12 +129,12 @@ def build_parts(
     pacer = KeyPacer(config.key_min_interval) if config.key_min_interval > 0 else None
     generations = itertools.count(1)  # of parks, shared by the lanes (next() is atomic)
     by_key = config.dead_letter_order == "key"
-    held = HeldKeys(config.group, key_of, source.dead_letter_reader() if by_key else None)
+    held = HeldKeys(config.group, key_of=key_of, reader=source.dead_letter_reader() if by_key else None)
     policy = FailurePolicy(
         config.mode is not ConsumeMode.CONCURRENTLY,
-        config.max_reconsume_times,
-        config.retry_start_level,
-        held if by_key else None,
+        max_reconsume_times=config.max_reconsume_times,
+        retry_start_level=config.retry_start_level,
+        held=held if by_key else None,
     )
     router: KeyRouter | None = None
     released: deque[tuple[int, list[MessageExt]]] | None = None
@@ -149,7 +149,16 @@ def build_parts(
     # consume pool; see _queue_orderly.
     orderly: QueueOrderlyService | None = None
     if config.mode is ConsumeMode.QUEUE_ORDERLY:
-        orderly = QueueOrderlyService(config, listener, abort, clock.monotonic, outbox.put, policy, limiter, clock.wait)
+        orderly = QueueOrderlyService(
+            config,
+            listener=listener,
+            abort=abort,
+            clock_monotonic=clock.monotonic,
+            dead_letter=outbox.put,
+            policy=policy,
+            limiter=limiter,
+            clock_wait=clock.wait,
+        )
     workers = (
         []
         if orderly is not None
@@ -182,10 +191,10 @@ def build_parts(
     if router is not None and released is not None and config.steals:
         stealer = LaneStealer(
             lanes,
-            router,
-            released,
-            [w.parked for _, w in workers],
-            counters,
+            router=router,
+            released=released,
+            parked=[w.parked for _, w in workers],
+            counters=counters,
             group=config.group,
             capacity=config.lane_capacity,
             flush=executor.flush,
@@ -197,20 +206,20 @@ def build_parts(
         if orderly is not None
         else CallWatch(
             config.group,
-            lanes,
-            clock.monotonic,
+            lanes=lanes,
+            monotonic=clock.monotonic,
             steal_after=config.steal_after if stealer is not None else None,
             slow_call_warning=config.slow_call_warning,
             request=None if stealer is None else stealer.request,
             key_of=key_of,
         )
     )
-    committer = Committer(source, owned, config.group)
+    committer = Committer(source, owned=owned, group=config.group)
     sender = FailureSender(
         source,
-        outbox,
-        timer,
-        counters,
+        outbox=outbox,
+        timer=timer,
+        counters=counters,
         group=config.group,
         suspend_ms=config.suspend_ms,
         broadcasting=source.message_model is MessageModel.BROADCASTING or by_message,
@@ -227,9 +236,9 @@ def build_parts(
     )
     assignment = Assignment(
         config,
-        source,
-        clock,
-        owned,
+        source=source,
+        clock=clock,
+        owned=owned,
         lanes=len(lanes),
         counters=counters,
         timer=timer,
@@ -240,12 +249,12 @@ def build_parts(
         hooks=hooks,
         held=held if by_key else None,
     )
-    flow = FlowControl(config, source, owned, lanes, counters.queues, app_pauses)
+    flow = FlowControl(config, source=source, owned=owned, lanes=lanes, counters=counters.queues, app_pauses=app_pauses)
     pull = PullLoop(
         config,
-        source,
-        clock,
-        owned,
+        source=source,
+        clock=clock,
+        owned=owned,
         assignment=assignment,
         dispatcher=dispatcher,
         flow=flow,
@@ -258,7 +267,7 @@ def build_parts(
         pacer=pacer,
         renews_locks=orderly is not None,
         stealer=stealer,
-        key_pauses=None if orderly is not None else KeyPauseSync(key_pauses, dispatcher, len(lanes)),
+        key_pauses=None if orderly is not None else KeyPauseSync(key_pauses, dispatcher=dispatcher, lanes=len(lanes)),
     )
     readings = Readings(
         config=config,
@@ -325,9 +334,15 @@ def _lane_worker(
 ) -> LaneWorker:
     """The worker of ``lane``, with its call gate and parked keys."""
     i = lane.index
-    gate = CallGate(i, config.group, clock, abort, limiter)
+    gate = CallGate(i, group=config.group, clock=clock, abort=abort, limiter=limiter)
     parked = ParkedKeys(
-        i, timer, generations, counters, monotonic=clock.monotonic, suspend=config.suspend_ms / 1000.0, key_of=key_of
+        i,
+        timer=timer,
+        generations=generations,
+        counters=counters,
+        monotonic=clock.monotonic,
+        suspend=config.suspend_ms / 1000.0,
+        key_of=key_of,
     )
     return LaneWorker(
         i,

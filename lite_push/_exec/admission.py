@@ -116,6 +116,7 @@ class Admission:
     def __init__(
         self,
         lanes: int,
+        *,
         loop: asyncio.AbstractEventLoop,
         target: float,
         monotonic: Callable[[], float] = time.monotonic,

@@ -260,7 +260,9 @@ class AsyncExecutor:
     """Lanes drained by coroutines on one event loop, each while its lane
     has work."""
 
-    def __init__(self, group: str, listener: AsyncListener, block_threshold: float, turn_target: float = 0.0) -> None:
+    def __init__(
+        self, group: str, *, listener: AsyncListener, block_threshold: float, turn_target: float = 0.0
+    ) -> None:
         self._group = group
         self._turn_target = turn_target
         self._listener = listener
@@ -271,13 +273,15 @@ class AsyncExecutor:
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._crashed = False
-        self.watchdog = LoopWatchdog(group, block_threshold, __file__, _LANE_FUNCTIONS)
+        self.watchdog = LoopWatchdog(
+            group, threshold=block_threshold, lane_file=__file__, lane_functions=_LANE_FUNCTIONS
+        )
         #: Lanes' slots in listener calls (``None``: no admission; set by ``start``).
         self.admission: Admission | None = None
 
     def make_lanes(self, n: int, wake: Callable[[], None]) -> list[Lane]:
         """The lanes this executor drains."""
-        return [AsyncLane(i, wake, self._waker) for i in range(n)]
+        return [AsyncLane(i, wake=wake, waker=self._waker) for i in range(n)]
 
     def flush(self) -> None:
         """After a dispatch (the pull side): start the tasks of the lanes it
@@ -296,7 +300,9 @@ class AsyncExecutor:
         waker.thread = threading.get_ident()
         waker.start = self._start_lanes
         waker.stopping = asyncio.Event()
-        admission = self.admission = Admission(len(lanes), loop, self._turn_target) if self._turn_target else None
+        admission = self.admission = (
+            Admission(len(lanes), loop=loop, target=self._turn_target) if self._turn_target else None
+        )
         if admission is not None:
             admission.start()
         self.watchdog.start(loop)

@@ -98,9 +98,9 @@ class CallWatch:
     def __init__(
         self,
         group: str,
+        *,
         lanes: list[Lane],
         monotonic: Callable[[], float],
-        *,
         steal_after: float | str | None,
         slow_call_warning: float | None,
         request: Callable[[int, Call], None] | None = None,

@@ -121,6 +121,7 @@ class QueueOrderlyService:
     def __init__(
         self,
         config: ConsumerConfig,
+        *,
         listener: Callable[[list[MessageExt]], object],
         abort: threading.Event,
         clock_monotonic: Callable[[], float],

@@ -93,6 +93,7 @@ class LoopWatchdog:
     def __init__(
         self,
         group: str,
+        *,
         threshold: float,
         lane_file: str,
         lane_functions: frozenset[str],

@@ -42,7 +42,7 @@ class CallGate:
     __slots__ = ("_abort", "_clock", "_group", "_index", "aborted", "limiter", "monotonic", "pause_until")
 
     def __init__(
-        self, index: int, group: str, clock: Clock, abort: threading.Event, limiter: RateLimiter | None = None
+        self, index: int, *, group: str, clock: Clock, abort: threading.Event, limiter: RateLimiter | None = None
     ) -> None:
         self._index = index
         self._group = group

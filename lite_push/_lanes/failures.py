@@ -69,7 +69,7 @@ class FailurePolicy:
     __slots__ = ("held", "keyed", "max_reconsume_times", "retry_start_level")
 
     def __init__(
-        self, keyed: bool, max_reconsume_times: int, retry_start_level: int, held: HeldKeys | None = None
+        self, keyed: bool, *, max_reconsume_times: int, retry_start_level: int, held: HeldKeys | None = None
     ) -> None:
         #: Whether a failure parks its key (KEY_ORDERLY, and the baseline's
         #: suspended queue) rather than sending the message back.

@@ -112,7 +112,7 @@ class HeldKeys:
 
     __slots__ = ("_group", "_key_of", "_lock", "_log", "_reader", "keys")
 
-    def __init__(self, group: str, key_of: KeyOf | None = None, reader: DeadLetterReader | None = None) -> None:
+    def __init__(self, group: str, *, key_of: KeyOf | None = None, reader: DeadLetterReader | None = None) -> None:
         self._group = group
         self._key_of = key_of
         self._reader = reader

@@ -291,7 +291,7 @@ class AsyncLane(Lane):
 
     __slots__ = ("waker",)
 
-    def __init__(self, index: int, wake: Callable[[], None], waker: LoopWaker) -> None:
+    def __init__(self, index: int, *, wake: Callable[[], None], waker: LoopWaker) -> None:
         super().__init__(index, wake)
         self.waker = waker
         self._waiting = True  # no task yet: the first put starts one

@@ -86,10 +86,10 @@ class ParkedKeys:
     def __init__(
         self,
         index: int,
+        *,
         timer: RetryTimer,
         generations: Iterator[int],
         counters: Counters,
-        *,
         monotonic: Callable[[], float],
         suspend: float,
         key_of: KeyOf | None = None,

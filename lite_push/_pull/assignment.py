@@ -80,10 +80,10 @@ class Assignment(RebalanceListener):
     def __init__(
         self,
         config: ConsumerConfig,
+        *,
         source: PullSource,
         clock: Clock,
         owned: dict[MessageQueue, ProcessQueue],
-        *,
         lanes: int,
         counters: Counters,
         timer: RetryTimer,
@@ -132,7 +132,12 @@ class Assignment(RebalanceListener):
         for q in queues:
             position = source.position(q)
             pq = self._owned[q] = ProcessQueue(
-                q, position, lane_of(str(q), n), low, source.wakeup, self._finished_map(q, position)
+                q,
+                next_offset=position,
+                keyless_lane=lane_of(str(q), n),
+                resume_at=low,
+                wake=source.wakeup,
+                finished=self._finished_map(q, position),
             )
             new.append(pq)
         if self._held is not None:

@@ -37,7 +37,7 @@ class Committer:
 
     __slots__ = ("_episode", "_group", "_owned", "_source")
 
-    def __init__(self, source: PullSource, owned: dict[MessageQueue, ProcessQueue], group: str) -> None:
+    def __init__(self, source: PullSource, *, owned: dict[MessageQueue, ProcessQueue], group: str) -> None:
         self._source = source
         #: The owned queues (assignment writes them): :meth:`commit_all`.
         self._owned = owned

@@ -62,10 +62,10 @@ class FailureSender:
     def __init__(
         self,
         source: PullSource,
+        *,
         outbox: Outbox,
         timer: RetryTimer,
         counters: Counters,
-        *,
         group: str,
         suspend_ms: int,
         broadcasting: bool = False,

@@ -53,6 +53,7 @@ class FlowControl:
     def __init__(
         self,
         config: ConsumerConfig,
+        *,
         source: PullSource,
         owned: dict[MessageQueue, ProcessQueue],
         lanes: list[Lane],

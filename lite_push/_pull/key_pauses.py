@@ -144,7 +144,7 @@ class KeyPauseSync:
 
     __slots__ = ("_applied", "_dispatcher", "_lanes", "_pauses")
 
-    def __init__(self, pauses: KeyPauses, dispatcher: Dispatcher, lanes: int) -> None:
+    def __init__(self, pauses: KeyPauses, *, dispatcher: Dispatcher, lanes: int) -> None:
         self._pauses = pauses
         #: Puts the change into each lane (``put_due``, then ``flush``).
         self._dispatcher = dispatcher

@@ -81,11 +81,11 @@ class LaneStealer:
     def __init__(
         self,
         lanes: list[Lane],
+        *,
         router: KeyRouter,
         released: deque[tuple[int, list[MessageExt]]],
         parked: list[dict[Hashable, Any]],
         counters: Counters,
-        *,
         group: str,
         capacity: int,
         flush: Callable[[], None],

@@ -139,10 +139,10 @@ class PullLoop:
     def __init__(
         self,
         config: ConsumerConfig,
+        *,
         source: PullSource,
         clock: Clock,
         owned: dict[MessageQueue, ProcessQueue],
-        *,
         assignment: Assignment,
         dispatcher: Dispatcher,
         flow: FlowControl,

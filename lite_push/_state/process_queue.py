@@ -64,6 +64,7 @@ class ProcessQueue:
     def __init__(
         self,
         queue: MessageQueue,
+        *,
         next_offset: int,
         keyless_lane: int,
         resume_at: tuple[int, int, int, int],
