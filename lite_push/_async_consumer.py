@@ -1,8 +1,8 @@
 """AsyncLitePushConsumer: the consumer for code that runs an event loop.
 
 The same consumer as :class:`~lite_push.LitePushConsumer` (the same pull
-thread, routing, parking, commits; see ``_consumer_core``), with lanes as
-coroutines on the application's running loop (see ``_async_executor``):
+thread, routing, parking, commits; see ``_core.consumer_core``), with lanes as
+coroutines on the application's running loop (see ``_exec.async_executor``):
 ``await start()`` / ``await shutdown()`` or ``async with``.  ``run()`` runs it
 stand-alone on a new loop (uvloop when installed) until SIGINT/SIGTERM.
 """

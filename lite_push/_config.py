@@ -142,7 +142,7 @@ class ConsumerConfig:
         Messages a lane may hold before the queues feeding it are paused.  A
         dispatch is checked as a whole, so a lane holds at most twice this plus one
         poll (``pull_batch_size`` per queue) waiting for its task.  It also bounds a
-        dispatch (see ``_pull_loop.DISPATCH_BUDGET``).
+        dispatch (see ``_pull.loop.DISPATCH_BUDGET``).
     ``batch_size``
         Most messages handed to one listener call (consumeMessageBatchMaxSize).
     ``pull_batch_size``
@@ -244,7 +244,7 @@ class ConsumerConfig:
         asyncio executor: how long a turn of the event loop may take (seconds)
         before fewer lanes are let into listener calls at once. When the loop cannot
         keep up with every lane that has work, lanes queue for a slot and new keys
-        go to the lanes that run (see ``_async_executor.Admission``): the same
+        go to the lanes that run (see ``_exec.admission.Admission``): the same
         throughput, each key's next message waits less, and the busiest keys are not
         starved by the idle ones.  ``0``: every lane with work runs at once.
     ``max_rate``

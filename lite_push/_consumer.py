@@ -7,7 +7,7 @@ never run concurrently and run in offset order, while thousands of keys run
 in parallel.  Per queue the lowest unfinished offset is committed, so a
 commit never passes unfinished work; delivery is at-least-once.
 
-The parts are described in ``_consumer_core`` (and ``docs/ARCHITECTURE.md``);
+The parts are described in ``_core.consumer_core`` (and ``docs/ARCHITECTURE.md``);
 this module is only the synchronous face: ``start()``, ``shutdown()``,
 ``with``.  With an ``async def`` listener (the executor follows it:
 ``"asyncio"``), ``start()`` runs an event loop of the consumer's own (uvloop

@@ -1,6 +1,6 @@
 """What both consumer facades share: checks, the pull thread, shutdown.
 
-:class:`ConsumerCore` checks its arguments, has ``_wiring`` build the
+:class:`ConsumerCore` checks its arguments, has ``_core.wiring`` build the
 parts (each with the few collaborators it uses; nothing is wired after
 construction) and runs their life cycle:
 
@@ -14,7 +14,7 @@ The facades add only how they are started and stopped:
 its own for an ``async def`` listener), ``AsyncLitePushConsumer`` from inside a
 running event loop.
 
-Threads: the **pull thread** (``_pull_loop``) is the only one that polls,
+Threads: the **pull thread** (``_pull.loop``) is the only one that polls,
 commits and stores failures (lanes only ``wakeup()`` the source); one task
 per lane (a thread, or a coroutine) drains its lane; ``stats()`` and the
 metrics collector only read.
@@ -387,7 +387,7 @@ class ConsumerCore:
     def _stop(self, timeout: float) -> bool:
         """Stop polling; let the listener calls in flight finish (or, with
         ``drain_on_shutdown``, everything queued) for at most ``timeout``
-        seconds; commit what finished; close the source (``_shutdown``).
+        seconds; commit what finished; close the source (``_core.shutdown``).
         Whether everything started finished and its commit was taken.
         Idempotent."""
         if not self._started:
@@ -455,7 +455,7 @@ class ConsumerCore:
 
     def _finish(self, crashed: bool) -> None:
         # The pull side, leaving its loop: polling has stopped, so no new
-        # work arrives.  The stop (``_shutdown``) lets the calls in flight
+        # work arrives.  The stop (``_core.shutdown``) lets the calls in flight
         # finish (or drains), commits and reads the commits back; then the
         # source is closed, which releases the queues to the other members
         # only after that commit.

@@ -14,7 +14,7 @@ keep it near the target (``ConsumerConfig.loop_turn_target``), the lanes
 with the most work first; once the keys with work are as many as the
 lanes, the pull thread places new keys on the lanes admitted
 (``KeyRouter.limit``; before that each key gets a lane of its own:
-``_dispatch.placement_limit``).  A loop that keeps up is never limited.
+``_pull.dispatch.placement_limit``).  A loop that keeps up is never limited.
 
 Owned by the loop thread; the pull thread only reads :attr:`Admission.limit`
 (a racy read of an int: a placement hint).

@@ -163,7 +163,7 @@ def _live(segments: list[tuple[Any, list[MessageExt]]]) -> bool:
 async def run_async_lane(
     lane: AsyncLane, worker: LaneWorker, listener: AsyncListener, admission: Admission | None = None
 ) -> None:
-    """A lane task's body: ``_thread_executor.run_lane``, awaiting, until
+    """A lane task's body: ``_exec.thread_executor.run_lane``, awaiting, until
     the lane is empty (:meth:`~lite_push._lanes.lanes.AsyncLane.take_nowait`
     returns ``None``).
 

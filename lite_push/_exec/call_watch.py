@@ -7,7 +7,7 @@ each call; nothing else is measured on the hot path.  Every
 
 * logs, once per call, a WARNING for a call older than
   ``slow_call_warning`` (its key, queue and offset);
-* asks the stealer (``_lane_steal``) to move what waits behind a call older
+* asks the stealer (``_pull.lane_steal``) to move what waits behind a call older
   than ``steal_after``;
 * learns the call times: a call it saw and that has ended since took at
   least the age it last saw.  ``steal_after="auto"`` is ``STEAL_MULTIPLE``

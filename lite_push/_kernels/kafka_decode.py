@@ -1,7 +1,7 @@
 """Selects :func:`decode_plain`: the compiled twin when built (a Kafka record
 without headers becomes its message in one C pass), else the pure-Python
 one.  ``LITE_PUSH_NO_EXTENSIONS=1`` forces pure Python; ``DECODE_IMPL``
-tells.  What it is: ``_kafka_decode_py``."""
+tells.  What it is: ``_kernels.kafka_decode_py``."""
 
 from __future__ import annotations
 

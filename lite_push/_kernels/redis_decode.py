@@ -1,7 +1,7 @@
 """Selects :func:`decode_plain` for Redis stream entries: the compiled twin
 when built (a run of plain entries becomes its messages in one C pass),
 else the pure-Python one.  ``LITE_PUSH_NO_EXTENSIONS=1`` forces pure Python;
-``REDIS_DECODE_IMPL`` tells.  What it is: ``_redis_decode_py``."""
+``REDIS_DECODE_IMPL`` tells.  What it is: ``_kernels.redis_decode_py``."""
 
 from __future__ import annotations
 

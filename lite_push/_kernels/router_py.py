@@ -45,7 +45,7 @@ Two jobs, kept apart:
   the same placements for the same sequence of routes and releases.
 
   A *stalled* lane (:meth:`KeyRouter.stall`: its task is stuck in a
-  listener call, see ``_lane_steal``) gets no new key: its entries are
+  listener call, see ``_pull.lane_steal``) gets no new key: its entries are
   dropped from the heap like those of a lane past the limit, and pushed
   again by :meth:`KeyRouter.unstall`.  Keys with work on it stay.  When
   every lane under the limit is stalled, the least-loaded of them is taken
@@ -188,7 +188,7 @@ class KeyRouter:
     def limit(self) -> int:
         """Load placement: a key with no work goes to the least-loaded of
         lanes ``0 .. limit - 1`` (keys with work stay where they are; set by
-        the dispatcher, ``_dispatch.placement_limit``; clamped to
+        the dispatcher, ``_pull.dispatch.placement_limit``; clamped to
         ``1 .. lanes``).  Fixed placements ignore it."""
         return self._limit
 

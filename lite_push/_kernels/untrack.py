@@ -1,7 +1,7 @@
 """Selects :func:`untrack_all`: the compiled twin when built (it takes a
 batch of messages out of the cyclic garbage collector's lists), else the
 pure-Python one (leaves them tracked).  ``LITE_PUSH_NO_EXTENSIONS=1`` forces pure
-Python; ``UNTRACK_IMPL`` tells.  Why: ``_untrack_py``."""
+Python; ``UNTRACK_IMPL`` tells.  Why: ``_kernels.untrack_py``."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ in other queues, run as usual.  Offsets are per queue, so order is too.
 letters back to their queue in ``K``'s order, each copy naming the place
 it stands for (:data:`~lite_push.sources.contract.RESENT_OF`), then writes a
 release record.  The hold is the ordered places of ``K``'s open letters in
-``q`` (``_held_log`` says what a place is): a copy of the first place runs
+``q`` (``dlq._held_log`` says what a place is): a copy of the first place runs
 (and takes it off); once none is left, ``K`` is released in ``q`` and its
 later messages run.  Anything else of ``K`` waits behind: a message that
 arrived between the tool's read and the copies (it is later than the
@@ -23,7 +23,7 @@ dead-lettered with its place, so ``K`` stays held until they are resent
 too.  A copy of a place before the first (one resent twice) runs.
 
 **Surviving a restart or a rebalance.**  The dead-letter topic is the
-record (``_held_log``).  When the consumer gains queues it reads what the
+record (``dlq._held_log``).  When the consumer gains queues it reads what the
 topic holds beyond what it read before and holds, in each gained queue,
 the keys with open letters from it; and, where a release's copies were not
 all consumed yet (the queue starts at or below the last copy's offset), the

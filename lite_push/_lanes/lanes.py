@@ -12,7 +12,7 @@ pull thread pauses the queues that fed it; the lane's task wakes the pull
 thread when it has taken the backlog, and the queues resume.
 
 A lane also shows what its task is doing, for the threads that watch it
-(``_call_watch``) and move work off it (``_lane_steal``): ``call`` is the
+(``_exec.call_watch``) and move work off it (``_pull.lane_steal``): ``call`` is the
 listener call in progress (its messages and when it started, on the
 consumer's clock), ``hand`` what the task took and ``seg`` the segment it
 is in.  The task writes ``call`` before each call and clears it after; a
@@ -120,7 +120,7 @@ class Lane:
         #: Messages a stealer took off the front of ``seg`` (finished on the
         #: hot path, so it completed them), for :meth:`settle`.
         self.cut = 0
-        #: The call whose waiting work was already moved (``_lane_steal``).
+        #: The call whose waiting work was already moved (``_pull.lane_steal``).
         self.stolen_for: Call | None = None
 
     def stamp(self) -> None:

@@ -16,7 +16,7 @@ messages and is sent back ``(exception, result)`` of that call.
 * **Failures** (:meth:`LaneWorker.fail`): the consumer's
   :class:`~lite_push._lanes.failures.FailurePolicy` decides per message: parked
   (KEY_ORDERLY: its key waits ``suspend_ms`` on the consumer's one timer
-  while the lane goes on with other keys, ``_parked_keys``), sent back to
+  while the lane goes on with other keys, ``_lanes.parked_keys``), sent back to
   the retry topic (CONCURRENTLY) or dead-lettered; sends are handed off to
   the pull thread through the outbox, and it completes the offsets once the
   source stored them.
@@ -27,13 +27,13 @@ messages and is sent back ``(exception, result)`` of that call.
   (:meth:`LaneWorker.purge`) or a change of the keys the application
   paused (:meth:`LaneWorker.apply_pauses`: a paused key is parked without
   a timer entry; its resume runs it as a due key).
-* **Held keys** (``dead_letter_order="key"``, ``_held_keys``): while
+* **Held keys** (``dead_letter_order="key"``, ``_lanes.held_keys``): while
   some key is held, segments go the slow way, and a message of a held key
   is dead-lettered behind it instead of running (collected per lane and
   handed off with the lane's next hand-off, or before it takes or waits
   for more work; the router keeps the key on this lane until then).
-* **Rate limits** (``_rate_limit``): with ``max_rate`` every call first
-  reserves its start (``_call_gate``); with ``key_min_interval`` a message
+* **Rate limits** (``_lanes.rate_limit``): with ``max_rate`` every call first
+  reserves its start (``_lanes.call_gate``); with ``key_min_interval`` a message
   whose key started less than the interval ago is held on the timer like a
   parked key, and the lane goes on with its other keys.  Either sends every
   segment the slow way.
@@ -123,7 +123,7 @@ class LaneWorker:
     ) -> None:
         self.index = index
         #: The lane this worker drains: it shows the call in progress and
-        #: what the task holds (``_lanes``: read by the call watch, changed
+        #: what the task holds (``_lanes.lanes``: read by the call watch, changed
         #: by a stealer).  A lane of its own when none is given (tests).
         self.lane = lane if lane is not None else Lane(index, _nothing)
         self._group = group

@@ -3,9 +3,9 @@
 A queue's commit point is its lowest unfinished offset (so a commit never
 passes a message still in a lane, in the listener or being retried) with
 its offset map: the finished offsets above it, so the next owner skips them
-(``_offset_map``).  The pull thread commits every ``commit_interval``, for
+(``_state.offset_map``).  The pull thread commits every ``commit_interval``, for
 the queues being revoked before it releases them, and at shutdown; and once
-at the first quiet moment of a spell of work (see ``_pull_loop``): when
+at the first quiet moment of a spell of work (see ``_pull.loop``): when
 nothing polled is left unfinished (:meth:`Committer.quiet`), so the
 committed offsets and the lag show finished work without waiting for the
 interval.  A
@@ -14,7 +14,7 @@ stands then, is committed next time.
 
 A commit point can move down: a message-grain source may redeliver to this
 member, below what it polled, a message another member did not finish (a
-late offset, see ``_offsets``).  The lower offset is committed like any
+late offset, see ``_kernels.offsets``).  The lower offset is committed like any
 other (a commit is skipped only when nothing changed): such a source turns a
 commit into acknowledgements of what it delivered below the offset and
 tolerates a lower one.

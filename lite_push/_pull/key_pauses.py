@@ -17,7 +17,7 @@ Three parts, one per thread that touches them:
   one :class:`KeyPauseChange`: the whole set, and which keys were added and
   removed.  A pause and a resume that it never saw in between cancel out;
   the lanes apply the changes in the order they were handed.
-* The lanes (``_parked_keys``, ``_lane_worker``): a paused key is a park
+* The lanes (``_lanes.parked_keys``, ``_lanes.worker``): a paused key is a park
   without a timer entry; a resumed key's waiting messages run as a due
   key's do (one at a time, in order; a failure parks it again as usual).
 

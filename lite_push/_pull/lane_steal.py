@@ -3,14 +3,14 @@
 A lane runs its keys one call at a time, so a call that hangs (a downstream
 that stopped answering for one account) would hold every other key queued
 on the same lane behind it while other lanes idle.  The call watch
-(``_call_watch``) notices a call older than ``steal_after`` and asks the
+(``_exec.call_watch``) notices a call older than ``steal_after`` and asks the
 pull thread, which owns the router, to *steal* from that lane
 (:meth:`LaneStealer.request`, then :meth:`LaneStealer.run` on the pull
 thread's next turn):
 
 1. The lane's task is kept where it is: under the lane's lock the stealer
    sets ``lane.moving`` and checks that ``lane.call`` is still the stuck
-   call (see ``_lanes``): the task, when the call returns, waits in
+   call (see ``_lanes.lanes``): the task, when the call returns, waits in
    ``Lane.settle`` until the stealer is done.
 2. What stays: the keys of the call, the keys parked in the lane (their
    messages wait in the lane's ``ParkedKeys``: failed, paced or paused) and

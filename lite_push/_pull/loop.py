@@ -1,18 +1,18 @@
 """The pull loop: the one thread that talks to the source.
 
 Each turn: ``poll`` (the source runs the rebalance callbacks inside it, see
-``_assignment``), **track** each batch in its queue's ProcessQueue (offsets
+``_pull.assignment``), **track** each batch in its queue's ProcessQueue (offsets
 in flight; the committed offset map's finished offsets dropped), keep
 polling without waiting while more is ready (up to ``DISPATCH_BUDGET``; the
 very first dispatch goes out with the first poll),
 **route** what was gathered to the lanes with one put per lane
-(``_dispatch``; after each poll, and so before it routes what the poll
+(``_pull.dispatch``; after each poll, and so before it routes what the poll
 returned, the lanes are handed the keys the application paused or resumed
-since: ``_key_pauses``), then fire the timer's due work (``_timer``: parked keys
+since: ``_pull.key_pauses``), then fire the timer's due work (``_state.timer``: parked keys
 back to their lanes, local retries, held send-backs; and trim the memory
-of ``key_min_interval``), store handed-off failures (``_failure_sender``),
-apply flow control (``_flow_control``), commit every ``commit_interval``
-(``_committer``) and, in QUEUE_ORDERLY, renew the broker locks.
+of ``key_min_interval``), store handed-off failures (``_pull.failure_sender``),
+apply flow control (``_pull.flow_control``), commit every ``commit_interval``
+(``_pull.committer``) and, in QUEUE_ORDERLY, renew the broker locks.
 
 Commits come every ``commit_interval``, and once more at the first quiet
 moment of a spell of work: when something was routed since, a poll found

@@ -1,6 +1,6 @@
 """How the pull side runs: the pull thread, or a task on the event loop.
 
-``_pull_loop``'s two drivers need different homes:
+``_pull.loop``'s two drivers need different homes:
 
 * the thread executor's pull side is a thread of its own
   (``lite-push-pull-<group>``) running :meth:`PullLoop.run`;

@@ -16,7 +16,7 @@ properties.
 
 A batch may start below ``next_offset``: a message-grain source redelivers
 to this member messages another member did not finish (late offsets, see
-``_offsets``).  They are tracked like the others, ``next_offset`` stays the
+``_kernels.offsets``).  They are tracked like the others, ``next_offset`` stays the
 highest polled, and the commit point can move down until they finish; the
 committer commits it all the same.
 """

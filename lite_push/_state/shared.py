@@ -1,19 +1,19 @@
 """The small pieces a consumer's parts share, each with its writers named.
 
 A consumer is built from parts, each in its own module and each constructed
-with the few collaborators it uses (``_consumer_core`` wires them): the pull
-loop (``_pull_loop``), the dispatcher (``_dispatch``), assignment
-(``_assignment``), flow control (``_flow_control``), the committer
-(``_committer``), the failure sender (``_failure_sender``), one lane worker
-per lane (``_lane_worker``) and an executor that drives the workers
-(``_thread_executor`` or ``_async_executor``).  What several of them touch
+with the few collaborators it uses (``_core.consumer_core`` wires them): the pull
+loop (``_pull.loop``), the dispatcher (``_pull.dispatch``), assignment
+(``_pull.assignment``), flow control (``_pull.flow_control``), the committer
+(``_pull.committer``), the failure sender (``_pull.failure_sender``), one lane worker
+per lane (``_lanes.worker``) and an executor that drives the workers
+(``_exec.thread_executor`` or ``_exec.async_executor``).  What several of them touch
 is here: the counters (each field has one writer; other threads only read,
 and a racy read of an ``int`` or a list slot is fine for statistics), the
 first failure (:class:`FailureLatch`), the application's paused queues
 (:class:`AppPauses`), and helpers.  The other shared objects have their own
 modules and locks: each :class:`~lite_push._lanes.lanes.Lane` and
-:class:`~lite_push._state.process_queue.ProcessQueue`, the timer (``_timer``)
-and the outbox (``_failures``).
+:class:`~lite_push._state.process_queue.ProcessQueue`, the timer (``_state.timer``)
+and the outbox (``_lanes.failures``).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ pull thread dispatches without asking what a token is:
 A lane receives :class:`LaneWork`: a due key, or :data:`PURGE` (skip the
 parked messages of revoked queues), which is not timed: assignment hands it
 to every lane at a revoke; or a change of the keys the application paused
-(``_key_pauses.KeyPauseChange``), handed to every lane by the pull thread.
+(``_pull.key_pauses.KeyPauseChange``), handed to every lane by the pull thread.
 Each runs itself against the lane's :class:`KeyRetrier`
 (:meth:`LaneWork.steps`).
 """
@@ -64,7 +64,7 @@ class KeyRetrier(Protocol):
     def apply_pauses(
         self, paused: frozenset[Hashable], added: frozenset[Hashable], removed: frozenset[Hashable]
     ) -> Steps:
-        """The keys the application paused changed (``_key_pauses``): the
+        """The keys the application paused changed (``_pull.key_pauses``): the
         calls that run what waited for the resumed ones."""
 
 

@@ -3,7 +3,7 @@ dead-letter topic ``%DLQ%<group>`` keeps of it.
 
 The dead-letter topic is append-only (a Kafka topic cannot drop one record),
 so what happened to a dead letter is written after it, as the release
-records of held keys are (``_held_log``):
+records of held keys are (``dlq._held_log``):
 
 * a *resend record* (an empty message with
   :data:`~lite_push.sources.contract.RESENT_LETTERS`, written by

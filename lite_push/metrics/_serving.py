@@ -2,7 +2,7 @@
 HTTP endpoint (``metrics_port``), joined at start and left at stop.
 
 Several consumers of one process that name the same address and port share
-one endpoint (``_exporter``); each registers with its registry's collector
+one endpoint (``metrics._exporter``); each registers with its registry's collector
 (``metrics``), which reads its samples at scrape time.
 """
 

@@ -182,7 +182,7 @@ METRICS: Final[dict[str, tuple[str, tuple[str, ...], str]]] = {
         ("group",),
         "Lanes allowed in listener calls at once (asyncio admission)",
     ),
-    # -- slow calls (``_call_watch``, ``_lane_steal``) ---------------------------
+    # -- slow calls (``_exec.call_watch``, ``_pull.lane_steal``) ---------------------------
     #: How long the oldest listener call in progress has run (0: none);
     #: ``stats().longest_call`` names its key, queue and offset.
     "lite_push_oldest_call_seconds": (
