@@ -144,3 +144,55 @@ def test_a_stuck_call_is_named_in_stats_metrics_and_the_log_but_the_consumer_sta
         wait_for(lambda: consumer.stats().longest_call is None, 10, "no call in progress")
     lines = [r.getMessage() for r in caplog.records if "slow_call_warning" in r.getMessage()]
     assert len(lines) == 1 and "key 'stuck' (T@embedded#0 offset 1) has run 61.0 s" in lines[0]
+
+
+def test_a_watch_closed_while_it_starts_neither_fails_nor_runs_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A consumer that fails while it starts closes its watch from the pull
+    thread, maybe while the watch's thread is being started (a fresh-clone
+    CI run met it: "cannot join thread before it is started" ended the
+    consumer's stop early).  The close waits for the start; nothing raises
+    and no watch thread runs on.  Closed before it starts, it starts none."""
+    lanes = [Lane(0, lambda: None)]
+
+    def make() -> CallWatch:
+        return CallWatch("race", lanes=lanes, monotonic=lambda: 0.0, steal_after=None, slow_call_warning=1.0)
+
+    early = make()
+    early.close()
+    early.start()
+    assert not _watch_threads()
+
+    entered, proceed = threading.Event(), threading.Event()
+    real_start = threading.Thread.start
+
+    def slow_start(self: threading.Thread) -> None:  # the watch's thread object exists, not yet started
+        if self.name == "lite-push-calls-race":
+            entered.set()
+            proceed.wait(10)
+        real_start(self)
+
+    watch = make()
+    errors: list[BaseException] = []
+
+    def close() -> None:
+        try:
+            watch.close()
+        except BaseException as e:  # what the test looks for
+            errors.append(e)
+
+    closer = threading.Thread(target=close)
+    monkeypatch.setattr(threading.Thread, "start", slow_start)
+    starter = threading.Thread(target=watch.start)
+    real_start(starter)
+    assert entered.wait(10)
+    real_start(closer)
+    closer.join(0.2)  # the old close raised here at once; the new one waits for the start
+    proceed.set()
+    starter.join(10)
+    closer.join(10)
+    assert errors == []
+    assert not _watch_threads()
+
+
+def _watch_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "lite-push-calls-race" and t.is_alive()]

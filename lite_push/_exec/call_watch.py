@@ -124,6 +124,9 @@ class CallWatch:
         self._fresh = False  # samples arrived since the threshold was computed
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: Orders :meth:`start` and :meth:`close`: a consumer that fails
+        #: while it starts closes the watch from its pull thread.
+        self._life = threading.Lock()
         #: Calls logged for passing ``slow_call_warning`` (any thread reads).
         self.warnings = 0
 
@@ -136,14 +139,20 @@ class CallWatch:
         """Watch on a daemon thread until :meth:`close`."""
         if self._steal_after is None and self._warning is None:
             return  # nothing to watch for
-        self._thread = threading.Thread(target=self._run, name=f"lite-push-calls-{self._group}", daemon=True)
-        self._thread.start()
+        with self._life:
+            if self._stop.is_set():
+                return  # closed before it started
+            self._thread = threading.Thread(target=self._run, name=f"lite-push-calls-{self._group}", daemon=True)
+            self._thread.start()
 
     def close(self) -> None:
-        """Stop watching."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(1.0)
+        """Stop watching (any thread; before :meth:`start` too, which then
+        starts nothing)."""
+        with self._life:
+            self._stop.set()
+            thread = self._thread
+        if thread is not None:
+            thread.join(1.0)
 
     def _run(self) -> None:
         while not self._stop.wait(WATCH_INTERVAL):
