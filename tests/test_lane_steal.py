@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from lite_push import ConfigError, ConsumeFromWhere, ConsumeMode, ConsumerConfig, EmbeddedBroker, ManualClock
 from lite_push._kernels.router_py import KeyRouter
 from lite_push._lanes.lanes import Lane
+from lite_push._pull.dispatch import Dispatcher
 from lite_push._pull.lane_steal import LaneStealer
 from lite_push._state.process_queue import ProcessQueue
 from lite_push._state.shared import Counters
@@ -57,16 +58,11 @@ class _Stage:
         self.msgs = [_msg(i, k) for i, k in enumerate(keys)]
         self.pq.add_batch(self.msgs, len(self.msgs))
         segs, counts = self.router.route([(self.pq, self.msgs, 0)])
+        dispatcher = Dispatcher(
+            self.lanes, {}, lane_capacity=1000, flush=lambda: None, router=self.router, released=self.released
+        )
         self.stealer = LaneStealer(
-            self.lanes,
-            router=self.router,
-            released=self.released,
-            parked=self.parked,
-            counters=self.counters,
-            group="g",
-            capacity=1000,
-            flush=lambda: None,
-            wake=lambda: None,
+            self.lanes, dispatcher=dispatcher, parked=self.parked, counters=self.counters, group="g", wake=lambda: None
         )
         self.segments = segs
 

@@ -185,7 +185,6 @@ OVER_THE_LIMIT = {
     "LaneWorker": 15,
     "Readings": 15,
     "Assignment": 13,
-    "LaneStealer": 10,
 }
 
 

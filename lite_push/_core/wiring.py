@@ -187,17 +187,24 @@ def build_parts(
             for lane in lanes
         ]
     )
+    dispatcher = Dispatcher(
+        lanes,
+        owned,
+        lane_capacity=config.lane_capacity,
+        flush=executor.flush,
+        router=router,
+        released=released,
+        lane_limit=lane_limit,
+        orderly=orderly,
+    )
     stealer: LaneStealer | None = None
     if router is not None and released is not None and config.steals:
         stealer = LaneStealer(
             lanes,
-            router=router,
-            released=released,
+            dispatcher=dispatcher,
             parked=[w.parked for _, w in workers],
             counters=counters,
             group=config.group,
-            capacity=config.lane_capacity,
-            flush=executor.flush,
             wake=source.wakeup,
             key_of=key_of,
         )
@@ -223,16 +230,6 @@ def build_parts(
         group=config.group,
         suspend_ms=config.suspend_ms,
         broadcasting=source.message_model is MessageModel.BROADCASTING or by_message,
-    )
-    dispatcher = Dispatcher(
-        lanes,
-        owned,
-        lane_capacity=config.lane_capacity,
-        flush=executor.flush,
-        router=router,
-        released=released,
-        lane_limit=lane_limit,
-        orderly=orderly,
     )
     assignment = Assignment(
         config,

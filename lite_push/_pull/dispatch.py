@@ -141,10 +141,48 @@ class Dispatcher:
             segments, counts = router.route(groups)
         else:
             segments, counts = self._round_robin(groups, len(lanes))
-        for i in put_all(lanes, segments, counts, self._capacity):
+        self._put(segments, counts)
+
+    def _put(self, segments: list[list[Segment] | None], counts: list[int]) -> None:
+        """One put per lane (a full lane blocks its queues), then a flush."""
+        for i in put_all(self._lanes, segments, counts, self._capacity):
             for pq, _ in segments[i] or ():
                 pq.block_lane(i)
         self._flush()
+
+    # -- moving keys off a stuck lane (the stealer decides what; here is where) ------
+
+    def _placing(self) -> KeyRouter:
+        router = self._router
+        if router is None:
+            raise RuntimeError("keys move between lanes only under KEY_ORDERLY's router")
+        return router
+
+    def release_finished(self) -> None:
+        """Hand the router what the lanes finished: every count current
+        before anything moves."""
+        if self._released:
+            self._placing().release_from(self._released)
+
+    def release(self, index: int, msgs: list[MessageExt]) -> None:
+        """Lane ``index`` is done with ``msgs``."""
+        self._placing().release(index, msgs)
+
+    def stall(self, index: int) -> None:
+        """New keys avoid lane ``index`` (its call is stuck)."""
+        self._placing().stall(index)
+
+    def unstall(self, index: int) -> None:
+        """Lane ``index``'s call ended: new keys may go there again."""
+        self._placing().unstall(index)
+
+    def reroute(self, index: int, groups: list[Group]) -> None:
+        """``groups``, taken off lane ``index``: released from it and routed
+        anew by the placement rule, one put per lane."""
+        router = self._placing()
+        router.release(index, [m for _, ms, _ in groups for m in ms])
+        segments, counts = router.route(groups)
+        self._put(segments, counts)
 
     def _round_robin(self, groups: list[Group], n: int) -> tuple[list[list[Segment] | None], list[int]]:
         """CONCURRENTLY: message ``j`` of the dispatch goes to lane

@@ -23,8 +23,9 @@ thread's next turn):
    a key that ran there earlier moves too; the task is told through
    ``lane.cut`` / the emptied ``lane.done``.
 4. The moved messages are released from the stuck lane and routed anew by
-   the placement rule, with the stuck lane *stalled* in the router (no new
-   key goes there) until its call ends.  A key is thus on one lane at a
+   the placement rule (:meth:`Dispatcher.reroute <lite_push._pull.dispatch.Dispatcher.reroute>`:
+   the stealer decides what moves, the dispatcher where), with the stuck
+   lane *stalled* in the router (no new key goes there) until its call ends.  A key is thus on one lane at a
    time throughout, and its messages run in offset order.
 
 Only load placement moves keys (fixed placements pin a key to its lane).
@@ -38,12 +39,12 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from .._kernels.router import KeyRouter
-from .._lanes.lanes import Call, Lane, Segment, put_all
+from .._lanes.lanes import Call, Lane, Segment
 from .._state.process_queue import ProcessQueue
 from .._state.shared import Counters, KeyOf
 from .._tracing import stolen
 from .._types import MessageExt
+from .dispatch import Dispatcher
 
 __all__ = ["LaneStealer"]
 
@@ -64,16 +65,13 @@ class LaneStealer:
     """Moves the keys queued behind a stuck call (see the module docstring)."""
 
     __slots__ = (
-        "_capacity",
         "_counters",
-        "_flush",
+        "_dispatcher",
         "_group",
         "_key_of",
         "_lanes",
         "_parked",
-        "_released",
         "_requests",
-        "_router",
         "_stalled",
         "_wake",
     )
@@ -82,27 +80,21 @@ class LaneStealer:
         self,
         lanes: list[Lane],
         *,
-        router: KeyRouter,
-        released: deque[tuple[int, list[MessageExt]]],
+        dispatcher: Dispatcher,
         parked: list[dict[Hashable, Any]],
         counters: Counters,
         group: str,
-        capacity: int,
-        flush: Callable[[], None],
         wake: Callable[[], None],
         key_of: KeyOf | None = None,
     ) -> None:
         self._lanes = lanes
         self._group = group
-        self._router = router
-        #: What the lanes are done with (drained before anything moves).
-        self._released = released
+        #: Where moved messages go: the router's placement, the lanes' puts.
+        self._dispatcher = dispatcher
         #: Each lane's parked keys (its ``ParkedKeys.keys``): read only while
         #: the lane's task is kept in its call.
         self._parked = parked
         self._counters = counters
-        self._capacity = capacity
-        self._flush = flush
         #: Cuts the pull thread's poll short.
         self._wake = wake
         self._key_of = key_of
@@ -133,7 +125,7 @@ class LaneStealer:
         for i, call in list(self._stalled.items()):
             if lanes[i].call is not call:
                 del self._stalled[i]
-                self._router.unstall(i)
+                self._dispatcher.unstall(i)
         requests = self._requests
         while requests:
             i, call = requests.popleft()
@@ -143,9 +135,8 @@ class LaneStealer:
         """(pull thread) If lane ``index`` is still in ``call``, move what
         waits behind it; return how many messages moved."""
         lane = self._lanes[index]
-        router = self._router
-        if self._released:
-            router.release_from(self._released)  # every count current before anything moves
+        dispatcher = self._dispatcher
+        dispatcher.release_finished()  # every count current before anything moves
         finished: list[Segment] = []
         moved: list[Item] = []
 
@@ -166,10 +157,10 @@ class LaneStealer:
             return 0
         for pq, ms in finished:
             pq.complete(ms)
-            router.release(index, ms)
+            dispatcher.release(index, ms)
         if index not in self._stalled:
             self._stalled[index] = call
-            router.stall(index)
+            dispatcher.stall(index)
         if moved:
             self._move(index, moved)
             stolen(call[0], len(moved))  # an event on the call's span, when traced
@@ -254,16 +245,10 @@ class LaneStealer:
     def _move(self, index: int, moved: list[Item]) -> None:
         """Release ``moved`` from lane ``index`` and route it anew (the
         lane stalled), one put per lane."""
-        router = self._router
-        router.release(index, [m for _, m in moved])
         groups: list[tuple[ProcessQueue, list[MessageExt], int]] = []
         for pq, m in moved:  # runs of one queue, in order
             if groups and groups[-1][0] is pq:
                 groups[-1][1].append(m)
             else:
                 groups.append((pq, [m], pq.keyless_lane))
-        segments, counts = router.route(groups)
-        for i in put_all(self._lanes, segments, counts, self._capacity):
-            for pq, _ in segments[i] or ():
-                pq.block_lane(i)
-        self._flush()
+        self._dispatcher.reroute(index, groups)
