@@ -154,8 +154,8 @@ __all__ = [
 def __getattr__(name: str) -> _Any:
     """The embedded broker's names, imported on first use (so that
     ``lite_push.sources.contract`` is imported without any concrete source)."""
-    if name in ("EmbeddedBroker", "EmbeddedPullConsumer"):
-        from .sources import embedded
+    if name in __all__:  # listed, not bound here: ``lite_push.sources`` loads it
+        from . import sources
 
-        return getattr(embedded, name)
+        return getattr(sources, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

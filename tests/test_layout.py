@@ -188,6 +188,11 @@ OVER_THE_LIMIT = {
 }
 
 
+def init_of(cls: ast.ClassDef) -> ast.FunctionDef | None:
+    """The class's own ``__init__``, if it defines one."""
+    return next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+
+
 def collaborators(tree: ast.Module) -> dict[str, int]:
     """Each class of ``tree``: its constructor's parameters (``self`` aside),
     or, for a dataclass without one, its fields."""
@@ -195,7 +200,7 @@ def collaborators(tree: ast.Module) -> dict[str, int]:
     for node in ast.walk(tree):
         if not isinstance(node, ast.ClassDef):
             continue
-        init = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+        init = init_of(node)
         if init is not None:
             a = init.args
             out[node.name] = len(a.posonlyargs) + len(a.args) - 1 + len(a.kwonlyargs)
@@ -234,7 +239,7 @@ def test_the_runtime_s_parts_are_built_with_keywords() -> None:
         if name.split(".")[1:2] and name.split(".")[1] in RUNTIME:
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.ClassDef) and node.name not in POSITIONAL_ALLOWED:
-                    init = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+                    init = init_of(node)
                     if init is not None and len(init.args.args) - 1 > MAX_POSITIONAL:
                         positional[node.name] = len(init.args.args) - 1
     assert positional == {}, "constructors that take more than two positional parameters: make the rest keywords"

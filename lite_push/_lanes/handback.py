@@ -33,7 +33,7 @@ Release = Callable[[tuple[int, list[MessageExt]]], None]
 class Handback:
     """The completions, skips and hand-offs of lane ``index``."""
 
-    __slots__ = ("_counters", "_held_out", "_outbox", "_policy", "index", "release")
+    __slots__ = ("_counters", "_held_out", "_outbox", "_policy", "_release", "index")
 
     def __init__(
         self,
@@ -53,14 +53,14 @@ class Handback:
         self._policy = policy
         #: Load placement's release to the router (``None``: a fixed
         #: placement, or not KEY_ORDERLY).
-        self.release = release
+        self._release = release
         # Dead letters of held keys' messages, handed off in a batch.
         self._held_out: list[SendItem] = []
 
     def done_with(self, msgs: list[MessageExt]) -> None:
         """The lane will not touch ``msgs`` again: tell the router."""
-        if self.release is not None and msgs:
-            self.release((self.index, msgs))
+        if self._release is not None and msgs:
+            self._release((self.index, msgs))
 
     def skip(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         """Leave ``msgs`` unfinished (uncommitted: they run again)."""
