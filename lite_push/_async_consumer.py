@@ -67,7 +67,13 @@ class AsyncLitePushConsumer(ConsumerCore):
         on_revoked: AppHook | None = None,
     ) -> None:
         super().__init__(
-            config, source, listener, clock=clock, registry=registry, on_assigned=on_assigned, on_revoked=on_revoked
+            config,
+            source=source,
+            listener=listener,
+            clock=clock,
+            registry=registry,
+            on_assigned=on_assigned,
+            on_revoked=on_revoked,
         )
         assert isinstance(self._executor, AsyncExecutor)
         self._async_executor = self._executor

@@ -84,7 +84,13 @@ class LitePushConsumer(ConsumerCore):
         on_revoked: AppHook | None = None,
     ) -> None:
         super().__init__(
-            config, source, listener, clock=clock, registry=registry, on_assigned=on_assigned, on_revoked=on_revoked
+            config,
+            source=source,
+            listener=listener,
+            clock=clock,
+            registry=registry,
+            on_assigned=on_assigned,
+            on_revoked=on_revoked,
         )
         self._loop_thread: LoopThread | None = None
 

@@ -178,14 +178,6 @@ MAX_COLLABORATORS = 8
 RUNTIME = ("_core", "_pull", "_lanes", "_state", "_exec")
 #: Values, not parts: what a consumer reports and what building it returns.
 VALUES = {"ConsumerStats", "ConsumerMetrics", "QueueStop", "StopReport", "Parts"}
-#: The parts built with more, each at its count today: a count may only go
-#: down, and a part at the limit leaves this list (issue 44 splits them).
-OVER_THE_LIMIT = {
-    "PullLoop": 17,
-    "LaneWorker": 15,
-    "Readings": 15,
-    "Assignment": 13,
-}
 
 
 def init_of(cls: ast.ClassDef) -> ast.FunctionDef | None:
@@ -217,20 +209,16 @@ def runtime_parts() -> dict[str, int]:
     return {k: v for k, v in parts.items() if k not in VALUES}
 
 
-def test_no_part_of_the_runtime_takes_more_collaborators_than_it_did() -> None:
-    parts = runtime_parts()
-    over = {k: v for k, v in parts.items() if v > OVER_THE_LIMIT.get(k, MAX_COLLABORATORS)}
-    assert over == {}, f"more than {MAX_COLLABORATORS} collaborators (or more than listed): split by concern"
-    done = {k: parts.get(k) for k in OVER_THE_LIMIT if parts.get(k, 0) <= MAX_COLLABORATORS}
-    assert done == {}, "at the limit now, or gone: take it off OVER_THE_LIMIT"
+def test_no_part_of_the_runtime_takes_more_than_8_collaborators() -> None:
+    over = {k: v for k, v in runtime_parts().items() if v > MAX_COLLABORATORS}
+    assert over == {}, f"more than {MAX_COLLABORATORS} collaborators: split by concern"
 
 
 #: Positional parameters a part's constructor may take (its identity and at
 #: most one more: ``Lane(index, wake)``); the rest are keywords.
 MAX_POSITIONAL = 2
-#: The consumers' shared core mirrors their ``(config, source, listener)``;
-#: the timer's and the parks' records are values built in one place each.
-POSITIONAL_ALLOWED = {"ConsumerCore", "Parked", "DueKey", "KeyPauseChange"}
+#: The timer's and the parks' records are values built in one place each.
+POSITIONAL_ALLOWED = {"Parked", "DueKey", "KeyPauseChange"}
 
 
 def test_the_runtime_s_parts_are_built_with_keywords() -> None:
@@ -252,7 +240,7 @@ def test_collaborators_are_counted_as_a_reader_counts_them() -> None:
         "class C:\n    pass\n"
     )
     assert collaborators(tree) == {"A": 3, "B": 2}
-    assert runtime_parts()["PullLoop"] == OVER_THE_LIMIT["PullLoop"]
+    assert runtime_parts()["PullLoop"] == 8  # config, source, clock, timer, intake, upkeep, latch, stopping
 
 
 # --- packages by role -------------------------------------------------------------

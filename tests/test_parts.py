@@ -33,22 +33,32 @@ from lite_push import (
 from lite_push._clock import ManualClock
 from lite_push._errors import NonRetryableError
 from lite_push._exec.async_executor import AsyncExecutor
+from lite_push._exec.queue_orderly import QueueOrderlyService
 from lite_push._exec.thread_executor import ThreadExecutor
 from lite_push._kernels.router import KeyRouter
 from lite_push._lanes.call_gate import CallGate
 from lite_push._lanes.failures import FailurePolicy, Outbox, SendItem, Verdict
+from lite_push._lanes.handback import Handback
+from lite_push._lanes.lane_failures import LaneFailures
 from lite_push._lanes.lanes import Lane
 from lite_push._lanes.parked_keys import ParkedKeys
 from lite_push._lanes.rate_limit import RateLimiter
 from lite_push._lanes.steps import FENCED, PAUSE, Steps
 from lite_push._lanes.worker import LaneWorker
 from lite_push._pull.assignment import AppHooks, Assignment
+from lite_push._pull.broker_locks import LOCK_RETRY_INTERVAL, BrokerLocks
+from lite_push._pull.commit_schedule import CommitSchedule
 from lite_push._pull.committer import Committer
 from lite_push._pull.dispatch import Dispatcher, placement_limit
 from lite_push._pull.failure_sender import FailureSender
 from lite_push._pull.flow_control import FlowControl, low_water
+from lite_push._pull.intake import Intake
 from lite_push._pull.key_pauses import KeyPauseChange, KeyPauses, KeyPauseSync
 from lite_push._pull.loop import PullLoop
+from lite_push._pull.poll_sync import PollSync
+from lite_push._pull.queue_opener import QueueOpener
+from lite_push._pull.revoke_drain import RevokeDrain
+from lite_push._pull.upkeep import Upkeep
 from lite_push._state.offset_map import decode
 from lite_push._state.process_queue import ProcessQueue
 from lite_push._state.shared import MAX_SEGMENT, AppPauses, Counters, FailureLatch
@@ -258,22 +268,31 @@ def test_parked_keys_purge_only_dropped_queues() -> None:
 # -- the lane worker -----------------------------------------------------------------------
 
 
-def _worker(mode: ConsumeMode, clock: ManualClock, timer: RetryTimer, outbox: Outbox) -> LaneWorker:
-    counters = Counters(1)
+def _lane_worker(
+    lane: Lane, clock: ManualClock, *, parked: ParkedKeys, policy: FailurePolicy, outbox: Outbox, counters: Counters
+) -> LaneWorker:
+    """Lane ``lane``'s worker, with its gate, hand-back and failures."""
+    i = lane.index
+    back = Handback(i, counters=counters, outbox=outbox, policy=policy)
+    latch = FailureLatch(lambda: None)
+    return LaneWorker(
+        lane,
+        gate=CallGate(i, group="g", clock=clock, abort=threading.Event()),
+        parked=parked,
+        back=back,
+        failures=LaneFailures(i, group="g", policy=policy, parked=parked, back=back, counters=counters, latch=latch),
+    )
+
+
+def _worker(
+    mode: ConsumeMode, clock: ManualClock, timer: RetryTimer, outbox: Outbox, counters: Counters | None = None
+) -> LaneWorker:
+    counters = Counters(1) if counters is None else counters
     keys = ParkedKeys(
         0, timer=timer, generations=itertools.count(1), counters=counters, monotonic=clock.monotonic, suspend=1.0
     )
     policy = FailurePolicy(mode is ConsumeMode.KEY_ORDERLY, max_reconsume_times=2, retry_start_level=1)
-    return LaneWorker(
-        0,
-        group="g",
-        gate=CallGate(0, group="g", clock=clock, abort=threading.Event()),
-        parked=keys,
-        policy=policy,
-        outbox=outbox,
-        counters=counters,
-        latch=FailureLatch(lambda: None),
-    )
+    return _lane_worker(Lane(0, lambda: None), clock, parked=keys, policy=policy, outbox=outbox, counters=counters)
 
 
 def _run(steps: Steps, listener: Callable[[list[MessageExt]], object]) -> list[int]:
@@ -341,8 +360,8 @@ def test_a_lane_worker_holds_a_paused_key_while_its_other_keys_run_and_its_resum
     clock = ManualClock()
     handed: list[SendItem] = []
     outbox = Outbox(lambda: handed.extend(outbox.take()))
-    worker = _worker(ConsumeMode.KEY_ORDERLY, clock, RetryTimer(lambda: None), outbox)
-    counters = worker._counters  # the worker's own
+    counters = Counters(1)
+    worker = _worker(ConsumeMode.KEY_ORDERLY, clock, RetryTimer(lambda: None), outbox, counters)
     pq = _pq()
     paused = frozenset({"a"})
     assert _run(worker.due_steps([KeyPauseChange(paused, paused, frozenset())]), lambda chunk: None) == []
@@ -604,15 +623,12 @@ def test_assignment_drains_commits_and_only_then_gives_a_queue_up(broker: Embedd
     seen: list[tuple[str, list[MessageQueue]]] = []
     assignment = Assignment(
         cfg,
-        source=source,
-        clock=clock,
         owned=owned,
-        lanes=2,
         counters=counters,
-        timer=timer,
-        dispatcher=dispatcher,
-        committer=committer,
-        sender=sender,
+        opener=QueueOpener(cfg, source=source, lanes=2),
+        drain=RevokeDrain(
+            cfg, clock=clock, counters=counters, timer=timer, dispatcher=dispatcher, committer=committer, sender=sender
+        ),
         hooks=AppHooks(
             on_assigned=lambda qs: seen.append(("assigned", qs)), on_revoked=lambda qs: seen.append(("revoked", qs))
         ),
@@ -631,6 +647,61 @@ def test_assignment_drains_commits_and_only_then_gives_a_queue_up(broker: Embedd
     assert MQ not in owned and pq.dropped and len(timer) == 0
     assert seen[-1] == ("revoked", [MQ])
     source.close()
+
+
+class _LockingSource:
+    """Grants the broker lock of queue 0 only; records every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[MessageQueue]]] = []
+
+    def lock(self, queues: list[MessageQueue], lease: float) -> frozenset[MessageQueue]:
+        self.calls.append(("lock", list(queues)))
+        return frozenset(q for q in queues if q.queue_id == 0)
+
+    def unlock(self, queues: list[MessageQueue]) -> None:
+        self.calls.append(("unlock", list(queues)))
+
+
+def test_broker_locks_lock_what_is_gained_renew_and_retry_when_due_and_unlock_what_is_released() -> None:
+    cfg = ConsumerConfig(group="g", mode=ConsumeMode.QUEUE_ORDERLY, lock_lease=30.0, lock_renew_interval=10.0)
+    clock = ManualClock()
+    counters = Counters(1)
+    owned: dict[MessageQueue, ProcessQueue] = {}
+    orderly = QueueOrderlyService(
+        cfg,
+        listener=lambda msgs: None,
+        abort=threading.Event(),
+        clock_monotonic=clock.monotonic,
+        dead_letter=lambda items: None,
+        policy=FailurePolicy(True, max_reconsume_times=1, retry_start_level=3),
+    )
+    source = _LockingSource()
+    locks = BrokerLocks(cfg, source=source, clock=clock, owned=owned, orderly=orderly, counters=counters)  # type: ignore[arg-type]
+    try:
+        pq0, pq1 = owned[MQ], owned[MQ1] = _pq(MQ), _pq(MQ1)
+        locks.gained([pq0, pq1])
+        assert source.calls == [("lock", [MQ, MQ1])] and counters.lock_ok == 1
+        assert orderly.unlocked() == [pq1]  # held by another member
+        locks.start(clock.monotonic())
+
+        def turn() -> list[object]:
+            return [call() for call in locks.turn(clock.monotonic())]
+
+        assert turn() == [] and len(source.calls) == 1  # nothing due yet
+        clock.advance(LOCK_RETRY_INTERVAL)
+        turn()
+        assert source.calls[-1] == ("lock", [MQ1])  # the retry: the queue not locked yet
+        clock.advance(10.0)
+        turn()
+        assert source.calls[-1] == ("lock", [MQ, MQ1])  # the renewal: every lease
+        assert counters.lock_ok == 3 and orderly.unlocked() == [pq1]
+        clock.advance(30.0)  # the lease ran out, and no renewal came
+        assert orderly.unlocked() == [pq0, pq1]
+        locks.released([pq0])
+        assert source.calls[-1] == ("unlock", [MQ]) and orderly.unlocked() == [pq1]
+    finally:
+        orderly.close(clock.monotonic)
 
 
 # -- the pull loop -------------------------------------------------------------------------
@@ -674,15 +745,12 @@ def _pull_loop(broker: EmbeddedBroker) -> _Loop:
     )
     assignment = Assignment(
         cfg,
-        source=source,
-        clock=clock,
         owned=owned,
-        lanes=2,
         counters=counters,
-        timer=timer,
-        dispatcher=dispatcher,
-        committer=committer,
-        sender=sender,
+        opener=QueueOpener(cfg, source=source, lanes=2),
+        drain=RevokeDrain(
+            cfg, clock=clock, counters=counters, timer=timer, dispatcher=dispatcher, committer=committer, sender=sender
+        ),
     )
     source.set_rebalance_listener(assignment)
     source.subscribe("T")
@@ -691,14 +759,23 @@ def _pull_loop(broker: EmbeddedBroker) -> _Loop:
         cfg,
         source=source,
         clock=clock,
-        owned=owned,
-        assignment=assignment,
-        dispatcher=dispatcher,
-        flow=flow,
-        committer=committer,
-        sender=sender,
         timer=timer,
-        queue_counters=counters.queues,
+        intake=Intake(
+            cfg,
+            source=source,
+            owned=owned,
+            dispatcher=dispatcher,
+            flow=flow,
+            queue_counters=counters.queues,
+            sync=PollSync(source, clock=clock, owned=owned, fence_margin=cfg.fence_margin),
+        ),
+        upkeep=Upkeep(
+            timer,
+            dispatcher=dispatcher,
+            sender=sender,
+            flow=flow,
+            commits=CommitSchedule(committer, interval=cfg.commit_interval),
+        ),
         latch=latch,
         stopping=stopping,
     )
@@ -786,16 +863,7 @@ def _workers(lanes: list[Lane], clock: ManualClock, counters: Counters) -> list[
         keys = ParkedKeys(
             i, timer=timer, generations=itertools.count(1), counters=counters, monotonic=clock.monotonic, suspend=1.0
         )
-        worker = LaneWorker(
-            i,
-            group="g",
-            gate=CallGate(i, group="g", clock=clock, abort=threading.Event()),
-            parked=keys,
-            policy=policy,
-            outbox=Outbox(lambda: None),
-            counters=counters,
-            latch=FailureLatch(lambda: None),
-        )
+        worker = _lane_worker(lane, clock, parked=keys, policy=policy, outbox=Outbox(lambda: None), counters=counters)
         out.append((lane, worker))
     return out
 

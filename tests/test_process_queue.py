@@ -7,14 +7,13 @@ offsets."""
 
 from __future__ import annotations
 
-import threading
 from types import SimpleNamespace
 from typing import Any
 
 from lite_push import ConsumerConfig, MessageExt, MessageQueue
 from lite_push._pull.committer import Committer
 from lite_push._pull.flow_control import low_water
-from lite_push._pull.loop import PullLoop
+from lite_push._pull.intake import Intake
 from lite_push._state.offset_map import decode
 from lite_push._state.process_queue import ProcessQueue
 from lite_push._state.shared import Counters
@@ -92,45 +91,43 @@ def test_a_late_batch_below_everything_in_flight_leaves_next_offset_and_commits_
     assert source.commits[-1][MQ].offset == 100
 
 
-def _loop(owned: dict[MessageQueue, ProcessQueue], counters: Counters, dispatched: list[list[MessageExt]]) -> PullLoop:
-    """A pull loop whose tracking step alone is driven: the dispatcher
-    records what it is given; nothing is over a threshold."""
-    dispatcher = SimpleNamespace(add=lambda pq, msgs: dispatched.append(list(msgs)))
+def _intake(owned: dict[MessageQueue, ProcessQueue], counters: Counters, dispatched: list[list[MessageExt]]) -> Intake:
+    """The pull side's intake alone: the dispatcher records what it is
+    given; nothing is over a threshold; no poll has more."""
+    dispatcher = SimpleNamespace(add=lambda pq, msgs: dispatched.append(list(msgs)), route_pending=lambda: None)
     flow = SimpleNamespace(over_threshold=lambda *_: False)
-    none: Any = None
+    sync: Any = SimpleNamespace(turn=lambda: None, polled=lambda: None)
     source: Any = SimpleNamespace(balance=Balance.QUEUE)  # a source that counts its gaps as filtered
-    return PullLoop(
+    return Intake(
         ConsumerConfig(group="g"),
         source=source,
-        clock=none,
         owned=owned,
-        assignment=none,
         dispatcher=dispatcher,  # type: ignore[arg-type]
-        flow=flow,
-        committer=none,
-        sender=none,
-        timer=none,
+        flow=flow,  # type: ignore[arg-type]
         queue_counters=counters.queues,  # type: ignore[arg-type]
-        latch=none,
-        stopping=threading.Event(),
+        sync=sync,
     )
+
+
+def _none() -> list[PollBatch]:
+    return []
 
 
 def test_the_pull_loop_tracks_late_messages_and_counts_them_as_no_filtered_offsets() -> None:
     pq = _pq()
     counters = Counters(1)
     dispatched: list[list[MessageExt]] = []
-    loop = _loop({MQ: pq}, counters, dispatched)
+    intake = _intake({MQ: pq}, counters, dispatched)
     first = _msgs(0, 1, 2, 3, 4)
-    assert loop._track([PollBatch(MQ, first, 8)]) == 5  # 5, 6, 7 filtered
+    intake.turn([PollBatch(MQ, first, 8)], _none)  # 5, 6, 7 filtered
     assert counters.queues[MQ].filtered == 3
     pq.complete(first)
 
     mixed = _msgs(2, 3, 8, 9)  # two late, two new; 10 and 11 filtered
-    assert loop._track([PollBatch(MQ, mixed, 12)]) == 4
+    intake.turn([PollBatch(MQ, mixed, 12)], _none)
     assert counters.queues[MQ].filtered == 3 + 2
     late = _msgs(6)  # a late batch whose next_offset is its own: nothing filtered
-    assert loop._track([PollBatch(MQ, late, 7)]) == 1
+    intake.turn([PollBatch(MQ, late, 7)], _none)
     assert counters.queues[MQ].filtered == 5 and counters.queues[MQ].polled == 10
     assert [[m.queue_offset for m in d] for d in dispatched] == [[0, 1, 2, 3, 4], [2, 3, 8, 9], [6]]
     assert pq.next_offset == 12 and pq.commit_point()[0] == 2 and pq.snapshot()[0] == 5

@@ -120,9 +120,9 @@ class ConsumerCore:
     def __init__(
         self,
         config: ConsumerConfig,
+        *,
         source: PullSource,
         listener: Any,
-        *,
         clock: Clock | None = None,
         registry: CollectorRegistry | None = None,
         on_assigned: AppHook | None = None,
@@ -340,7 +340,7 @@ class ConsumerCore:
         """This consumer's metric samples now (the collector of
         :mod:`lite_push.metrics` calls it at scrape time); None when metrics
         are off."""
-        if self._readings.lane_metrics is None:
+        if self._readings.lanes.metrics is None:
             return None
         return metrics_of(self._readings, self._baseline_counts())
 

@@ -1,9 +1,12 @@
 """What a running consumer reports: ``stats()`` and the metrics snapshot.
 
 Both are read from the consumer's parts (:class:`Readings`: counters,
-owned queues, lanes, timer, limiter) and its queues without stopping
-anything: counters are plain ints with one writer each, and a queue's
-numbers are read under its own lock (one short hold per queue).
+owned queues, timer, latch; what the lanes show, :class:`LaneReadings`:
+depths, calls, admission, rate limit, distributions; the keys held back,
+:class:`KeyReadings`: paused, held behind dead letters) and its queues
+without stopping anything: counters are plain ints with one writer each,
+and a queue's numbers are read under its own lock (one short hold per
+queue).
 :mod:`lite_push.metrics` turns a :class:`ConsumerMetrics` into Prometheus
 families at scrape time; nothing here is done per message.
 """
@@ -15,19 +18,107 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .._config import ConsumerConfig
-from .._exec.call_watch import CallInProgress, CallWatch, longest_call
+from .._exec.call_watch import CallInProgress, CallWatch
 from .._kernels.lanemetrics import LaneMetrics
 from .._lanes.held_keys import HeldKeys
 from .._lanes.lanes import Lane
 from .._lanes.rate_limit import RateLimiter
 from .._pull.key_pauses import KeyPauses
 from .._state.process_queue import ProcessQueue
-from .._state.shared import Counters, FailureLatch, KeyOf
+from .._state.shared import Counters, FailureLatch
 from .._state.timer import RetryTimer
 from .._types import MessageQueue
 from ..sources.contract import PullSource
 
-__all__ = ["ConsumerMetrics", "ConsumerStats", "QueueMetrics", "Readings", "metrics_of", "stats_of"]
+__all__ = [
+    "ConsumerMetrics",
+    "ConsumerStats",
+    "KeyReadings",
+    "LaneReadings",
+    "QueueMetrics",
+    "Readings",
+    "metrics_of",
+    "stats_of",
+]
+
+_DEPTH = operator.attrgetter("depth")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaneReadings:
+    """What the lanes show: what waits in them, their calls, how many may
+    call at once and what ``max_rate`` delayed (only read)."""
+
+    lanes: list[Lane]
+    #: Per lane; ``None`` when metrics are off.
+    metrics: list[LaneMetrics] | None = None
+    #: The asyncio executor's admission: lanes allowed in calls now.
+    limit: Callable[[], int | None] | None = None
+    #: Watches the lanes' calls (``None``: the baseline, whose lanes make no calls).
+    watch: CallWatch | None = None
+    #: ``max_rate``: gates the lanes' calls (``None``: no limit).
+    limiter: RateLimiter | None = None
+
+    def depths(self) -> tuple[int, ...]:
+        """Messages waiting in each lane."""
+        return tuple(map(_DEPTH, self.lanes))
+
+    def admitted(self) -> int:
+        """Lanes allowed in listener calls at once now (all without admission)."""
+        limit = None if self.limit is None else self.limit()
+        return len(self.lanes) if limit is None else min(limit, len(self.lanes))
+
+    def busy(self, busy: Sequence[bool]) -> int:
+        """Lanes holding taken work (``busy``: ``Counters.busy``) or with
+        messages waiting."""
+        return sum(1 for i, lane in enumerate(self.lanes) if busy[i] or lane.depth)
+
+    def distributions(self) -> list[list[tuple[list[int], float]]]:
+        """Per distribution (listener duration, lane wait, end-to-end
+        latency): each lane's ``(bucket counts, sum)``; empty lists when
+        metrics are off."""
+        snaps = [lm.snapshot() for lm in self.metrics or ()]
+        return [[snap[i] for snap in snaps] for i in range(3)]
+
+    def longest(self) -> CallInProgress | None:
+        """The call in progress that started first (``None``: none runs)."""
+        return None if self.watch is None else self.watch.longest()
+
+    def slow_calls(self) -> int:
+        """Calls logged for running longer than ``slow_call_warning``."""
+        return 0 if self.watch is None else self.watch.warnings
+
+    def steal_after(self) -> float | None:
+        """Seconds after which a call's lane is stolen from (``None``: never)."""
+        return None if self.watch is None else self.watch.threshold
+
+    def rate_limited(self) -> tuple[int, float]:
+        """``max_rate``: (messages delayed, seconds waited)."""
+        lim = self.limiter
+        return (0, 0.0) if lim is None else (lim.delayed, lim.waited)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KeyReadings:
+    """The keys held back: paused by the application, or held behind their
+    dead letters (only read)."""
+
+    #: The keys the application paused.
+    pauses: KeyPauses | None = None
+    #: The keys held behind their dead letters (``dead_letter_order="key"``).
+    held: HeldKeys | None = None
+
+    def paused(self) -> frozenset[str]:
+        """The keys the application paused now."""
+        return frozenset() if self.pauses is None else self.pauses.keys
+
+    def held_count(self) -> int:
+        """How many keys are held now."""
+        return 0 if self.held is None else len(self.held.keys)
+
+    def held_shown(self) -> tuple[int, tuple[str, ...]]:
+        """How many keys are held now, and the first of them by name."""
+        return (0, ()) if self.held is None else self.held.shown()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,27 +130,12 @@ class Readings:
     source: PullSource
     counters: Counters
     owned: dict[MessageQueue, ProcessQueue]
-    lanes: list[Lane]
     timer: RetryTimer
     latch: FailureLatch
-    limiter: RateLimiter | None = None
-    #: Per lane; ``None`` when metrics are off.
-    lane_metrics: list[LaneMetrics] | None = None
-    #: The asyncio executor's admission: lanes allowed in calls now.
-    lane_limit: Callable[[], int | None] | None = None
-    #: The keys the application paused.
-    key_pauses: KeyPauses | None = None
-    #: Watches the lanes' calls (``None``: the baseline, which has no lanes).
-    watch: CallWatch | None = None
-    #: The consumer's clock (the calls' ages are on it).
-    monotonic: Callable[[], float] | None = None
-    #: The router's key of a message (``None``: ``message.keys``).
-    key_of: KeyOf | None = None
-    #: The keys held behind their dead letters (``dead_letter_order="key"``).
-    held: HeldKeys | None = None
-
-
-_DEPTH = operator.attrgetter("depth")
+    #: What the lanes show.
+    lanes: LaneReadings
+    #: The keys held back.
+    keys: KeyReadings
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,8 +292,9 @@ def stats_of(rt: Readings, extra: tuple[int, int], polling: bool) -> ConsumerSta
     c = rt.counters
     pqs = list(rt.owned.items())
     snaps = {q: pq.snapshot() for q, pq in pqs}
-    delayed, waited = _limited(rt)
-    held, names = (0, ()) if rt.held is None else rt.held.shown()
+    lanes, keys = rt.lanes, rt.keys
+    delayed, waited = lanes.rate_limited()
+    held, names = keys.held_shown()
     return ConsumerStats(
         consumed=sum(c.consumed) + extra[0],
         retried=sum(c.retried) + extra[1],
@@ -225,49 +302,28 @@ def stats_of(rt: Readings, extra: tuple[int, int], polling: bool) -> ConsumerSta
         in_flight_bytes={q: s[1] for q, s in snaps.items()},
         paused=frozenset(q for q, pq in pqs if pq.paused),
         committed={q: pq.last_committed for q, pq in pqs},
-        lane_depths=tuple(map(_DEPTH, rt.lanes)),
+        lane_depths=lanes.depths(),
         dead_lettered=c.dead_lettered,
         sent_back=c.sent_back,
         parked=sum(c.parked),
         next_retry_due=rt.timer.next_due(),
         polling=polling,
         failure=None if (failure := rt.latch.failure) is None else f"{type(failure).__name__}: {failure}",
-        lanes_admitted=_admitted(rt),
+        lanes_admitted=lanes.admitted(),
         rate_limit_delayed=delayed,
         rate_limit_wait_seconds=waited,
         key_interval_holds=sum(c.paced),
-        paused_keys=_paused_keys(rt),
+        paused_keys=keys.paused(),
         paused_key_messages=sum(c.key_paused),
-        longest_call=_longest(rt),
-        slow_calls=0 if rt.watch is None else rt.watch.warnings,
+        longest_call=lanes.longest(),
+        slow_calls=lanes.slow_calls(),
         steals=c.steals,
         stolen=c.stolen,
-        steal_after=None if rt.watch is None else rt.watch.threshold,
+        steal_after=lanes.steal_after(),
         held_keys=held,
         held_key_names=names,
         held_behind=c.held_behind,
     )
-
-
-def _paused_keys(rt: Readings) -> frozenset[str]:
-    return frozenset() if rt.key_pauses is None else rt.key_pauses.keys
-
-
-def _longest(rt: Readings) -> CallInProgress | None:
-    if rt.monotonic is None:
-        return None
-    return longest_call(rt.lanes, rt.monotonic(), rt.key_of)
-
-
-def _limited(rt: Readings) -> tuple[int, float]:
-    """``max_rate``: (messages delayed, seconds waited)."""
-    lim = rt.limiter
-    return (0, 0.0) if lim is None else (lim.delayed, lim.waited)
-
-
-def _admitted(rt: Readings) -> int:
-    limit = rt.lane_limit() if rt.lane_limit is not None else None
-    return len(rt.lanes) if limit is None else min(limit, len(rt.lanes))
 
 
 def metrics_of(rt: Readings, extra: tuple[int, int]) -> ConsumerMetrics:
@@ -283,9 +339,7 @@ def metrics_of(rt: Readings, extra: tuple[int, int]) -> ConsumerMetrics:
     for q, pq in pqs:
         count, size, _span, _map = pq.snapshot()
         queues.append(QueueMetrics(q, count, size, pq.paused, pq.last_committed, pq.last_commit_time, ends.get(q)))
-    lms = rt.lane_metrics or []
-    snaps = [lm.snapshot() for lm in lms]
-    busy = c.busy
+    lanes = rt.lanes
     return ConsumerMetrics(
         group=rt.config.group,
         mode=rt.config.consume_mode.name,
@@ -296,22 +350,22 @@ def metrics_of(rt: Readings, extra: tuple[int, int]) -> ConsumerMetrics:
         dead_lettered=c.dead_lettered,
         sent_back=c.sent_back,
         parked=sum(c.parked),
-        distributions=[[snap[i] for snap in snaps] for i in range(3)],
-        lanes_busy=sum(1 for i, lane in enumerate(rt.lanes) if busy[i] or lane.depth),
-        lanes=len(rt.lanes),
-        lanes_admitted=_admitted(rt),
+        distributions=lanes.distributions(),
+        lanes_busy=lanes.busy(c.busy),
+        lanes=len(lanes.lanes),
+        lanes_admitted=lanes.admitted(),
         rebalances=c.rebalances,
         lock_renewals_ok=c.lock_ok,
         lock_renewals_failed=c.lock_failed,
         max_rate=rt.config.max_rate,
-        rate_limited=_limited(rt),
+        rate_limited=lanes.rate_limited(),
         key_interval_holds=sum(c.paced),
-        paused_keys=len(_paused_keys(rt)),
+        paused_keys=len(rt.keys.paused()),
         paused_key_messages=sum(c.key_paused),
-        oldest_call_seconds=0.0 if (call := _longest(rt)) is None else call.seconds,
-        slow_calls=0 if rt.watch is None else rt.watch.warnings,
+        oldest_call_seconds=0.0 if (call := lanes.longest()) is None else call.seconds,
+        slow_calls=lanes.slow_calls(),
         steals=c.steals,
         stolen=c.stolen,
-        held_keys=0 if rt.held is None else len(rt.held.keys),
+        held_keys=rt.keys.held_count(),
         held_behind=c.held_behind,
     )

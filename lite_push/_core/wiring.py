@@ -7,7 +7,9 @@ then each part in the order they need each other, so nothing is wired
 after construction:
 
     lanes' workers (CallGate, ParkedKeys)  LaneStealer  CallWatch
-    Committer  FailureSender  Dispatcher  Assignment  FlowControl  PullLoop
+    Committer  FailureSender  Dispatcher  BrokerLocks
+    Assignment (QueueOpener, RevokeDrain)  FlowControl  PollSync
+    PullLoop (Intake, Upkeep with its CommitSchedule)
 
 ``ConsumerCore`` owns the result (:class:`Parts`) and runs its life cycle.
 """
@@ -32,26 +34,35 @@ from .._kernels.lanemetrics import LaneMetrics
 from .._kernels.router import KeyRouter
 from .._lanes.call_gate import CallGate
 from .._lanes.failures import FailurePolicy, Outbox
+from .._lanes.handback import Handback
 from .._lanes.held_keys import HeldKeys
+from .._lanes.lane_failures import LaneFailures
 from .._lanes.lanes import Lane
 from .._lanes.parked_keys import ParkedKeys
 from .._lanes.rate_limit import KeyPacer, RateLimiter
 from .._lanes.worker import LaneWorker
 from .._pull.assignment import AppHooks, Assignment
+from .._pull.broker_locks import BrokerLocks
+from .._pull.commit_schedule import CommitSchedule
 from .._pull.committer import Committer
 from .._pull.dispatch import Dispatcher
 from .._pull.failure_sender import FailureSender
 from .._pull.flow_control import FlowControl
+from .._pull.intake import Intake
 from .._pull.key_pauses import KeyPauses, KeyPauseSync
 from .._pull.lane_steal import LaneStealer
 from .._pull.loop import PullLoop
+from .._pull.poll_sync import PollSync
+from .._pull.queue_opener import QueueOpener
+from .._pull.revoke_drain import RevokeDrain
+from .._pull.upkeep import Upkeep
 from .._state.process_queue import ProcessQueue
 from .._state.shared import MAX_SEGMENT, AppPauses, Counters, FailureLatch, KeyOf, safe_key_of
 from .._state.timer import RetryTimer
 from .._types import MessageExt, MessageQueue
 from ..sources.contract import Balance, MessageModel, PullSource
 from .shutdown import LanesStop, Stopper
-from .snapshots import Readings
+from .snapshots import KeyReadings, LaneReadings, Readings
 
 __all__ = ["MESSAGE_ACK_INTERVAL", "MESSAGE_BUFFER_PER_LANE", "Parts", "build_parts"]
 
@@ -126,7 +137,7 @@ def build_parts(
     app_pauses = AppPauses()
     key_pauses = KeyPauses(config.group, lanes=config.mode is not ConsumeMode.QUEUE_ORDERLY)
     limiter = None if config.max_rate is None else RateLimiter(config.max_rate, clock.monotonic)
-    pacer = KeyPacer(config.key_min_interval) if config.key_min_interval > 0 else None
+    pacer = KeyPacer(config.key_min_interval, key_of=key_of) if config.key_min_interval > 0 else None
     generations = itertools.count(1)  # of parks, shared by the lanes (next() is atomic)
     by_key = config.dead_letter_order == "key"
     held = HeldKeys(config.group, key_of=key_of, reader=source.dead_letter_reader() if by_key else None)
@@ -231,57 +242,73 @@ def build_parts(
         suspend_ms=config.suspend_ms,
         broadcasting=source.message_model is MessageModel.BROADCASTING or by_message,
     )
+    locks = (
+        None
+        if orderly is None
+        else BrokerLocks(config, source=source, clock=clock, owned=owned, orderly=orderly, counters=counters)
+    )
     assignment = Assignment(
         config,
-        source=source,
-        clock=clock,
         owned=owned,
-        lanes=len(lanes),
         counters=counters,
-        timer=timer,
-        dispatcher=dispatcher,
-        committer=committer,
-        sender=sender,
-        orderly=orderly,
+        opener=QueueOpener(config, source=source, lanes=len(lanes)),
+        drain=RevokeDrain(
+            config,
+            clock=clock,
+            counters=counters,
+            timer=timer,
+            dispatcher=dispatcher,
+            committer=committer,
+            sender=sender,
+        ),
         hooks=hooks,
         held=held if by_key else None,
+        locks=locks,
     )
     flow = FlowControl(config, source=source, owned=owned, lanes=lanes, counters=counters.queues, app_pauses=app_pauses)
+    sync = PollSync(
+        source,
+        clock=clock,
+        owned=owned,
+        fence_margin=config.fence_margin,
+        key_pauses=None if orderly is not None else KeyPauseSync(key_pauses, dispatcher=dispatcher, lanes=len(lanes)),
+        stealer=stealer,
+    )
     pull = PullLoop(
         config,
         source=source,
         clock=clock,
-        owned=owned,
-        assignment=assignment,
-        dispatcher=dispatcher,
-        flow=flow,
-        committer=committer,
-        sender=sender,
         timer=timer,
-        queue_counters=counters.queues,
+        intake=Intake(
+            config,
+            source=source,
+            owned=owned,
+            dispatcher=dispatcher,
+            flow=flow,
+            queue_counters=counters.queues,
+            sync=sync,
+        ),
+        upkeep=Upkeep(
+            timer,
+            dispatcher=dispatcher,
+            sender=sender,
+            flow=flow,
+            commits=CommitSchedule(committer, interval=config.commit_interval),
+            pacer=pacer,
+            locks=locks,
+        ),
         latch=latch,
         stopping=stopping,
-        pacer=pacer,
-        renews_locks=orderly is not None,
-        stealer=stealer,
-        key_pauses=None if orderly is not None else KeyPauseSync(key_pauses, dispatcher=dispatcher, lanes=len(lanes)),
     )
     readings = Readings(
         config=config,
         source=source,
         counters=counters,
         owned=owned,
-        lanes=lanes,
         timer=timer,
         latch=latch,
-        limiter=limiter,
-        lane_metrics=lane_metrics,
-        lane_limit=lane_limit,
-        key_pauses=key_pauses,
-        watch=watch,
-        monotonic=clock.monotonic,
-        key_of=key_of,
-        held=held,
+        lanes=LaneReadings(lanes=lanes, metrics=lane_metrics, limit=lane_limit, watch=watch, limiter=limiter),
+        keys=KeyReadings(pauses=key_pauses, held=held),
     )
     stopper = Stopper(
         group=config.group,
@@ -329,7 +356,8 @@ def _lane_worker(
     generations: Iterator[int],
     held: HeldKeys,
 ) -> LaneWorker:
-    """The worker of ``lane``, with its call gate and parked keys."""
+    """The worker of ``lane``, with its call gate, parked keys, hand-back
+    and failures."""
     i = lane.index
     gate = CallGate(i, group=config.group, clock=clock, abort=abort, limiter=limiter)
     parked = ParkedKeys(
@@ -341,20 +369,23 @@ def _lane_worker(
         suspend=config.suspend_ms / 1000.0,
         key_of=key_of,
     )
-    return LaneWorker(
+    back = Handback(
         i,
-        group=config.group,
+        counters=counters,
+        outbox=outbox,
+        policy=policy,
+        release=None if released is None else released.append,
+        held=held,
+    )
+    return LaneWorker(
+        lane,
         gate=gate,
         parked=parked,
-        policy=policy,
-        outbox=outbox,
-        counters=counters,
-        latch=latch,
+        back=back,
+        failures=LaneFailures(
+            i, group=config.group, policy=policy, parked=parked, back=back, counters=counters, latch=latch
+        ),
         batch_size=config.batch_size,
         metrics=None if lane_metrics is None else lane_metrics[i],
-        release=None if released is None else released.append,
         pacer=pacer,
-        key_of=key_of,
-        lane=lane,
-        held=held,
     )

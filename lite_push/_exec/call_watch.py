@@ -15,8 +15,9 @@ each call; nothing else is measured on the hot path.  Every
   ``STEAL_FLOOR``.  (Calls shorter than the interval are seen seldom, so
   the estimate leans to the long calls: it errs on the late side.)
 
-:func:`longest_call` names the oldest call in progress for ``stats()`` and
-the metrics, read at the moment they are asked for.
+:func:`longest_call` (a watch's :meth:`CallWatch.longest`) names the oldest
+call in progress for ``stats()`` and the metrics, read at the moment they are
+asked for.
 """
 
 from __future__ import annotations
@@ -134,6 +135,11 @@ class CallWatch:
     def threshold(self) -> float | None:
         """Seconds after which a call's lane is stolen from (``None``: never)."""
         return None if self._steal_after is None else self._threshold  # type: ignore[return-value]
+
+    def longest(self) -> CallInProgress | None:
+        """(any thread) The call in progress on the watched lanes that started
+        first, aged on the consumer's clock now, or ``None``."""
+        return longest_call(self._lanes, self._monotonic(), self._key_of)
 
     def start(self) -> None:
         """Watch on a daemon thread until :meth:`close`."""

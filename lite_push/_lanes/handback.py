@@ -14,7 +14,10 @@ A lane worker finishes with each message it took in one of three ways, and
   or when the lane is about to wait.
 
 Each way also releases the messages to the router (load placement: a key
-with nothing left on this lane may go to another).  Lane thread or task only.
+with nothing left on this lane may go to another).  It also reports whether
+the lane is busy (holds work, started or not: the ``lanes_busy`` gauge) and,
+when the lane stops, leaves what it still holds unfinished.  Lane thread or
+task only.
 """
 
 from __future__ import annotations
@@ -22,18 +25,20 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .._state.process_queue import ProcessQueue
-from .._state.shared import Counters
+from .._state.shared import Counters, per_queue
 from .._types import MessageExt
 from .failures import FailurePolicy, Outbox, SendItem
+from .held_keys import NOTHING_HELD, HeldKeys
 
 #: Hands the router what a lane is done with: ``(lane index, messages)``.
 Release = Callable[[tuple[int, list[MessageExt]]], None]
 
 
 class Handback:
-    """The completions, skips and hand-offs of lane ``index``."""
+    """The completions, skips and hand-offs of lane ``index``, and whether
+    it is busy."""
 
-    __slots__ = ("_counters", "_held_out", "_outbox", "_policy", "_release", "index")
+    __slots__ = ("_counters", "_held_out", "_outbox", "_policy", "_release", "held", "index")
 
     def __init__(
         self,
@@ -43,9 +48,10 @@ class Handback:
         outbox: Outbox,
         policy: FailurePolicy,
         release: Release | None = None,
+        held: HeldKeys | None = None,
     ) -> None:
         self.index = index
-        #: ``consumed`` of this lane is written here.
+        #: ``consumed`` and ``busy`` of this lane are written here.
         self._counters = counters
         #: Dead letters and send-backs, to the pull thread.
         self._outbox = outbox
@@ -54,8 +60,36 @@ class Handback:
         #: Load placement's release to the router (``None``: a fixed
         #: placement, or not KEY_ORDERLY).
         self._release = release
+        #: The consumer's held keys (``dead_letter_order="key"``): while
+        #: ``held.keys`` is empty, a lane looks no further.
+        self.held = NOTHING_HELD if held is None else held
         # Dead letters of held keys' messages, handed off in a batch.
         self._held_out: list[SendItem] = []
+
+    def idle(self) -> None:
+        """The lane's task is about to wait for work: what it gathered goes
+        now."""
+        self.flush()
+        self._counters.busy[self.index] = False
+
+    def busy(self) -> None:
+        """The lane's task holds work it has not started (waiting for a
+        slot, or just taken)."""
+        self._counters.busy[self.index] = True
+
+    def took(self) -> None:
+        """The lane's task took work: what it gathered before goes now."""
+        self.flush()
+        self._counters.busy[self.index] = True
+
+    def stop(self, items: list[tuple[ProcessQueue, MessageExt]]) -> None:
+        """The lane's task stops: ``items`` (its parked messages) and what it
+        gathered behind held keys stay unfinished (uncommitted)."""
+        self._counters.busy[self.index] = False
+        items = items + self.take_gathered()
+        for pq, ms in per_queue(items).items():
+            pq.skip(ms)
+        self.done_with([m for _, m in items])
 
     def done_with(self, msgs: list[MessageExt]) -> None:
         """The lane will not touch ``msgs`` again: tell the router."""

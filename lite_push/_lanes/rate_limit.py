@@ -30,6 +30,9 @@ import math
 import threading
 from collections.abc import Callable, Hashable
 
+from .._state.shared import KeyOf
+from .._types import MessageExt
+
 __all__ = ["BURST_SECONDS", "KeyPacer", "RateLimiter"]
 
 #: Seconds of unused rate a limiter keeps for a burst after an idle spell
@@ -87,12 +90,14 @@ class KeyPacer:
     docstring).  Lanes call :meth:`due` and :meth:`started`; the pull
     thread calls :meth:`rotate`."""
 
-    __slots__ = ("_current", "_next_rotation", "_previous", "interval", "period")
+    __slots__ = ("_current", "_key_of", "_next_rotation", "_previous", "interval", "period")
 
-    def __init__(self, interval: float) -> None:
+    def __init__(self, interval: float, *, key_of: KeyOf | None = None) -> None:
         if not (interval > 0 and math.isfinite(interval)):
             raise ValueError(f"interval must be a positive number of seconds, got {interval!r}")
         self.interval = float(interval)
+        #: The router's key of a message (``None``: ``message.keys``).
+        self._key_of = key_of
         #: Seconds between rotations: an entry lives at least this long.  The
         #: margin over the interval covers a write that raced a rotation (a
         #: lane preempted between reading the generation and writing to it).
@@ -100,6 +105,11 @@ class KeyPacer:
         self._current: dict[Hashable, float] = {}
         self._previous: dict[Hashable, float] = {}
         self._next_rotation = -math.inf
+
+    def key(self, msg: MessageExt) -> str | None:
+        """The key ``msg`` is paced by (``None``: a keyless message, not
+        paced)."""
+        return (msg.keys if self._key_of is None else self._key_of(msg)) or None
 
     def due(self, key: Hashable, now: float) -> float:
         """When ``key`` may start again: 0.0 if it may now, else the time

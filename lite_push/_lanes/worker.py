@@ -13,13 +13,15 @@ messages and is sent back ``(exception, result)`` of that call.
 * **Slow path** (:meth:`LaneWorker.segment_steps`): while keys are parked in
   this lane, a message of a parked key queues up behind it instead of
   running; with ``batch_size`` > 1 messages go in chunks.
-* **Failures** (:meth:`LaneWorker.fail`): the consumer's
+* **Failures** (``_lanes.lane_failures``): the consumer's
   :class:`~lite_push._lanes.failures.FailurePolicy` decides per message: parked
   (KEY_ORDERLY: its key waits ``suspend_ms`` on the consumer's one timer
   while the lane goes on with other keys, ``_lanes.parked_keys``), sent back to
   the retry topic (CONCURRENTLY) or dead-lettered; sends are handed off to
   the pull thread through the outbox, and it completes the offsets once the
   source stored them.
+* **What the lane gives back** (``_lanes.handback``): completions, skips and
+  hand-offs, each per batch, and whether the lane is busy.
 * **Due keys** (:meth:`LaneWorker.due_steps`): the lane is handed
   :class:`~lite_push._state.timer.LaneWork`, each of which runs itself: a due
   key (:meth:`LaneWorker.retry_due`: its head is retried, then what queued
@@ -46,20 +48,18 @@ unfinished, so they stay uncommitted and run again.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import replace
 
 from .._kernels.lanemetrics import LaneMetrics
 from .._state.process_queue import ProcessQueue
-from .._state.shared import Counters, FailureLatch, KeyOf, per_queue
+from .._state.shared import per_queue
 from .._state.timer import LaneWork
-from .._tracing import settle
 from .._types import ConsumeResult, MessageExt
 from .call_gate import CallGate
-from .failures import Failure, FailurePolicy, Outbox, SendItem, Verdict
+from .failures import Failure, SendItem
 from .handback import Handback
-from .held_keys import NOTHING_HELD, HeldKeys
+from .lane_failures import LaneFailures
 from .lanes import Lane, Segment
 from .parked_keys import ParkedKeys
 from .rate_limit import KeyPacer
@@ -67,13 +67,7 @@ from .steps import Steps, no_steps
 
 __all__ = ["LaneWorker"]
 
-logger = logging.getLogger(__name__)
-
 _SUCCESS = ConsumeResult.SUCCESS
-
-
-def _nothing() -> None:
-    """A lane's wake-up that wakes nobody."""
 
 
 class LaneWorker:
@@ -83,13 +77,9 @@ class LaneWorker:
 
     __slots__ = (
         "_back",
-        "_counters",
-        "_group",
-        "_key_of",
+        "_failures",
         "_keys",
-        "_latch",
         "_pacer",
-        "_policy",
         "_size",
         "aborted",
         "gate",
@@ -104,29 +94,21 @@ class LaneWorker:
 
     def __init__(
         self,
-        index: int,
+        lane: Lane,
         *,
-        group: str,
         gate: CallGate,
         parked: ParkedKeys,
-        policy: FailurePolicy,
-        outbox: Outbox,
-        counters: Counters,
-        latch: FailureLatch,
+        back: Handback,
+        failures: LaneFailures,
         batch_size: int = 1,
         metrics: LaneMetrics | None = None,
-        release: Callable[[tuple[int, list[MessageExt]]], None] | None = None,
         pacer: KeyPacer | None = None,
-        key_of: KeyOf | None = None,
-        lane: Lane | None = None,
-        held: HeldKeys | None = None,
     ) -> None:
-        self.index = index
         #: The lane this worker drains: it shows the call in progress and
         #: what the task holds (``_lanes.lanes``: read by the call watch, changed
-        #: by a stealer).  A lane of its own when none is given (tests).
-        self.lane = lane if lane is not None else Lane(index, _nothing)
-        self._group = group
+        #: by a stealer).
+        self.lane = lane
+        self.index = lane.index
         #: The checks before every call: shutdown, fence, ``max_rate``.
         self.gate = gate
         #: This lane's parked keys.
@@ -134,20 +116,16 @@ class LaneWorker:
         #: Keys parked in this lane (the executor's hot path reads it:
         #: empty, no segment waits behind one).
         self.parked = parked.keys
-        self._policy = policy
-        #: What the lane gives back: completions, skips, hand-offs.
-        self._back = Handback(index, counters=counters, outbox=outbox, policy=policy, release=release)
-        #: ``consumed``, ``retried``, ``busy`` of this lane are written here.
-        self._counters = counters
-        #: A bug of the lane itself stops the consumer.
-        self._latch = latch
+        #: What the lane gives back: completions, skips, hand-offs, busy.
+        self._back = back
+        #: Failed calls (park, send back, dead-letter) and the lane's own bugs.
+        self._failures = failures
         #: Most messages per listener call.
         self._size = batch_size
         #: The lane's histogram recorder (``None``: metrics off).
         self.metrics = metrics
         #: ``key_min_interval``: when each key last started (``None``: off).
         self._pacer = pacer
-        self._key_of = key_of
         #: The consumer's clock, which fences are on (read before every call).
         self.monotonic = gate.monotonic
         #: One listener call per message (``batch_size`` 1) and no rate
@@ -157,26 +135,24 @@ class LaneWorker:
         self.aborted = gate.aborted
         #: The consumer's held keys (``dead_letter_order="key"``): while
         #: ``held.keys`` is empty, nothing here looks further.
-        self.held = NOTHING_HELD if held is None else held
+        self.held = back.held
 
     # -- taking work -----------------------------------------------------------------
 
     def idle(self) -> None:
         """The task is about to wait for work."""
-        self._back.flush()
-        self._counters.busy[self.index] = False
+        self._back.idle()
 
     def busy(self) -> None:
         """The task holds work it has not started (waiting for a slot)."""
-        self._counters.busy[self.index] = True
+        self._back.busy()
 
     def took(
         self, taken: tuple[list[Segment], list[LaneWork]], stamps: list[tuple[float, int]]
     ) -> tuple[list[Segment], list[LaneWork]]:
         """The task took ``taken`` from the lane (``stamps``: when it was
         put, for the lane-wait metric)."""
-        self._back.flush()
-        self._counters.busy[self.index] = True
+        self._back.took()
         if self.metrics is not None and stamps:
             self.metrics.waited(stamps)
         lane = self.lane
@@ -187,17 +163,12 @@ class LaneWorker:
     def stop(self) -> None:
         """The task stops: parked messages stay unfinished (uncommitted;
         the offset map keeps what finished above them)."""
-        self._counters.busy[self.index] = False
-        items = self._keys.clear() + self._back.take_gathered()
-        for pq, ms in per_queue(items).items():
-            pq.skip(ms)
-        self._back.done_with([m for _, m in items])
+        self._back.stop(self._keys.clear())
 
     def crashed(self, exc: BaseException) -> None:
         """A bug in the lane itself (not the listener's failure, which is
         handled): logged; its messages stay unfinished."""
-        logger.error("consumer %r: lane %d failed; the consumer stops", self._group, self.index, exc_info=exc)
-        self._latch.fail(exc)
+        self._failures.crashed(exc)
 
     # -- segments --------------------------------------------------------------------
 
@@ -235,11 +206,6 @@ class LaneWorker:
         self.fail(pq, [msgs[j]], exc, result)
         return self._slow_steps(pq, msgs, j + 1) if j + 1 < len(msgs) else no_steps()
 
-    def _pace_key(self, msg: MessageExt) -> str | None:
-        """The key ``key_min_interval`` paces (``None``: a keyless message,
-        not paced)."""
-        return (msg.keys if self._key_of is None else self._key_of(msg)) or None
-
     def _slow_steps(self, pq: ProcessQueue, msgs: list[MessageExt], start: int = 0) -> Steps:
         """Yield the chunks (up to ``batch_size``) of a segment to process,
         from ``msgs[start]`` on: a message of a parked key queues up behind
@@ -272,7 +238,7 @@ class LaneWorker:
             elif pacer is None:
                 chunk.append(m)
             else:
-                key = self._pace_key(m)
+                key = pacer.key(m)
                 at = 0.0
                 if key is not None:
                     now = self.monotonic()
@@ -308,48 +274,8 @@ class LaneWorker:
 
     def fail(self, pq: ProcessQueue, chunk: list[MessageExt], exc: BaseException | None, result: object) -> None:
         """The listener failed ``chunk``: park, send back or dead-letter
-        each message, as the failure policy decides (then the call's span,
-        when traced, ends)."""
-        try:
-            self._fail(pq, chunk, exc, result)
-        finally:
-            settle()
-
-    def _fail(self, pq: ProcessQueue, chunk: list[MessageExt], exc: BaseException | None, result: object) -> None:
-        if pq.dropped:
-            self._back.skip(pq, chunk)
-            return
-        policy = self._policy
-        failure = policy.classify(exc, result)
-        self._counters.retried[self.index] += len(chunk)
-        first = chunk[0]
-        logger.warning(
-            "consumer %r: %s for %d message(s) from %s offset %d (attempt %d)",
-            self._group,
-            failure.reason,
-            len(chunk),
-            pq.queue,
-            first.queue_offset,
-            first.reconsume_times + 1,
-            exc_info=exc if exc is not None and first.reconsume_times == 0 else None,
-        )
-        parked = self._keys
-        out: list[SendItem] = []
-        for m in chunk:
-            # An earlier message of its key (same chunk) parked it: wait behind.
-            if policy.keyed and self.parked and parked.queue_behind(pq, m):
-                continue
-            if self.held.keys and self._back.hold_behind(pq, m, out):
-                continue  # its key is held (an earlier message of the chunk was dead-lettered)
-            verdict = policy.verdict(m, failure)
-            if verdict is Verdict.DEAD_LETTER:
-                out.append(policy.dead_letter(pq, m, failure))
-            elif verdict is Verdict.PARK:
-                parked.park(pq, replace(m, reconsume_times=m.reconsume_times + 1), failure)
-            else:
-                out.append(policy.send_back(pq, m, failure))
-        if out:
-            self._back.hand_off(out)
+        each message, as the failure policy decides (``_lanes.lane_failures``)."""
+        self._failures.fail(pq, chunk, exc, result)
 
     # -- work handed to the lane -----------------------------------------------------
 
@@ -371,7 +297,6 @@ class LaneWorker:
         p = parked.take(key, gen)
         if p is None:
             return  # stale: the key was purged or parked again since
-        policy = self._policy
         pacer = self._pacer
         gate = self.gate
         items = p.items
@@ -386,7 +311,7 @@ class LaneWorker:
             if live and self.held.keys and self._back.hold_behind(pq, m, out):
                 left += 1  # an earlier message of the key was dead-lettered: the rest follows it
                 continue
-            pace = self._pace_key(m) if pacer is not None and live else None
+            pace = pacer.key(m) if pacer is not None and live else None
             if pace is not None and pacer is not None:
                 paced_until = pacer.due(pace, self.monotonic())
                 if paced_until:
@@ -402,21 +327,8 @@ class LaneWorker:
             if exc is None and (result is None or result is _SUCCESS):
                 done.append((pq, m))
                 continue
-            failure = policy.classify(exc, result)
-            self._counters.retried[self.index] += 1
-            logger.warning(
-                "consumer %r: %s for %s offset %d (attempt %d)",
-                self._group,
-                failure.reason,
-                pq.queue,
-                m.queue_offset,
-                m.reconsume_times + 1,
-            )
-            verdict = policy.verdict(m, failure)
-            settle()  # the call's span, when traced
-            if verdict is not Verdict.PARK:  # the key moves on
-                send = policy.dead_letter if verdict is Verdict.DEAD_LETTER else policy.send_back  # CONCURRENTLY
-                out.append(send(pq, m, failure))
+            failure = self._failures.fail_due(pq, m, exc, result, out)
+            if failure is None:  # dead-lettered or sent back: the key moves on
                 continue
             again = (pq, replace(m, reconsume_times=m.reconsume_times + 1), failure)
             break
