@@ -18,13 +18,22 @@ expired) are dropped at once and their commits are ignored; ``on_revoked``
 is told so the runtime drops them.  A partition the fetcher gives up while
 paused is resumed first: librdkafka keeps the pause with the partition, so
 one assigned back later would never be fetched.
+
+Every callback applies the change to the group client itself
+(``incremental_assign`` / ``incremental_unassign``), also while the member
+closes, when it leaves everything else as it is.  A callback that did not
+would leave it to confluent-kafka, which first asks librdkafka for the
+rebalance protocol; called from the revoke that ``Consumer.close()`` runs,
+that call can block for ever, holding the GIL (librdkafka issue #4041), and
+the whole process with it.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
-from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
 
 from ..._types import MessageQueue
 from .._owned import OwnedQueues
@@ -88,6 +97,9 @@ class Partitions:
 
     def on_assign(self, kc: Consumer, partitions: list[TopicPartition]) -> None:
         if self.closing or not partitions:
+            self._settle(
+                kc.incremental_assign, [TopicPartition(tp.topic, tp.partition, OFFSET_END) for tp in partitions]
+            )
             return
         owned = self._owned
         committed = kc.committed([TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=10.0)
@@ -119,6 +131,7 @@ class Partitions:
 
     def on_revoke(self, kc: Consumer, partitions: list[TopicPartition]) -> None:
         if self.closing:
+            self._settle(kc.incremental_unassign, partitions)
             return
         by_name = self.by_name
         queues = sorted(st.mq for tp in partitions if (st := by_name.get((tp.topic, tp.partition))) is not None)
@@ -129,6 +142,7 @@ class Partitions:
             finally:
                 self.revoking = False
         self._drop(partitions)
+        self._settle(kc.incremental_unassign, partitions)
 
     def on_lost(self, kc: Consumer, partitions: list[TopicPartition]) -> None:
         gone = self._drop(partitions)  # first: their commits are now ignored
@@ -138,3 +152,19 @@ class Partitions:
                 "group %r: %r lost %s (its session expired)", owned.group, owned.client_id, [str(q) for q in gone]
             )
             owned.notify("on_revoked", gone)
+        self._settle(kc.incremental_unassign, partitions)
+
+    def _settle(self, change: Callable[[list[TopicPartition]], None], partitions: list[TopicPartition]) -> None:
+        """Apply a rebalance's ``change`` to the group client (see the module
+        docstring); a failure is logged (closing: at debug level)."""
+        try:
+            change(partitions)
+        except (KafkaException, RuntimeError) as e:
+            level = logging.DEBUG if self.closing else logging.WARNING
+            logger.log(
+                level,
+                "group %r: applying a rebalance to %d partition(s) failed: %s",
+                self._owned.group,
+                len(partitions),
+                e,
+            )
