@@ -336,7 +336,7 @@ def test_a_failure_handed_off_while_its_queue_is_revoked_does_not_hold_the_revok
     from lite_push import ConsumeMode, ConsumeResult
 
     hold = _HoldAtFailure()
-    lane_log = logging.getLogger("lite_push._lanes.worker")
+    lane_log = logging.getLogger("lite_push._lanes.lane_failures")
     lane_log.addHandler(hold)
     revoked: list[list[MessageQueue]] = []
     try:

@@ -209,8 +209,39 @@ def runtime_parts() -> dict[str, int]:
     return {k: v for k, v in parts.items() if k not in VALUES}
 
 
+#: Public classes built with options, as Kafka's and RocketMQ's clients are:
+#: their identity and at most one more positional parameter, then settings,
+#: each a keyword with a default (checked below), not collaborators.
+TAKE_OPTIONS = {"KafkaBroker", "RedisBroker", "EmbeddedPullConsumer", "RedisPullConsumer", "ProcessSupervisor"}
+
+
+def constructors() -> dict[str, ast.FunctionDef]:
+    """Every class of ``lite_push`` with its own ``__init__``."""
+    out: dict[str, ast.FunctionDef] = {}
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and (init := init_of(node)) is not None:
+                out[f"{name}.{node.name}"] = init
+    return out
+
+
 def test_no_part_of_the_runtime_takes_more_than_8_collaborators() -> None:
     over = {k: v for k, v in runtime_parts().items() if v > MAX_COLLABORATORS}
+    assert over == {}, f"more than {MAX_COLLABORATORS} collaborators: split by concern"
+
+
+def test_no_class_of_the_sources_cli_or_supervisor_either_but_public_ones_taking_options() -> None:
+    over = {}
+    for name, init in constructors().items():
+        a = init.args
+        n = len(a.posonlyargs) + len(a.args) - 1 + len(a.kwonlyargs)
+        if n <= MAX_COLLABORATORS:
+            continue
+        if name.rsplit(".", 1)[1] in TAKE_OPTIONS:
+            assert len(a.args) - 1 <= MAX_POSITIONAL, f"{name}: its options are keywords"
+            assert None not in a.kw_defaults, f"{name}: every option has a default"
+            continue
+        over[name] = n
     assert over == {}, f"more than {MAX_COLLABORATORS} collaborators: split by concern"
 
 

@@ -34,8 +34,8 @@ logger = logging.getLogger(__name__)
 class Clustering(MemberModel):
     """CLUSTERING for ``member`` of ``group``.  ``reader(queue, position)``
     makes an owned queue's state; ``wait_slice`` is how often a waiting
-    poll confirms the membership (fencing); ``durable``: commits are
-    written to offsets.json."""
+    poll confirms the membership (fencing).  A durable broker's coordinator
+    (``groups.durable``) writes commits to offsets.json."""
 
     message_model = MessageModel.CLUSTERING
 
@@ -49,7 +49,6 @@ class Clustering(MemberModel):
         clock: BrokerClock,
         reader: Callable[[MessageQueue, int], QueueReader],
         wait_slice: float,
-        durable: bool,
     ) -> None:
         self._owned = owned
         self._groups = groups
@@ -60,7 +59,6 @@ class Clustering(MemberModel):
         self._clock = clock
         self._reader = reader
         self._wait_slice = wait_slice
-        self._durable = durable
         self._subscribed = False
         self._seen_version = -1
         #: Fencing: when a heartbeat last found this member in its group
@@ -143,7 +141,7 @@ class Clustering(MemberModel):
         with self._lock:
             self._owned.check_open()
             stored = groups.commit(self._group, self._member.cid, entries)
-            if not stored or not self._durable:
+            if not stored or not groups.durable:
                 return
             snapshot, version = groups.offsets_snapshot()
         groups.save_offsets(snapshot, version)

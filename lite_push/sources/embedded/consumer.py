@@ -179,7 +179,7 @@ class EmbeddedPullConsumer(QueueControl[QueueReader], PullSource):
         now = self._clock.monotonic()
         member = Member(self._owned.client_id, allocate, consume_from, consume_timestamp, timeout, now)
         return Clustering(
-            self._owned, self._groups, self._schedule, group, member, self._clock, reader, self._wait_slice, log.durable
+            self._owned, self._groups, self._schedule, group, member, self._clock, reader, self._wait_slice
         )
 
     # -- identity -----------------------------------------------------------

@@ -378,6 +378,12 @@ class GroupCoordinator:
         }
         return snap, self._offsets_version
 
+    @property
+    def durable(self) -> bool:
+        """Whether committed offsets are written to offsets.json (a durable
+        broker)."""
+        return self._log.durable
+
     def save_offsets(self, snapshot: OffsetsSnapshot, version: int) -> None:
         """Write offsets.json (durable brokers; without the broker lock)."""
         files = self._log.files

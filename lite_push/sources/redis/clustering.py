@@ -56,7 +56,6 @@ class Clustering(MemberModel):
         retries: Retries,
         allocate: AllocateStrategy,
         reader: Callable[[MessageQueue, int], QueueReader],
-        session_timeout: float,
         rebalance_interval: float,
     ) -> None:
         self._owned = owned
@@ -65,7 +64,6 @@ class Clustering(MemberModel):
         self._retries = retries
         self._allocate = allocate
         self._reader = reader
-        self._session_timeout = session_timeout
         self._rebalance_interval = rebalance_interval
         self._subscribed: list[str] = []
         self._seen_version: bytes | None = None
@@ -81,7 +79,7 @@ class Clustering(MemberModel):
 
     @property
     def session_timeout(self) -> float:
-        return self._session_timeout
+        return self._members.session_timeout
 
     def owned_for(self) -> dict[MessageQueue, float]:
         return self._members.owned_for(self._owned.states)

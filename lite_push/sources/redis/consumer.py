@@ -184,7 +184,7 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
         consume_from: ConsumeFromWhere,
         consume_timestamp: int | None,
     ) -> Clustering:
-        conn, timeout = self._conn, broker.session_timeout
+        conn = self._conn
         membership = self._membership(broker, consume_from, consume_timestamp)
         reader = readers(conn.queue_key, self._filters)
         return Clustering(
@@ -195,7 +195,6 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
             self._retries,
             allocate,
             reader,
-            timeout,
             broker.rebalance_interval,
         )
 
@@ -216,7 +215,7 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
     def _message_grain(
         self, broker: BrokerParts, consume_from: ConsumeFromWhere, consume_timestamp: int | None
     ) -> MessageGrain:
-        conn, timeout = self._conn, broker.session_timeout
+        conn = self._conn
         membership = self._membership(broker, consume_from, consume_timestamp)
         reader = readers(conn.queue_key, self._filters)
         return MessageGrain(
@@ -226,8 +225,6 @@ class RedisPullConsumer(QueueControl[QueueReader], PullSource):
             self._topics,
             self._retries,
             reader,
-            timeout,
-            broker.heartbeat_interval,
             self._filters.get,
         )
 

@@ -35,7 +35,15 @@ from .._member_model import StoredLog
 from ..contract import Balance, ConsumeFromWhere
 from .connection import Connection, qfield
 
-__all__ = ["HEARTBEAT_SHARE", "Membership", "owner_key", "read_committed"]
+__all__ = [
+    "CLOCK_DRIFT",
+    "CLOCK_DRIFT_FLOOR",
+    "HEARTBEAT_SHARE",
+    "Membership",
+    "certain_for",
+    "owner_key",
+    "read_committed",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +51,18 @@ logger = logging.getLogger(__name__)
 #: (counted from when the last one was sent): the rest of the interval
 #: covers the read that notices it and the heartbeat's round trip.
 HEARTBEAT_SHARE = 0.75
+#: A session's expiry runs on the server's clock, a fence on this process's
+#: monotonic one, and the two need not run at the same rate: a fence closes
+#: this share of the session, plus ``CLOCK_DRIFT_FLOOR`` seconds, before the
+#: expiry as last set (Redlock's drift allowance: 1 % of the TTL plus 2 ms).
+CLOCK_DRIFT = 0.01
+CLOCK_DRIFT_FLOOR = 0.002
+
+
+def certain_for(ttl: float) -> float:
+    """Seconds after a renewal of ``ttl`` seconds (sent then) for which the
+    key is certainly still set, the drift allowance taken off."""
+    return ttl * (1.0 - CLOCK_DRIFT) - CLOCK_DRIFT_FLOOR
 
 
 def owner_key(conn: Connection, group: str, q: MessageQueue) -> str:
@@ -83,6 +103,10 @@ class Membership:
         self._conn = conn
         self.group = group
         self.cid = cid
+        #: How long the group keeps this member without a heartbeat (seconds).
+        self.session_timeout = session_timeout
+        #: The longest its last heartbeat gets before the next one lands, while it polls.
+        self.heartbeat_interval = heartbeat_interval
         self._ttl_ms = max(1, round(session_timeout * 1000))
         self._beat_every = heartbeat_interval * HEARTBEAT_SHARE
         self._monotonic = monotonic
@@ -165,8 +189,9 @@ class Membership:
 
     def owned_for(self, queues: Collection[MessageQueue]) -> dict[MessageQueue, float]:
         """Seconds from now for which each of ``queues`` is certainly this
-        member's (its owner key's expiry as last set, at the earliest)."""
-        ttl = self._ttl_ms / 1000.0
+        member's (its owner key's expiry as last set, at the earliest, less
+        the drift allowance)."""
+        ttl = certain_for(self._ttl_ms / 1000.0)
         now = self._monotonic()
         renewed = self._renewed
         return {q: renewed.get(q, -float("inf")) + ttl - now for q in queues}

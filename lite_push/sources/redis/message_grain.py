@@ -56,7 +56,7 @@ from .connection import Connection
 from .grain_ready import ReadyBatches
 from .grain_share import SCAN_EXTRA, Share, text
 from .lost_data import LostData
-from .membership import Membership
+from .membership import Membership, certain_for
 from .reading import QueueReader
 from .retries import Retries
 from .topics import TopicCatalog
@@ -111,8 +111,6 @@ class MessageGrain(MemberModel):
         topics: TopicCatalog,
         retries: Retries,
         reader: Callable[[MessageQueue, int], QueueReader],
-        session_timeout: float,
-        heartbeat_interval: float,
         tags: Callable[[str], frozenset[str] | None],
     ) -> None:
         if "\t" in owned.client_id:
@@ -123,9 +121,10 @@ class MessageGrain(MemberModel):
         self._topics = topics
         self._retries = retries
         self._reader = reader
-        self._session_timeout = session_timeout
-        self._ttl_ms = max(1, round(session_timeout * 1000))
-        self._heartbeat_interval = heartbeat_interval
+        #: The member's session and heartbeat interval (the membership's).
+        self._session_timeout = membership.session_timeout
+        self._ttl_ms = max(1, round(membership.session_timeout * 1000))
+        self._heartbeat_interval = membership.heartbeat_interval
         self._tags = tags
         self._subscribed: list[str] = []
         self._shares: dict[MessageQueue, Share] = {}
@@ -153,7 +152,7 @@ class MessageGrain(MemberModel):
         return self._session_timeout
 
     def owned_for(self) -> dict[MessageQueue, float]:
-        ttl = self._session_timeout
+        ttl = certain_for(self._session_timeout)
         now = time.monotonic()
         return {q: s.renewed + ttl - now for q, s in self._shares.items()}
 
