@@ -101,14 +101,17 @@ class Run:
         return f"stdout:\n{self.stdout.read_text()}\nstderr:\n{self.stderr.read_text()}"
 
 
-def _consume(tmp_path: Path, data: Path, listener: str, *more: str, name: str = "consume") -> Run:
-    argv = [
+def _argv(source: str, listener: str, *more: str, metrics: bool = False) -> list[str]:
+    """``lite-push consume`` of topic T from the start of ``source`` with
+    ``listener`` of ``stop_test_listener`` on 4 lanes (no metrics unless
+    ``metrics``)."""
+    return [
         sys.executable,
         "-m",
         "lite_push",
         "consume",
         "--source",
-        f"embedded:{data}",
+        source,
         "--group",
         "g",
         "--topic",
@@ -119,10 +122,13 @@ def _consume(tmp_path: Path, data: Path, listener: str, *more: str, name: str = 
         f"stop_test_listener:{listener}",
         "--lanes",
         "4",
-        "--no-metrics",
+        *([] if metrics else ["--no-metrics"]),
         *more,
     ]
-    return Run(tmp_path, argv, name)
+
+
+def _consume(tmp_path: Path, data: Path, listener: str, *more: str, name: str = "consume") -> Run:
+    return Run(tmp_path, _argv(f"embedded:{data}", listener, *more), name)
 
 
 def _produce(data: Path, n: int, keys: int = 40) -> None:
@@ -288,26 +294,7 @@ def test_a_second_ctrl_c_stops_the_members_of_consume_processes_at_once(
             broker.send("T", str(i).encode(), keys=f"k{i % 40}")
     finally:
         broker.close()
-    argv = [
-        sys.executable,
-        "-m",
-        "lite_push",
-        "consume",
-        "--source",
-        url,
-        "--group",
-        "g",
-        "--topic",
-        "T",
-        "--from",
-        "first",
-        "--listener",
-        "stop_test_listener:stuck",
-        "--lanes",
-        "4",
-        "--processes",
-        "2",
-    ]
+    argv = _argv(url, "stuck", "--processes", "2", metrics=True)
     run = Run(tmp_path, argv, "processes")
     run.wait_for(lambda: len(_lines(run.consumed)) >= 2, "calls started")
     run.signal(signal.SIGINT)
@@ -328,27 +315,7 @@ def test_consume_whose_output_reader_went_away_stops_and_commits(tmp_path: Path)
     data = tmp_path / "data"
     _produce(data, 200)
     (tmp_path / "stop_test_listener.py").write_text(LISTENER)
-    argv = [
-        sys.executable,
-        "-m",
-        "lite_push",
-        "consume",
-        "--source",
-        f"embedded:{data}",
-        "--group",
-        "g",
-        "--topic",
-        "T",
-        "--from",
-        "first",
-        "--listener",
-        "stop_test_listener:slow",
-        "--lanes",
-        "4",
-        "--no-metrics",
-        "--progress",
-        "on",
-    ]
+    argv = _argv(f"embedded:{data}", "slow", "--progress", "on")
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(tmp_path), cwd=tmp_path)
     assert proc.stdout is not None and proc.stderr is not None
     first = proc.stdout.readline()

@@ -26,6 +26,8 @@ class _Holds:
     """A failure policy whose held keys are ``keys``: a message of one of
     them follows it into the dead-letter queue."""
 
+    held = None  # no HeldKeys of its own: ``behind`` answers
+
     def __init__(self, *keys: str) -> None:
         self.keys = set(keys)
 

@@ -185,6 +185,12 @@ def init_of(cls: ast.ClassDef) -> ast.FunctionDef | None:
     return next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
 
 
+def params(init: ast.FunctionDef) -> int:
+    """A constructor's parameters, ``self`` aside."""
+    a = init.args
+    return len(a.posonlyargs) + len(a.args) - 1 + len(a.kwonlyargs)
+
+
 def collaborators(tree: ast.Module) -> dict[str, int]:
     """Each class of ``tree``: its constructor's parameters (``self`` aside),
     or, for a dataclass without one, its fields."""
@@ -194,8 +200,7 @@ def collaborators(tree: ast.Module) -> dict[str, int]:
             continue
         init = init_of(node)
         if init is not None:
-            a = init.args
-            out[node.name] = len(a.posonlyargs) + len(a.args) - 1 + len(a.kwonlyargs)
+            out[node.name] = params(init)
         elif any("dataclass" in ast.unparse(d) for d in node.decorator_list):
             out[node.name] = sum(isinstance(n, ast.AnnAssign) for n in node.body)
     return out
@@ -234,7 +239,7 @@ def test_no_class_of_the_sources_cli_or_supervisor_either_but_public_ones_taking
     over = {}
     for name, init in constructors().items():
         a = init.args
-        n = len(a.posonlyargs) + len(a.args) - 1 + len(a.kwonlyargs)
+        n = params(init)
         if n <= MAX_COLLABORATORS:
             continue
         if name.rsplit(".", 1)[1] in TAKE_OPTIONS:

@@ -192,7 +192,6 @@ def build_parts(
                     lane_metrics=lane_metrics,
                     released=released,
                     generations=generations,
-                    held=held,
                 ),
             )
             for lane in lanes
@@ -354,7 +353,6 @@ def _lane_worker(
     lane_metrics: list[LaneMetrics] | None,
     released: deque[tuple[int, list[MessageExt]]] | None,
     generations: Iterator[int],
-    held: HeldKeys,
 ) -> LaneWorker:
     """The worker of ``lane``, with its call gate, parked keys, hand-back
     and failures."""
@@ -375,7 +373,6 @@ def _lane_worker(
         outbox=outbox,
         policy=policy,
         release=None if released is None else released.append,
-        held=held,
     )
     return LaneWorker(
         lane,

@@ -28,7 +28,7 @@ from .._state.process_queue import ProcessQueue
 from .._state.shared import Counters, per_queue
 from .._types import MessageExt
 from .failures import FailurePolicy, Outbox, SendItem
-from .held_keys import NOTHING_HELD, HeldKeys
+from .held_keys import NOTHING_HELD
 
 #: Hands the router what a lane is done with: ``(lane index, messages)``.
 Release = Callable[[tuple[int, list[MessageExt]]], None]
@@ -48,7 +48,6 @@ class Handback:
         outbox: Outbox,
         policy: FailurePolicy,
         release: Release | None = None,
-        held: HeldKeys | None = None,
     ) -> None:
         self.index = index
         #: ``consumed`` and ``busy`` of this lane are written here.
@@ -60,9 +59,9 @@ class Handback:
         #: Load placement's release to the router (``None``: a fixed
         #: placement, or not KEY_ORDERLY).
         self._release = release
-        #: The consumer's held keys (``dead_letter_order="key"``): while
+        #: The policy's held keys (``dead_letter_order="key"``): while
         #: ``held.keys`` is empty, a lane looks no further.
-        self.held = NOTHING_HELD if held is None else held
+        self.held = NOTHING_HELD if policy.held is None else policy.held
         # Dead letters of held keys' messages, handed off in a batch.
         self._held_out: list[SendItem] = []
 

@@ -121,10 +121,7 @@ class MessageGrain(MemberModel):
         self._topics = topics
         self._retries = retries
         self._reader = reader
-        #: The member's session and heartbeat interval (the membership's).
-        self._session_timeout = membership.session_timeout
         self._ttl_ms = max(1, round(membership.session_timeout * 1000))
-        self._heartbeat_interval = membership.heartbeat_interval
         self._tags = tags
         self._subscribed: list[str] = []
         self._shares: dict[MessageQueue, Share] = {}
@@ -149,10 +146,10 @@ class MessageGrain(MemberModel):
 
     @property
     def session_timeout(self) -> float:
-        return self._session_timeout
+        return self._members.session_timeout
 
     def owned_for(self) -> dict[MessageQueue, float]:
-        ttl = certain_for(self._session_timeout)
+        ttl = certain_for(self._members.session_timeout)
         now = time.monotonic()
         return {q: s.renewed + ttl - now for q, s in self._shares.items()}
 
@@ -274,7 +271,7 @@ class MessageGrain(MemberModel):
         now = time.monotonic()
         for q, st in self._owned.states.items():
             s = shares[q]
-            if (st.paused or q in self.stalled) and now - s.renewed >= self._heartbeat_interval / 2:
+            if (st.paused or q in self.stalled) and now - s.renewed >= self._members.heartbeat_interval / 2:
                 conn.run(conn.grain_renew, s.keys, [s.token, ttl], pipe, loaded=loaded)
                 self._renewing.append(q)
         size = ahead_size(want)
